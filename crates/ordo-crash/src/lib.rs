@@ -1,0 +1,1 @@
+//! Crash explorer (skeleton).

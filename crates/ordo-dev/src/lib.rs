@@ -1,0 +1,203 @@
+//! ordo's block-device layer.
+//!
+//! The one rule every protocol in ordo is tested against: a write is
+//! *acknowledged* when [`BlockDevice::write`] returns and *durable* only after a
+//! later [`BlockDevice::flush`] returns, or at once when it was written with
+//! FUA. Between the two it sits in a volatile cache, may reach the medium in
+//! any order, and is lost in a crash.
+//!
+//! The device never knows what a block holds; the caller tags each I/O with a
+//! [`BlockClass`] so that counters can say "2 writes per fsync, one of them to
+//! the journal".
+
+use std::io;
+
+/// A monotonically increasing number handed out for every write; see
+/// [`BlockDevice::durable`].
+pub type Ticket = u64;
+
+/// What a block is, as the file system tells the device. Used only for
+/// counting; the device never interprets block contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[repr(u8)]
+pub enum BlockClass {
+    /// Primary or backup superblock.
+    Super = 0,
+    /// Group descriptors, block and inode bitmaps, reserved GDT blocks.
+    GroupMeta = 1,
+    /// Inode-table blocks.
+    InodeTable = 2,
+    /// Directory blocks.
+    Directory = 3,
+    /// Extent-tree index and leaf blocks.
+    ExtentTree = 4,
+    /// File data (and symlink target blocks).
+    Data = 5,
+    /// The JBD2 journal (descriptor, metadata copies, revoke, commit, superblock).
+    Journal = 6,
+    /// The fast-commit area at the end of the journal.
+    FastCommit = 7,
+    /// Anything else (xattr blocks, unknown).
+    Other = 8,
+}
+
+/// Number of [`BlockClass`] variants.
+pub const BLOCK_CLASS_COUNT: usize = 9;
+
+impl BlockClass {
+    /// Every class, in counter order.
+    pub const ALL: [BlockClass; BLOCK_CLASS_COUNT] = [
+        BlockClass::Super,
+        BlockClass::GroupMeta,
+        BlockClass::InodeTable,
+        BlockClass::Directory,
+        BlockClass::ExtentTree,
+        BlockClass::Data,
+        BlockClass::Journal,
+        BlockClass::FastCommit,
+        BlockClass::Other,
+    ];
+
+    /// Short lowercase name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockClass::Super => "super",
+            BlockClass::GroupMeta => "group",
+            BlockClass::InodeTable => "itable",
+            BlockClass::Directory => "dir",
+            BlockClass::ExtentTree => "extent",
+            BlockClass::Data => "data",
+            BlockClass::Journal => "journal",
+            BlockClass::FastCommit => "fc",
+            BlockClass::Other => "other",
+        }
+    }
+}
+
+/// Flags of one write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteFlags {
+    /// Force unit access: durable when `write` returns, without a flush.
+    pub fua: bool,
+    /// What the block is, for counting.
+    pub class: BlockClass,
+}
+
+impl WriteFlags {
+    /// A plain (volatile until flushed) write of the given class.
+    pub fn new(class: BlockClass) -> Self {
+        WriteFlags { fua: false, class }
+    }
+    /// A FUA write of the given class.
+    pub fn fua(class: BlockClass) -> Self {
+        WriteFlags { fua: true, class }
+    }
+}
+
+/// Counters of one block class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClassCounters {
+    /// Read requests.
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Write requests (a multi-block write counts once, like one bio).
+    pub writes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Write requests that carried FUA (also counted in `writes`).
+    pub fua_writes: u64,
+}
+
+/// Every counter of a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Indexed by `BlockClass as usize`.
+    pub by_class: [ClassCounters; BLOCK_CLASS_COUNT],
+    /// Cache flushes (each `flush` call).
+    pub flushes: u64,
+}
+
+impl Counters {
+    /// The counters of one class.
+    pub fn class(&self, class: BlockClass) -> &ClassCounters {
+        &self.by_class[class as usize]
+    }
+    /// Sum over all classes.
+    pub fn total(&self) -> ClassCounters {
+        let mut t = ClassCounters::default();
+        for c in &self.by_class {
+            t.reads += c.reads;
+            t.read_bytes += c.read_bytes;
+            t.writes += c.writes;
+            t.write_bytes += c.write_bytes;
+            t.fua_writes += c.fua_writes;
+        }
+        t
+    }
+    /// `self - earlier`, counter by counter (saturating).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        let mut d = Counters::default();
+        for i in 0..BLOCK_CLASS_COUNT {
+            let (a, b) = (&self.by_class[i], &earlier.by_class[i]);
+            d.by_class[i] = ClassCounters {
+                reads: a.reads.saturating_sub(b.reads),
+                read_bytes: a.read_bytes.saturating_sub(b.read_bytes),
+                writes: a.writes.saturating_sub(b.writes),
+                write_bytes: a.write_bytes.saturating_sub(b.write_bytes),
+                fua_writes: a.fua_writes.saturating_sub(b.fua_writes),
+            };
+        }
+        d.flushes = self.flushes.saturating_sub(earlier.flushes);
+        d
+    }
+}
+
+/// A block device as ordo sees it. Block-addressed with a block size fixed at
+/// construction (the file system's block size). All methods take `&self`:
+/// implementations are internally synchronized and may be shared across
+/// threads.
+pub trait BlockDevice: Send + Sync {
+    /// Block size in bytes (1024, 2048 or 4096 for ext4 images).
+    fn block_size(&self) -> u32;
+    /// Number of blocks on the device.
+    fn block_count(&self) -> u64;
+    /// Read `buf.len() / block_size` consecutive blocks starting at `block`.
+    /// `buf.len()` must be a non-zero multiple of the block size. Reading past
+    /// the end is an error (`UnexpectedEof`).
+    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()>;
+    /// Write `data.len() / block_size` consecutive blocks starting at `block`.
+    /// Returns when the write is acknowledged (durable only if `flags.fua`).
+    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket>;
+    /// Make every acknowledged write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Durability notification: every write whose ticket is `<=` the returned
+    /// value is durable.
+    fn durable(&self) -> Ticket;
+    /// A snapshot of the counters.
+    fn counters(&self) -> Counters;
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+    fn block_size(&self) -> u32 {
+        (**self).block_size()
+    }
+    fn block_count(&self) -> u64 {
+        (**self).block_count()
+    }
+    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
+        (**self).read(block, buf, class)
+    }
+    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
+        (**self).write(block, data, flags)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn durable(&self) -> Ticket {
+        (**self).durable()
+    }
+    fn counters(&self) -> Counters {
+        (**self).counters()
+    }
+}

@@ -1,0 +1,36 @@
+//! ext4, JBD2 and fast-commit on-disk structures: encode, decode and
+//! checksums. Pure: no I/O. Every decoder validates what it reads and
+//! returns a [`FormatError`] naming the field; every encoder has a decoder.
+//! See `docs/FORMAT.md` for the subset of ext4 ordo reads and writes.
+
+/// A structure failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("block {block}: {field}: {detail}")]
+pub struct FormatError {
+    /// Block the structure was read from (0 when the decoder was not told;
+    /// callers fill it in with [`FormatError::at`]).
+    pub block: u64,
+    /// The structure and field, e.g. "superblock s_magic".
+    pub field: &'static str,
+    /// What was wrong.
+    pub detail: String,
+}
+
+impl FormatError {
+    /// A new error about `field`.
+    pub fn new(field: &'static str, detail: impl Into<String>) -> Self {
+        FormatError {
+            block: 0,
+            field,
+            detail: detail.into(),
+        }
+    }
+    /// The same error, located at `block`.
+    pub fn at(mut self, block: u64) -> Self {
+        self.block = block;
+        self
+    }
+}
+
+/// Result of decoding.
+pub type Result<T> = std::result::Result<T, FormatError>;

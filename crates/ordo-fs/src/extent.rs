@@ -1,0 +1,1 @@
+//! Extent trees of any depth (skeleton; see the extent owner's module).

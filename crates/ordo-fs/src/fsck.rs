@@ -1,0 +1,1 @@
+//! `ordo fsck` (skeleton).

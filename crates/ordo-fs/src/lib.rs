@@ -1,0 +1,24 @@
+//! ordo's file-system core.
+//!
+//! Layers, top to bottom: the library API ([`Fs`]), namespace and inode
+//! operations, allocation, extents and directories, all of which describe
+//! every metadata change as a typed [`update::Update`] on an operation
+//! handle; the consistency [`protocol`] that consumes those updates and
+//! decides which block images reach the device, when and with which
+//! flushes; the [`cache`] of block images; and the block device
+//! (`ordo-dev`). See `docs/DESIGN.md`.
+
+pub mod cache;
+pub mod error;
+pub mod extent;
+pub mod fs;
+pub mod fsck;
+pub mod mkfs;
+pub mod protocol;
+pub mod types;
+pub mod update;
+
+pub use error::{FsError, Result};
+pub use fs::Fs;
+pub use protocol::{DataMode, ProtocolKind};
+pub use types::*;

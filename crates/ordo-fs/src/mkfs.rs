@@ -1,0 +1,1 @@
+//! `ordo mkfs` (skeleton).

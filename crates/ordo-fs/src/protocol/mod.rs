@@ -1,0 +1,341 @@
+//! The consistency-protocol trait and the I/O plans protocols produce.
+//!
+//! The core never writes a block to the device. It reports every change to
+//! the protocol ([`Protocol::on_update`], [`Protocol::on_data_write`],
+//! [`Protocol::on_handle_end`]) and asks the protocol to make things durable
+//! ([`Protocol::fsync`], [`Protocol::sync`], [`Protocol::write_back`]). The
+//! protocol answers by appending steps to an [`IoPlan`] through an [`Io`]:
+//! writes of cached block images (snapshotted at the moment they are added
+//! to the plan), writes of raw blocks (journal blocks), and flushes.
+//!
+//! The core executes a plan *after* releasing the file-system lock, in the
+//! order plans were made (so a slow fsync does not stall other callers), and
+//! then calls [`Protocol::plan_done`] under the lock.
+
+pub mod async_mode;
+pub mod sync_mode;
+
+use std::sync::Arc;
+
+use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+
+use crate::cache::BufferCache;
+use crate::error::Result;
+use crate::update::{DataWrite, HandleInfo, Ino, Update};
+
+/// Which protocol, as named by `-o mode=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProtocolKind {
+    /// Delayed write-back in any order (ext2, Ganger & Patt's "No Order").
+    Async,
+    /// Synchronous, ordered metadata writes (Ganger & Patt's "Conventional").
+    Sync,
+    /// JBD2 physical journaling.
+    Journal,
+    /// ext4 fast commit on top of JBD2.
+    FastCommit,
+}
+
+impl ProtocolKind {
+    /// The `-o mode=` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtocolKind::Async => "async",
+            ProtocolKind::Sync => "sync",
+            ProtocolKind::Journal => "journal",
+            ProtocolKind::FastCommit => "fast_commit",
+        }
+    }
+    /// Every protocol ordo implements.
+    pub const ALL: &'static [ProtocolKind] = &[
+        ProtocolKind::Async,
+        ProtocolKind::Sync,
+        ProtocolKind::Journal,
+        ProtocolKind::FastCommit,
+    ];
+}
+
+impl std::str::FromStr for ProtocolKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        ProtocolKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = ProtocolKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown mode '{s}' (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// JBD2 data mode (`-o data=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum DataMode {
+    #[default]
+    Ordered,
+    Writeback,
+    Journal,
+}
+
+impl std::str::FromStr for DataMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "ordered" => Ok(DataMode::Ordered),
+            "writeback" => Ok(DataMode::Writeback),
+            "journal" => Ok(DataMode::Journal),
+            _ => Err(format!(
+                "unknown data mode '{s}' (known: ordered, writeback, journal)"
+            )),
+        }
+    }
+}
+
+/// One step of an I/O plan.
+#[derive(Clone, Debug)]
+pub enum IoStep {
+    /// Write `data` (whole blocks) at `block`.
+    Write {
+        block: u64,
+        data: Arc<Vec<u8>>,
+        flags: WriteFlags,
+    },
+    /// Flush the device's volatile cache.
+    Flush,
+}
+
+/// A sequence of device operations a protocol asked for, executed in order
+/// by the core outside the file-system lock.
+#[derive(Debug, Default)]
+pub struct IoPlan {
+    /// The steps, in order.
+    pub steps: Vec<IoStep>,
+    /// Cached blocks whose snapshot is in this plan, with the cache generation
+    /// snapshotted: the core marks each clean after the plan ran if it has not
+    /// been modified since, and unpins it.
+    pub pinned: Vec<(u64, u64)>,
+    /// Protocol-defined tag passed back in [`Protocol::plan_done`] (e.g. the
+    /// transaction id being committed).
+    pub tag: u64,
+}
+
+impl IoPlan {
+    /// True when the plan has nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
+/// Why [`Protocol::write_back`] was called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteBackReason {
+    /// The periodic timer (commit interval / syncer).
+    Timer,
+    /// The buffer cache is over its memory bound: write back enough dirty
+    /// blocks that clean ones can be evicted.
+    Pressure,
+    /// Unmount: everything must become durable and the image clean.
+    Unmount,
+}
+
+/// What a protocol sees of the core while it plans I/O: the buffer cache
+/// (read-only, plus snapshot-and-pin) and the plan being built.
+pub struct Io<'a> {
+    pub(crate) cache: &'a mut BufferCache,
+    pub(crate) plan: &'a mut IoPlan,
+}
+
+impl<'a> Io<'a> {
+    /// Build an `Io` over a cache and a plan.
+    pub fn new(cache: &'a mut BufferCache, plan: &'a mut IoPlan) -> Self {
+        Io { cache, plan }
+    }
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.cache.block_size()
+    }
+    /// Every dirty cached block, ascending.
+    pub fn dirty_blocks(&self) -> Vec<u64> {
+        self.cache.dirty_blocks()
+    }
+    /// Whether a cached block is dirty.
+    pub fn is_dirty(&self, block: u64) -> bool {
+        self.cache.is_dirty(block)
+    }
+    /// The class of a cached block (Other if not cached).
+    pub fn class_of(&self, block: u64) -> BlockClass {
+        self.cache.class_of(block)
+    }
+    /// A copy of the current cached image of `block`, if cached.
+    pub fn snapshot(&self, block: u64) -> Option<Arc<Vec<u8>>> {
+        self.cache.snapshot(block)
+    }
+    /// The modification generation of a cached block (0 if not cached).
+    pub fn generation(&self, block: u64) -> u64 {
+        self.cache.generation(block)
+    }
+    /// Append a write of the current image of cached `block` to its home
+    /// location. The image is snapshotted now; the block is pinned (not
+    /// evicted) until the plan ran and is then marked clean unless modified
+    /// in between. Does nothing if the block is not cached.
+    pub fn write_home(&mut self, block: u64, fua: bool) {
+        if let Some(data) = self.cache.snapshot(block) {
+            let class = self.cache.class_of(block);
+            let gen = self.cache.generation(block);
+            self.cache.pin(block);
+            self.plan.pinned.push((block, gen));
+            self.plan.steps.push(IoStep::Write {
+                block,
+                data,
+                flags: WriteFlags { fua, class },
+            });
+        }
+    }
+    /// Append a write of raw data (whole blocks) at `block` (journal blocks,
+    /// committed copies during checkpoint). Does not touch the cache's state.
+    pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {
+        assert!(!data.is_empty() && data.len() % self.cache.block_size() as usize == 0);
+        self.plan.steps.push(IoStep::Write { block, data, flags });
+    }
+    /// Append a cache flush.
+    pub fn flush(&mut self) {
+        self.plan.steps.push(IoStep::Flush);
+    }
+    /// Mark a cached block clean now if its generation is still `gen` (used
+    /// after a checkpoint wrote a committed copy home).
+    pub fn mark_clean_if(&mut self, block: u64, gen: u64) {
+        self.cache.mark_clean_if(block, gen);
+    }
+    /// Set the protocol tag of the plan.
+    pub fn set_tag(&mut self, tag: u64) {
+        self.plan.tag = tag;
+    }
+    /// The plan built so far.
+    pub fn plan(&self) -> &IoPlan {
+        self.plan
+    }
+}
+
+/// What a protocol is told at mount.
+#[derive(Clone, Debug)]
+pub struct ProtocolEnv {
+    /// File-system block size.
+    pub block_size: u32,
+    /// Blocks on the device.
+    pub block_count: u64,
+    /// Filesystem UUID (for JBD2 / fast-commit checksums).
+    pub uuid: [u8; 16],
+    /// The journal inode's blocks as (logical, physical, length) runs, when
+    /// the image has a journal.
+    pub journal_runs: Vec<(u32, u64, u32)>,
+    /// Commit interval in milliseconds (`commit=`).
+    pub commit_interval_ms: u64,
+    /// JBD2 data mode.
+    pub data_mode: DataMode,
+    /// Whether the image has `metadata_csum`.
+    pub metadata_csum: bool,
+}
+
+/// A consistency protocol. One instance per mount. All methods are called
+/// with the file-system lock held; they must not do device I/O themselves
+/// except in [`Protocol::recover`], which runs before the core is up.
+pub trait Protocol: Send {
+    /// The `-o mode=` name.
+    fn name(&self) -> &'static str;
+
+    /// A metadata change was made in the cache on behalf of handle `h`.
+    fn on_update(&mut self, u: &Update, h: &HandleInfo) {
+        let _ = (u, h);
+    }
+
+    /// A data block was written into the cache on behalf of handle `h`.
+    fn on_data_write(&mut self, w: &DataWrite, h: &HandleInfo) {
+        let _ = (w, h);
+    }
+
+    /// A block (metadata or data) was freed by handle `h`. Protocols that
+    /// must delay reuse (journal revoke, soft updates) record it here.
+    fn on_block_freed(&mut self, block: u64, h: &HandleInfo) {
+        let _ = (block, h);
+    }
+
+    /// Handle `h` ended (the system call is about to return). Synchronous
+    /// protocols plan their writes here.
+    fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
+        let _ = (h, io);
+        Ok(())
+    }
+
+    /// Make `ino` durable (data and, unless `datasync` allows skipping it,
+    /// metadata), together with whatever the protocol's semantics tie to it.
+    fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()>;
+
+    /// Make everything durable.
+    fn sync(&mut self, io: &mut Io) -> Result<()>;
+
+    /// Background work: periodic write-back, checkpointing, write-back under
+    /// memory pressure, and the final write-back at unmount.
+    fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()>;
+
+    /// The last word on a block image about to be added to a plan
+    /// (rollback, stamping). Default: unchanged.
+    fn prepare_block_write(&mut self, block: u64, image: &mut [u8]) {
+        let _ = (block, image);
+    }
+
+    /// Whether a free block may be allocated now (reuse rules).
+    fn can_allocate(&self, block: u64) -> bool {
+        let _ = block;
+        true
+    }
+
+    /// A plan made by this protocol has been executed (successfully when
+    /// `ok`).
+    fn plan_done(&mut self, tag: u64, ok: bool) {
+        let _ = (tag, ok);
+    }
+
+    /// Statistics for `ordo info` / benchmarks, as name/value pairs.
+    fn stats(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// Human-readable lines.
+    pub lines: Vec<String>,
+    /// Transactions (or log records) replayed.
+    pub replayed: u64,
+    /// Blocks written by recovery.
+    pub blocks_written: u64,
+}
+
+/// Run the mount-time recovery of protocol `kind` on a device before the
+/// core opens it (journal replay, fast-commit replay, or nothing).
+pub fn recover(
+    kind: ProtocolKind,
+    dev: &dyn BlockDevice,
+    env: &ProtocolEnv,
+) -> Result<RecoveryReport> {
+    let _ = (dev, env);
+    match kind {
+        ProtocolKind::Async | ProtocolKind::Sync => Ok(RecoveryReport::default()),
+        ProtocolKind::Journal | ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
+            format!("mode={} is not built yet", kind.name()),
+        )),
+    }
+}
+
+/// Construct the protocol for a mount.
+pub fn build(kind: ProtocolKind, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    match kind {
+        ProtocolKind::Async => Ok(Box::new(async_mode::AsyncProtocol::new(env))),
+        ProtocolKind::Sync => Ok(Box::new(sync_mode::SyncProtocol::new(env))),
+        ProtocolKind::Journal | ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
+            format!("mode={} is not built yet", kind.name()),
+        )),
+    }
+}

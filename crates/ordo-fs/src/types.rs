@@ -1,0 +1,218 @@
+//! Public types of the library API (`Fs`).
+
+use crate::protocol::{DataMode, ProtocolKind};
+pub use crate::update::Ino;
+
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 2;
+
+/// A timestamp with nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    /// Seconds since the epoch (ext4 stores 34 bits: 1901..2446).
+    pub sec: i64,
+    /// Nanoseconds, < 1e9.
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+/// File type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+impl FileType {
+    /// The `S_IFMT` bits of this type.
+    pub fn mode_bits(self) -> u16 {
+        match self {
+            FileType::Regular => 0o100000,
+            FileType::Directory => 0o040000,
+            FileType::Symlink => 0o120000,
+            FileType::CharDevice => 0o020000,
+            FileType::BlockDevice => 0o060000,
+            FileType::Fifo => 0o010000,
+            FileType::Socket => 0o140000,
+        }
+    }
+    /// The type encoded in `S_IFMT` bits of `mode`, if valid.
+    pub fn from_mode(mode: u16) -> Option<Self> {
+        Some(match mode & 0o170000 {
+            0o100000 => FileType::Regular,
+            0o040000 => FileType::Directory,
+            0o120000 => FileType::Symlink,
+            0o020000 => FileType::CharDevice,
+            0o060000 => FileType::BlockDevice,
+            0o010000 => FileType::Fifo,
+            0o140000 => FileType::Socket,
+            _ => return None,
+        })
+    }
+}
+
+/// Attributes of an inode, as `stat` shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileType,
+    /// Permission bits including suid/sgid/sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Allocated space in 512-byte sectors.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    /// Device number for char/block devices (Linux `new_encode_dev` form).
+    pub rdev: u32,
+    /// Preferred I/O size (the block size).
+    pub blksize: u32,
+    pub generation: u32,
+    /// ext4 inode flags (`i_flags`).
+    pub flags: u32,
+}
+
+/// How to set a time in [`SetAttr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    /// The current time (UTIME_NOW).
+    Now,
+    /// A given time.
+    At(Timespec),
+}
+
+/// Attribute changes; `None` leaves a field alone (UTIME_OMIT for times).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (`& 0o7777`).
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncate or extend to this size.
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    /// Explicit ctime (otherwise ctime is set to now on any change).
+    pub ctime: Option<Timespec>,
+}
+
+/// The caller's identity, for ownership of new inodes (setgid directories).
+/// Permission checks are the VFS's job (FUSE `default_permissions`); the
+/// library offers [`crate::Fs::access`] for library users.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Creds {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Creds {
+    /// root:root.
+    pub fn root() -> Self {
+        Creds::default()
+    }
+}
+
+/// rename(2) flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// RENAME_NOREPLACE: fail with EEXIST if the target exists.
+    pub noreplace: bool,
+    /// RENAME_EXCHANGE: atomically swap source and target (both must exist).
+    pub exchange: bool,
+}
+
+/// fallocate(2) modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallocFlags {
+    /// FALLOC_FL_KEEP_SIZE.
+    pub keep_size: bool,
+    /// FALLOC_FL_PUNCH_HOLE (requires keep_size, as in Linux).
+    pub punch_hole: bool,
+}
+
+/// lseek(2) whence for data/hole searches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeekWhence {
+    Data,
+    Hole,
+}
+
+/// One directory entry returned by `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub kind: FileType,
+    pub name: Vec<u8>,
+    /// Opaque cookie: pass it back to `readdir` to continue after this entry.
+    pub next_offset: u64,
+}
+
+/// statfs(2) figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Free blocks available to non-root (free minus reserved).
+    pub blocks_avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// Mount options of the library and of `ordo mount -o`.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// The consistency protocol.
+    pub mode: ProtocolKind,
+    /// JBD2 data mode (journal / fast_commit only).
+    pub data: DataMode,
+    /// Refuse every modification (EROFS); nothing is written, not even at
+    /// unmount.
+    pub read_only: bool,
+    /// Commit / write-back interval in milliseconds (`commit=SECS`, default 5 s).
+    pub commit_interval_ms: u64,
+    /// Upper bound of the buffer cache in bytes (`cache=SIZE`, default 256 MiB).
+    pub cache_bytes: u64,
+    /// Run a background thread for the commit interval (off for the crash
+    /// explorer and tests, which drive write-back explicitly).
+    pub background: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            mode: ProtocolKind::Async,
+            data: DataMode::Ordered,
+            read_only: false,
+            commit_interval_ms: 5000,
+            cache_bytes: 256 << 20,
+            background: false,
+        }
+    }
+}

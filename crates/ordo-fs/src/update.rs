@@ -1,0 +1,181 @@
+//! The update interface: how the core tells a consistency protocol what it
+//! changed.
+//!
+//! Every metadata mutation is an [`Update`]: the block, the byte range, the
+//! bytes before and after, and what the change means ([`UpdateKind`]).
+//! Every data write is a [`DataWrite`]. Both are issued on an operation
+//! handle ([`HandleInfo`]), one per system call: the unit of atomicity, like
+//! jbd2's `handle_t`. Block-level protocols (async, sync, JBD2) only look at
+//! `block`; semantic protocols (fast commit, soft updates, streams,
+//! backpointers, optimistic) read the meaning.
+
+use std::ops::Range;
+
+/// Inode number (ext4 numbering: root is 2).
+pub type Ino = u32;
+
+/// Which system call opened a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Create,
+    Mknod,
+    Mkdir,
+    Symlink,
+    Link,
+    Unlink,
+    Rmdir,
+    Rename,
+    Write,
+    Truncate,
+    Fallocate,
+    PunchHole,
+    SetAttr,
+    /// Final close of an unlinked file, or orphan cleanup at mount.
+    Evict,
+    /// Anything the core does on its own (mount-time bookkeeping, unmount).
+    Internal,
+}
+
+/// An operation handle as the protocol sees it.
+#[derive(Clone, Debug)]
+pub struct HandleInfo {
+    /// Unique, increasing id of the handle.
+    pub id: u64,
+    /// What the handle is doing.
+    pub op: OpKind,
+    /// The caller's stream (ccfs); 0 is the default stream.
+    pub stream: u32,
+    /// Inodes the operation touched, in the order the core touched them.
+    pub inodes: Vec<Ino>,
+}
+
+/// Which inode field an [`UpdateKind::Inode`] update changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InodeField {
+    /// The whole inode was initialized (allocation) or cleared (free).
+    Whole,
+    Mode,
+    Owner,
+    Size,
+    Times,
+    Links,
+    Flags,
+    /// `i_block` (inline extent root or fast-symlink target).
+    Blocks,
+    /// `i_blocks` (allocated sector count).
+    BlockCount,
+    Dtime,
+    /// Orphan-list link (`i_dtime` reused as next orphan).
+    OrphanLink,
+    Generation,
+    /// The inode checksum fields.
+    Checksum,
+    Other,
+}
+
+/// Whether a mapping or link was set or cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MapOp {
+    Set,
+    Clear,
+}
+
+/// Whether a directory entry was added or removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkOp {
+    Add,
+    Remove,
+}
+
+/// Which allocation bitmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BitmapKind {
+    Block,
+    Inode,
+}
+
+/// Which summary counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CounterKind {
+    FreeBlocks,
+    FreeInodes,
+    UsedDirs,
+    /// Unused-inode high-water mark of a group (`bg_itable_unused`).
+    ItableUnused,
+}
+
+/// What a metadata change means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateKind {
+    /// A field of inode `ino` (in an inode-table block).
+    Inode { ino: Ino, field: InodeField },
+    /// A mapping of `len` logical blocks of `ino` starting at `lblk` to
+    /// physical blocks starting at `pblk` was set or cleared (in `i_block` or
+    /// an extent block). Also used for extent-tree index entries, with
+    /// `len == 0`.
+    Extent {
+        ino: Ino,
+        lblk: u32,
+        pblk: u64,
+        len: u32,
+        op: MapOp,
+    },
+    /// A new extent-tree block of `ino` was initialized (header, entries).
+    ExtentBlockInit { ino: Ino },
+    /// Directory entry `name` -> `ino` in directory `dir` added or removed.
+    Dirent {
+        dir: Ino,
+        name: Vec<u8>,
+        ino: Ino,
+        op: LinkOp,
+    },
+    /// A new directory block of `dir` was initialized (empty entries, tail).
+    DirBlockInit { dir: Ino },
+    /// A bit of a bitmap set (allocated) or cleared (freed). `index` is the
+    /// block number or the inode number.
+    Bitmap {
+        what: BitmapKind,
+        index: u64,
+        set: bool,
+    },
+    /// A summary counter in a group descriptor (`group = Some`) or in the
+    /// superblock (`group = None`) changed by `delta`.
+    Counter {
+        what: CounterKind,
+        group: Option<u32>,
+        delta: i64,
+    },
+    /// A checksum field recomputed after other updates to the same structure.
+    Checksum,
+    /// Anything else (superblock fields, flags, orphan head, ...).
+    Other,
+}
+
+/// One metadata change.
+#[derive(Clone, Debug)]
+pub struct Update {
+    /// File-system block holding the changed bytes.
+    pub block: u64,
+    /// Byte range within the block.
+    pub range: Range<u32>,
+    /// The bytes of `range` before the change.
+    pub old: Vec<u8>,
+    /// The bytes of `range` after the change.
+    pub new: Vec<u8>,
+    /// What the change means.
+    pub kind: UpdateKind,
+}
+
+/// One file-data block written by a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataWrite {
+    /// The file.
+    pub ino: Ino,
+    /// Logical block within the file.
+    pub lblk: u32,
+    /// Physical block on the device.
+    pub pblk: u64,
+    /// True when the block was allocated by this write (its old contents
+    /// belong to nobody); false for an overwrite in place.
+    pub fresh: bool,
+}
