@@ -9,8 +9,41 @@
 //! The device never knows what a block holds; the caller tags each I/O with a
 //! [`BlockClass`] so that counters can say "2 writes per fsync, one of them to
 //! the journal".
+//!
+//! Backends and wrappers, all behind the one trait so they stack:
+//!
+//! | type | role |
+//! | --- | --- |
+//! | [`FileDevice`] | an image file or `/dev/loopN`: `pread`/`pwrite`, `fdatasync`, `RWF_DSYNC`, optional `O_DIRECT`, `flock` |
+//! | [`MemDevice`] | sparse in-memory medium; cheap snapshots |
+//! | [`RecordingDevice`] | logs every write, flush and mark in device order (for the crash explorer) |
+//! | [`WriteCacheDevice`] | a volatile write cache: unflushed writes can be lost, torn or kept by seed |
+//! | [`OverlayDevice`] | copy-on-write view of a shared base: crash states without copies |
+//! | [`TimedDevice`] | charges deterministic virtual time (HDD, SSD, cloud volume) |
+//!
+//! Every backend that owns a medium counts its own requests
+//! ([`AtomicCounters`]) and derives `durable()` from the same
+//! [`TicketTracker`]; pure forwarders ([`RecordingDevice`], [`TimedDevice`])
+//! report the inner device's counters and tickets.
 
 use std::io;
+use std::path::PathBuf;
+
+pub mod cache_model;
+pub mod counting;
+pub mod file;
+pub mod mem;
+pub mod overlay;
+pub mod record;
+pub mod timing;
+
+pub use cache_model::{CrashPolicy, WriteCacheDevice};
+pub use counting::{AtomicCounters, TicketTracker};
+pub use file::{FileDevice, OpenOptions};
+pub use mem::MemDevice;
+pub use overlay::OverlayDevice;
+pub use record::{Event, EventKind, RecordingDevice};
+pub use timing::{DiskModel, TimedDevice};
 
 /// A monotonically increasing number handed out for every write; see
 /// [`BlockDevice::durable`].
@@ -199,5 +232,114 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn counters(&self) -> Counters {
         (**self).counters()
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
+    fn block_size(&self) -> u32 {
+        (**self).block_size()
+    }
+    fn block_count(&self) -> u64 {
+        (**self).block_count()
+    }
+    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
+        (**self).read(block, buf, class)
+    }
+    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
+        (**self).write(block, data, flags)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn durable(&self) -> Ticket {
+        (**self).durable()
+    }
+    fn counters(&self) -> Counters {
+        (**self).counters()
+    }
+}
+
+/// Errors of opening or creating a device. Once a device is open, its I/O
+/// methods return plain [`io::Error`]s (what the kernel said), because every
+/// caller above maps them to EIO anyway.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    /// Another process (or another handle in this one) holds the image.
+    #[error("{path}: image is already in use (locked by another process; unmount it first)")]
+    InUse {
+        /// The image or device path.
+        path: PathBuf,
+    },
+    /// `create` was asked for a size smaller than the existing file.
+    #[error("{path}: refusing to shrink existing image from {existing_bytes} to {requested_bytes} bytes")]
+    WouldShrink {
+        /// The image path.
+        path: PathBuf,
+        /// Current size of the file.
+        existing_bytes: u64,
+        /// Size that was asked for.
+        requested_bytes: u64,
+    },
+    /// A size or block size that cannot describe a device.
+    #[error("invalid device geometry: {0}")]
+    Geometry(String),
+    /// A system call failed.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The image or device path.
+        path: PathBuf,
+        /// What was being done ("open", "flock", "BLKGETSIZE64", ...).
+        op: &'static str,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl From<DevError> for io::Error {
+    fn from(e: DevError) -> io::Error {
+        let kind = match &e {
+            DevError::InUse { .. } => io::ErrorKind::WouldBlock,
+            DevError::WouldShrink { .. } | DevError::Geometry(_) => io::ErrorKind::InvalidInput,
+            DevError::Io { source, .. } => source.kind(),
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+/// Checks that a block size is one ordo can use: a power of two from 512 to
+/// 65536 bytes.
+pub fn check_block_size(block_size: u32) -> Result<(), DevError> {
+    if !(512..=65536).contains(&block_size) || !block_size.is_power_of_two() {
+        return Err(DevError::Geometry(format!(
+            "block size {block_size} is not a power of two between 512 and 65536"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates one request against a device's geometry and returns the number
+/// of blocks it covers. Every backend calls this first, so that a bad request
+/// is an error (never a panic or a partial transfer).
+pub fn check_request(
+    block_size: u32,
+    block_count: u64,
+    block: u64,
+    len_bytes: usize,
+) -> io::Result<u64> {
+    let bs = block_size as usize;
+    if len_bytes == 0 || !len_bytes.is_multiple_of(bs) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("request of {len_bytes} bytes is not a non-zero multiple of the block size {block_size}"),
+        ));
+    }
+    let blocks = (len_bytes / bs) as u64;
+    match block.checked_add(blocks) {
+        Some(end) if end <= block_count => Ok(blocks),
+        _ => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("blocks {block}..{block}+{blocks} are past the end of the device ({block_count} blocks)"),
+        )),
     }
 }

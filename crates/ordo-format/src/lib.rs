@@ -3,6 +3,24 @@
 //! returns a [`FormatError`] naming the field; every encoder has a decoder.
 //! See `docs/FORMAT.md` for the subset of ext4 ordo reads and writes.
 
+pub mod bitmap;
+pub mod csum;
+pub mod dir;
+pub mod extent;
+pub mod features;
+pub mod fuzzing;
+pub mod group;
+pub mod inode;
+pub mod jbd2;
+mod le;
+pub mod superblock;
+
+pub use features::FeatureSet;
+pub use fuzzing::decode_any;
+pub use group::GroupDesc;
+pub use inode::Inode;
+pub use superblock::Superblock;
+
 /// A structure failed validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("block {block}: {field}: {detail}")]

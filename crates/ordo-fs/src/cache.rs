@@ -1,39 +1,356 @@
 //! The buffer cache: block images, dirty state, generations, pins, and a
-//! memory bound with clean-block eviction. (Owned by the core; skeleton.)
+//! memory bound with clean-block eviction.
+//!
+//! Every block the core reads or changes lives here as an `Arc<Vec<u8>>`
+//! image. A plan snapshot is a clone of that `Arc`, so taking one is cheap,
+//! and the next modification copies the image (`Arc::make_mut`) instead of
+//! changing bytes a plan is about to write. Each entry carries:
+//!
+//! - a *dirty* flag: the cached image differs from what was last handed to
+//!   the device. Only a protocol ever writes a dirty block (through a plan);
+//! - a *generation*, bumped on every modification, so that a block that was
+//!   modified while its snapshot was being written stays dirty;
+//! - a *pin count*: pinned blocks are in a plan that has not run yet and are
+//!   never evicted (evicting one would let a later read fetch the old image
+//!   from the device before the plan wrote the new one).
+//!
+//! The memory bound counts cached block images (`len * block_size`). Clean,
+//! unpinned blocks are evicted in least-recently-used order; when that is not
+//! enough, the core asks the protocol to write back
+//! (`WriteBackReason::Pressure`) and evicts again once the plan ran.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ordo_dev::BlockClass;
 
+struct Entry {
+    data: Arc<Vec<u8>>,
+    class: BlockClass,
+    dirty: bool,
+    generation: u64,
+    pins: u32,
+    /// LRU tick of the last access (key into `lru`).
+    tick: u64,
+}
+
+/// Counters of the cache, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Bytes of block images cached now.
+    pub cached_bytes: u64,
+    /// The largest `cached_bytes` ever observed at the end of an operation.
+    pub peak_cached_bytes: u64,
+    /// The configured bound.
+    pub bound_bytes: u64,
+    /// Dirty blocks now.
+    pub dirty_blocks: u64,
+    /// Blocks read from the device into the cache.
+    pub misses: u64,
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Clean blocks evicted.
+    pub evictions: u64,
+}
+
 /// Cached block images.
 pub struct BufferCache {
     block_size: u32,
+    bound_bytes: u64,
+    map: HashMap<u64, Entry>,
+    /// tick -> block, oldest first.
+    lru: BTreeMap<u64, u64>,
+    dirty: BTreeSet<u64>,
+    next_tick: u64,
+    next_generation: u64,
+    stats: CacheStats,
 }
 
-#[allow(unused_variables)]
 impl BufferCache {
+    /// An empty cache of blocks of `block_size` bytes holding at most about
+    /// `bound_bytes` of images.
+    pub fn new(block_size: u32, bound_bytes: u64) -> Self {
+        assert!(block_size.is_power_of_two() && block_size >= 512);
+        BufferCache {
+            block_size,
+            bound_bytes: bound_bytes.max(block_size as u64 * 64),
+            map: HashMap::new(),
+            lru: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            next_tick: 1,
+            next_generation: 1,
+            stats: CacheStats::default(),
+        }
+    }
+    /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
+    /// Every dirty cached block, ascending.
     pub fn dirty_blocks(&self) -> Vec<u64> {
-        unimplemented!()
+        self.dirty.iter().copied().collect()
     }
+    /// Number of dirty blocks.
+    pub fn dirty_count(&self) -> usize {
+        self.dirty.len()
+    }
+    /// Whether `block` is cached and dirty.
     pub fn is_dirty(&self, block: u64) -> bool {
-        unimplemented!()
+        self.dirty.contains(&block)
     }
+    /// Whether `block` is cached.
+    pub fn contains(&self, block: u64) -> bool {
+        self.map.contains_key(&block)
+    }
+    /// The class of a cached block (Other if not cached).
     pub fn class_of(&self, block: u64) -> BlockClass {
-        unimplemented!()
+        self.map
+            .get(&block)
+            .map(|e| e.class)
+            .unwrap_or(BlockClass::Other)
     }
+    /// The current image of a cached block (cheap: shares the buffer).
     pub fn snapshot(&self, block: u64) -> Option<Arc<Vec<u8>>> {
-        unimplemented!()
+        self.map.get(&block).map(|e| e.data.clone())
     }
+    /// The modification generation of a cached block (0 if not cached).
     pub fn generation(&self, block: u64) -> u64 {
-        unimplemented!()
+        self.map.get(&block).map(|e| e.generation).unwrap_or(0)
     }
+    /// Pin a cached block (it is in a plan that has not run yet).
     pub fn pin(&mut self, block: u64) {
-        unimplemented!()
+        if let Some(e) = self.map.get_mut(&block) {
+            e.pins += 1;
+        }
     }
+    /// Undo one [`BufferCache::pin`].
+    pub fn unpin(&mut self, block: u64) {
+        if let Some(e) = self.map.get_mut(&block) {
+            debug_assert!(e.pins > 0, "unpin of unpinned block {block}");
+            e.pins = e.pins.saturating_sub(1);
+        }
+    }
+    /// Mark a cached block clean if its generation is still `gen`.
     pub fn mark_clean_if(&mut self, block: u64, gen: u64) {
-        unimplemented!()
+        if let Some(e) = self.map.get_mut(&block) {
+            if e.generation == gen && e.dirty {
+                e.dirty = false;
+                self.dirty.remove(&block);
+            }
+        }
+    }
+
+    fn touch(&mut self, block: u64) {
+        let tick = self.next_tick;
+        self.next_tick += 1;
+        if let Some(e) = self.map.get_mut(&block) {
+            self.lru.remove(&e.tick);
+            e.tick = tick;
+            self.lru.insert(tick, block);
+        }
+    }
+
+    /// The image of a cached block, counting a hit and refreshing its LRU
+    /// position; `None` when not cached.
+    pub fn get(&mut self, block: u64) -> Option<&[u8]> {
+        if self.map.contains_key(&block) {
+            self.stats.hits += 1;
+            self.touch(block);
+            self.map.get(&block).map(|e| e.data.as_slice())
+        } else {
+            None
+        }
+    }
+
+    /// Insert a clean image read from the device (a cache miss).
+    pub fn insert_clean(&mut self, block: u64, class: BlockClass, data: Vec<u8>) {
+        assert_eq!(data.len(), self.block_size as usize);
+        self.stats.misses += 1;
+        self.insert(block, class, data, false);
+    }
+
+    /// Insert (or replace) an image that has no valid contents on the device
+    /// yet (a freshly allocated block); it starts dirty.
+    pub fn insert_new(&mut self, block: u64, class: BlockClass, data: Vec<u8>) {
+        assert_eq!(data.len(), self.block_size as usize);
+        self.insert(block, class, data, true);
+    }
+
+    fn insert(&mut self, block: u64, class: BlockClass, data: Vec<u8>, dirty: bool) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let tick = self.next_tick;
+        self.next_tick += 1;
+        let pins = if let Some(old) = self.map.remove(&block) {
+            self.lru.remove(&old.tick);
+            old.pins
+        } else {
+            0
+        };
+        self.map.insert(
+            block,
+            Entry {
+                data: Arc::new(data),
+                class,
+                dirty,
+                generation,
+                pins,
+                tick,
+            },
+        );
+        self.lru.insert(tick, block);
+        if dirty {
+            self.dirty.insert(block);
+        } else {
+            self.dirty.remove(&block);
+        }
+    }
+
+    /// Change `bytes` of a cached block at `offset`; returns the old bytes.
+    /// Bumps the generation and marks the block dirty. Panics if the block
+    /// is not cached or the range is out of the block (core invariants).
+    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> Vec<u8> {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let e = self
+            .map
+            .get_mut(&block)
+            .unwrap_or_else(|| panic!("modify of uncached block {block}"));
+        assert!(offset + bytes.len() <= e.data.len());
+        let data = Arc::make_mut(&mut e.data);
+        let old = data[offset..offset + bytes.len()].to_vec();
+        data[offset..offset + bytes.len()].copy_from_slice(bytes);
+        e.generation = generation;
+        e.dirty = true;
+        self.dirty.insert(block);
+        self.touch(block);
+        old
+    }
+
+    /// Change the class of a cached block (a freed block reused for another
+    /// purpose).
+    pub fn set_class(&mut self, block: u64, class: BlockClass) {
+        if let Some(e) = self.map.get_mut(&block) {
+            e.class = class;
+        }
+    }
+
+    /// Drop a block (it was freed): its image, dirty or not, belongs to
+    /// nobody. Plans that already hold a snapshot still write it.
+    pub fn forget(&mut self, block: u64) {
+        if let Some(e) = self.map.remove(&block) {
+            self.lru.remove(&e.tick);
+            self.dirty.remove(&block);
+        }
+    }
+
+    /// Bytes of cached images.
+    pub fn cached_bytes(&self) -> u64 {
+        self.map.len() as u64 * self.block_size as u64
+    }
+
+    /// The configured bound in bytes.
+    pub fn bound_bytes(&self) -> u64 {
+        self.bound_bytes
+    }
+
+    /// Whether the cache holds more than its bound.
+    pub fn over_bound(&self) -> bool {
+        self.cached_bytes() > self.bound_bytes
+    }
+
+    /// Evict clean, unpinned blocks in LRU order until the cache is at most
+    /// `target_bytes`. Returns the number evicted.
+    pub fn evict_to(&mut self, target_bytes: u64) -> usize {
+        let mut evicted = 0;
+        if self.cached_bytes() <= target_bytes {
+            return 0;
+        }
+        let mut victims = Vec::new();
+        let mut bytes = self.cached_bytes();
+        for (&tick, &block) in self.lru.iter() {
+            if bytes <= target_bytes {
+                break;
+            }
+            let e = &self.map[&block];
+            if !e.dirty && e.pins == 0 {
+                victims.push((tick, block));
+                bytes -= self.block_size as u64;
+            }
+        }
+        for (tick, block) in victims {
+            self.lru.remove(&tick);
+            self.map.remove(&block);
+            evicted += 1;
+        }
+        self.stats.evictions += evicted as u64;
+        evicted
+    }
+
+    /// Record the current size as a candidate for the peak.
+    pub fn note_peak(&mut self) {
+        let now = self.cached_bytes();
+        if now > self.stats.peak_cached_bytes {
+            self.stats.peak_cached_bytes = now;
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            cached_bytes: self.cached_bytes(),
+            bound_bytes: self.bound_bytes,
+            dirty_blocks: self.dirty.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modify_marks_dirty_and_snapshot_is_stable() {
+        let mut c = BufferCache::new(1024, 1 << 20);
+        c.insert_clean(5, BlockClass::Directory, vec![0; 1024]);
+        assert!(!c.is_dirty(5));
+        let snap = c.snapshot(5).unwrap();
+        let g0 = c.generation(5);
+        let old = c.modify(5, 10, &[1, 2, 3]);
+        assert_eq!(old, vec![0, 0, 0]);
+        assert!(c.is_dirty(5));
+        assert!(c.generation(5) > g0);
+        assert_eq!(snap[10], 0, "a snapshot must not see later changes");
+        assert_eq!(c.get(5).unwrap()[10..13], [1, 2, 3]);
+    }
+
+    #[test]
+    fn mark_clean_only_if_generation_unchanged() {
+        let mut c = BufferCache::new(1024, 1 << 20);
+        c.insert_new(1, BlockClass::Data, vec![0; 1024]);
+        let g = c.generation(1);
+        c.modify(1, 0, &[9]);
+        c.mark_clean_if(1, g);
+        assert!(c.is_dirty(1));
+        c.mark_clean_if(1, c.generation(1));
+        assert!(!c.is_dirty(1));
+    }
+
+    #[test]
+    fn eviction_skips_dirty_and_pinned_blocks_in_lru_order() {
+        let mut c = BufferCache::new(1024, 64 * 1024);
+        for b in 0..100u64 {
+            c.insert_clean(b, BlockClass::Data, vec![0; 1024]);
+        }
+        c.modify(0, 0, &[1]);
+        c.pin(1);
+        let _ = c.get(2); // most recently used now
+        c.evict_to(64 * 1024);
+        assert!(c.cached_bytes() <= 64 * 1024);
+        assert!(c.contains(0), "dirty block evicted");
+        assert!(c.contains(1), "pinned block evicted");
+        assert!(c.contains(2), "recently used block evicted before older ones");
+        assert!(!c.contains(3));
     }
 }

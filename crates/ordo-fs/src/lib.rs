@@ -8,13 +8,22 @@
 //! flushes; the [`cache`] of block images; and the block device
 //! (`ordo-dev`). See `docs/DESIGN.md`.
 
+mod alloc;
 pub mod cache;
+mod state;
+mod dir;
 pub mod error;
 pub mod extent;
+mod file;
 pub mod fs;
 pub mod fsck;
+mod inode;
+pub mod layout;
 pub mod mkfs;
+pub mod mkfs_journal;
+mod ops;
 pub mod protocol;
+pub mod recovery;
 pub mod types;
 pub mod update;
 

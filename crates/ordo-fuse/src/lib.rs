@@ -1,1 +1,1082 @@
-//! FUSE adapter (skeleton).
+//! The FUSE adapter: serves an [`ordo_fs::Fs`] to the kernel through
+//! `fuser`.
+//!
+//! Why it is thin: every decision about the file system (names, permissions
+//! of new inodes, allocation, durability) belongs to the core, so that the
+//! library API, the crash explorer and the mount behave the same. This layer
+//! only translates: FUSE node ids to ext4 inode numbers, `fuser` argument
+//! types to the core's, and the core's errors to errno values.
+//!
+//! Permission checks are the kernel's: the mount always carries
+//! `default_permissions`, so the VFS applies owner/group/other bits, sticky
+//! directories and the suid/sgid clearing rules before a request reaches
+//! ordo, exactly as it does for the kernel's ext4. The caller's uid and gid
+//! still travel with every request that creates an inode, because ownership
+//! of the new inode (and setgid-directory inheritance) is the core's job.
+//!
+//! Node ids: FUSE reserves node id 1 for the root, ext4 numbers its root 2.
+//! Node id 1 maps to inode 2 and every other number maps to itself (ext4
+//! inode 1, the bad-blocks inode, never appears in a directory, so nothing
+//! collides). `stat` still shows 2 for the root, as ext4 does.
+//!
+//! Concurrency: the session runs several worker threads, each with its own
+//! clone of the `/dev/fuse` descriptor, and every handler calls the core
+//! directly (`Fs` is `Send + Sync` and runs device I/O outside its lock), so
+//! a slow `fsync` by one process does not stall reads by another.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow,
+    WriteFlags,
+};
+use ordo_fs::{
+    Attr, Creds, FallocFlags, FileType, Fs, FsError, Ino, RenameFlags, SeekWhence, SetAttr,
+    TimeSet, Timespec, ROOT_INO,
+};
+
+/// The longest name ext4 stores in a directory entry, in bytes.
+pub const NAME_MAX_BYTES: usize = 255;
+
+/// How many directory entries one `readdir` request asks the core for; the
+/// reply buffer (usually one page) is filled from them and the rest are
+/// asked for again from the next cookie.
+const READDIR_BATCH_ENTRIES: usize = 256;
+
+/// How a mount is served.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Worker threads serving requests (at least 1).
+    pub threads: usize,
+    /// Let users other than the mounting one use the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Mount read-only in the kernel too (the core refuses writes anyway).
+    pub read_only: bool,
+    /// How long the kernel may cache attributes and names.
+    pub attr_ttl: Duration,
+    /// The source shown in `/proc/mounts` (usually the image path).
+    pub fsname: String,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: 4,
+            allow_other: true,
+            read_only: false,
+            attr_ttl: Duration::from_secs(1),
+            fsname: "ordo".to_string(),
+        }
+    }
+}
+
+impl MountConfig {
+    /// The `fuser` configuration of this mount: `default_permissions`,
+    /// fsname and subtype "ordo", the worker threads with cloned
+    /// descriptors.
+    pub fn fuser_config(&self) -> Config {
+        let mut options = vec![
+            MountOption::FSName(self.fsname.clone()),
+            MountOption::Subtype("ordo".to_string()),
+            MountOption::DefaultPermissions,
+            MountOption::Dev,
+            MountOption::Suid,
+            MountOption::Exec,
+        ];
+        options.push(if self.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        });
+        let mut config = Config::default();
+        config.mount_options = options;
+        config.acl = if self.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        config.n_threads = Some(self.threads.max(1));
+        config.clone_fd = true;
+        config
+    }
+}
+
+/// Mount `fs` on `mountpoint`. The returned session serves requests once
+/// [`Session::run`] is called (it returns when the file system is
+/// unmounted); `fs` itself is not unmounted by the session: the caller
+/// keeps its own `Arc` and calls [`Fs::unmount`] afterwards.
+pub fn mount(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    config: &MountConfig,
+) -> io::Result<Session<OrdoFuse>> {
+    let adapter = OrdoFuse::new(fs, config.attr_ttl);
+    Session::new(adapter, mountpoint, &config.fuser_config())
+}
+
+/// A `fuser::Filesystem` over a shared [`Fs`].
+pub struct OrdoFuse {
+    fs: Arc<Fs>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for OrdoFuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrdoFuse").field("ttl", &self.ttl).finish()
+    }
+}
+
+/// FUSE node id -> ext4 inode number.
+pub fn ino_from_fuse(node: INodeNo) -> Ino {
+    if node.0 == INodeNo::ROOT.0 {
+        ROOT_INO
+    } else {
+        node.0 as Ino
+    }
+}
+
+/// ext4 inode number -> FUSE node id.
+pub fn ino_to_fuse(ino: Ino) -> INodeNo {
+    if ino == ROOT_INO {
+        INodeNo::ROOT
+    } else {
+        INodeNo(u64::from(ino))
+    }
+}
+
+/// The core's time -> `SystemTime` (ext4 times may precede 1970).
+pub fn system_time(t: Timespec) -> SystemTime {
+    let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::from_secs(t.sec as u64) + nsec
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec
+    }
+}
+
+/// `SystemTime` -> the core's time.
+pub fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            if d.subsec_nanos() == 0 {
+                Timespec {
+                    sec: -(d.as_secs() as i64),
+                    nsec: 0,
+                }
+            } else {
+                Timespec {
+                    sec: -(d.as_secs() as i64) - 1,
+                    nsec: 1_000_000_000 - d.subsec_nanos(),
+                }
+            }
+        }
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(timespec(t)),
+    }
+}
+
+/// The core's file type -> FUSE's.
+pub fn fuse_kind(kind: FileType) -> fuser::FileType {
+    match kind {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+    }
+}
+
+/// The core's attributes -> FUSE's, with `node` as the inode number the
+/// kernel sees.
+pub fn fuse_attr(attr: &Attr, node: INodeNo) -> FileAttr {
+    FileAttr {
+        ino: node,
+        size: attr.size,
+        blocks: attr.blocks,
+        atime: system_time(attr.atime),
+        mtime: system_time(attr.mtime),
+        ctime: system_time(attr.ctime),
+        crtime: system_time(attr.crtime),
+        kind: fuse_kind(attr.kind),
+        perm: attr.perm & 0o7777,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        blksize: attr.blksize,
+        flags: 0,
+    }
+}
+
+/// The errno of a core error; corruption and device failures are also
+/// reported on standard error, because the application only sees a number.
+pub fn errno_of(e: &FsError) -> Errno {
+    match e {
+        FsError::Corrupt { .. } | FsError::Io(_) => eprintln!("ordo: {e}"),
+        _ => {}
+    }
+    Errno::from_i32(e.errno())
+}
+
+/// `rename(2)` flags -> the core's; `None` for flags ordo does not serve.
+pub fn rename_flags(flags: fuser::RenameFlags) -> Option<RenameFlags> {
+    let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+    if !(flags - known).is_empty() {
+        return None;
+    }
+    let out = RenameFlags {
+        noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+        exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+    };
+    Some(out)
+}
+
+/// `fallocate(2)` mode -> the core's flags, or the errno Linux gives for the
+/// mode: punching a hole requires KEEP_SIZE (EOPNOTSUPP otherwise, as in
+/// `vfs_fallocate`), and the other modes (collapse, zero, insert, unshare)
+/// are not served.
+pub fn falloc_flags(mode: i32) -> Result<FallocFlags, Errno> {
+    let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+    if mode & !known != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let flags = FallocFlags {
+        keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
+        punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+    };
+    if flags.punch_hole && !flags.keep_size {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(flags)
+}
+
+/// `lseek(2)` whence for data/hole search; the kernel serves SEEK_SET,
+/// SEEK_CUR and SEEK_END itself.
+pub fn seek_whence(whence: i32) -> Result<SeekWhence, Errno> {
+    match whence {
+        libc::SEEK_DATA => Ok(SeekWhence::Data),
+        libc::SEEK_HOLE => Ok(SeekWhence::Hole),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// Permission bits after a write or truncation by an unprivileged caller:
+/// set-user-ID goes, set-group-ID goes when group execute is set (without
+/// it, S_ISGID marks mandatory locking and stays), as the kernel's
+/// `should_remove_suid` decides.
+pub fn kill_suid_sgid(perm: u16) -> u16 {
+    let mut p = perm & !0o4000;
+    if p & 0o2010 == 0o2010 {
+        p &= !0o2000;
+    }
+    p
+}
+
+/// The supplementary groups of process `pid`, from `/proc/PID/status`
+/// (FUSE requests carry only the uid and primary gid).
+fn groups_of(pid: u32) -> Vec<u32> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn creds(req: &Request) -> Creds {
+    Creds {
+        uid: req.uid(),
+        gid: req.gid(),
+        groups: Vec::new(),
+    }
+}
+
+/// A name the core may be given, or ENAMETOOLONG as ext4 answers.
+fn name_bytes(name: &OsStr) -> Result<&[u8], Errno> {
+    let b = name.as_bytes();
+    if b.len() > NAME_MAX_BYTES {
+        Err(Errno::ENAMETOOLONG)
+    } else {
+        Ok(b)
+    }
+}
+
+/// Permission bits of a new inode: the mode less the umask (the kernel has
+/// usually applied it already; applying it twice changes nothing).
+fn new_perm(mode: u32, umask: u32) -> u16 {
+    (mode & !umask & 0o7777) as u16
+}
+
+impl OrdoFuse {
+    /// An adapter over `fs` whose attributes and names the kernel may cache
+    /// for `ttl`.
+    pub fn new(fs: Arc<Fs>, ttl: Duration) -> Self {
+        OrdoFuse { fs, ttl }
+    }
+
+    /// The file system served.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+
+    fn entry(&self, reply: ReplyEntry, result: ordo_fs::Result<Attr>) {
+        match result {
+            Ok(attr) => reply.entry(
+                &self.ttl,
+                &fuse_attr(&attr, ino_to_fuse(attr.ino)),
+                Generation(u64::from(attr.generation)),
+            ),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    /// Attribute replies name the inode by its ext4 number (2 for the
+    /// root), which is what `stat` shows.
+    fn attr(&self, reply: ReplyAttr, result: ordo_fs::Result<Attr>) {
+        match result {
+            Ok(attr) => reply.attr(&self.ttl, &fuse_attr(&attr, INodeNo(u64::from(attr.ino)))),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, result: ordo_fs::Result<()>) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    /// `open(O_TRUNC)` of an existing file. With `FUSE_ATOMIC_O_TRUNC` the
+    /// truncation arrives here and not as a separate `setattr`, which is
+    /// what lets ordo do what ext4 does for it and not for `truncate(2)`:
+    /// mtime and ctime change even when the file was already empty, and a
+    /// caller other than root loses the file's set-user-ID bit (and
+    /// set-group-ID with group execute), as `handle_truncate` asks.
+    fn truncate_on_open(&self, ino: Ino, caller_uid: u32) -> ordo_fs::Result<()> {
+        let attr = self.fs.getattr(ino)?;
+        if attr.kind != FileType::Regular {
+            return Ok(());
+        }
+        let mut set = SetAttr {
+            size: Some(0),
+            mtime: Some(TimeSet::Now),
+            ..SetAttr::default()
+        };
+        if caller_uid != 0 {
+            let perm = kill_suid_sgid(attr.perm);
+            if perm != attr.perm {
+                set.perm = Some(perm);
+            }
+        }
+        self.fs.setattr(ino, &set)?;
+        Ok(())
+    }
+
+    /// `create` found the name taken (another request created it between
+    /// the kernel's lookup and this call): open the existing file, as
+    /// `open(O_CREAT)` without `O_EXCL` does.
+    fn open_existing(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        flags: i32,
+        caller_uid: u32,
+    ) -> ordo_fs::Result<Attr> {
+        let mut attr = self.fs.lookup(parent, name)?;
+        if attr.kind == FileType::Directory {
+            return Err(FsError::Errno(libc::EISDIR));
+        }
+        if flags & libc::O_TRUNC != 0 {
+            self.truncate_on_open(attr.ino, caller_uid)?;
+            attr = self.fs.getattr(attr.ino)?;
+        }
+        self.fs.open(attr.ino)?;
+        Ok(attr)
+    }
+}
+
+macro_rules! name_or_reply {
+    ($name:expr, $reply:expr) => {
+        match name_bytes($name) {
+            Ok(n) => n,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
+impl fuser::Filesystem for OrdoFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Readdirplus saves a lookup per entry for `ls -l` and `find`;
+        // parallel dirops lets lookups and readdirs in one directory run
+        // at once (the core has its own locking). Either is optional: an
+        // older kernel that lacks one is served without it.
+        // Atomic O_TRUNC: see `truncate_on_open`.
+        for flag in [
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+        ] {
+            let _ = config.add_capabilities(flag);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!(name, reply);
+        self.entry(reply, self.fs.lookup(ino_from_fuse(parent), name));
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // The core keeps no per-name lookup state: an unlinked inode lives
+        // as long as it has open handles (`Fs::open`/`Fs::release`).
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.attr(reply, self.fs.getattr(ino_from_fuse(ino)));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            // truncate(2) and ftruncate(2) on ext4 set mtime and ctime
+            // even when the size does not change; the FUSE layer drops the
+            // kernel's time attributes from a truncation, so restore them.
+            mtime: mtime.map(time_set).or(size.map(|_| TimeSet::Now)),
+            ctime: ctime.map(timespec),
+        };
+        let ino = ino_from_fuse(ino);
+        let result = if set.perm.is_some() {
+            // A mode change drops S_ISGID when the caller is not in the
+            // file's group: ext4 does it in setattr_copy, which FUSE leaves
+            // to the file system, and group membership needs the groups.
+            let mut who = creds(req);
+            who.groups = groups_of(req.pid());
+            self.fs.setattr_as(ino, &set, &who)
+        } else {
+            self.fs.setattr(ino, &set)
+        };
+        self.attr(reply, result);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino_from_fuse(ino)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let kind = match FileType::from_mode((mode & libc::S_IFMT) as u16) {
+            // mknod(2) with type 0 makes a regular file.
+            None if mode & libc::S_IFMT == 0 => FileType::Regular,
+            Some(FileType::Directory) | Some(FileType::Symlink) | None => {
+                return reply.error(Errno::EINVAL)
+            }
+            Some(k) => k,
+        };
+        let result = self.fs.create(
+            ino_from_fuse(parent),
+            name,
+            kind,
+            new_perm(mode, umask),
+            rdev,
+            &creds(req),
+        );
+        self.entry(reply, result);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let result = self.fs.mkdir(
+            ino_from_fuse(parent),
+            name,
+            new_perm(mode, umask),
+            &creds(req),
+        );
+        self.entry(reply, result);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        Self::empty(reply, self.fs.unlink(ino_from_fuse(parent), name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        Self::empty(reply, self.fs.rmdir(ino_from_fuse(parent), name));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(link_name, reply);
+        let result = self.fs.symlink(
+            ino_from_fuse(parent),
+            name,
+            target.as_os_str().as_bytes(),
+            &creds(req),
+        );
+        self.entry(reply, result);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let newname = name_or_reply!(newname, reply);
+        let Some(flags) = rename_flags(flags) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let result = self.fs.rename(
+            ino_from_fuse(parent),
+            name,
+            ino_from_fuse(newparent),
+            newname,
+            flags,
+        );
+        Self::empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let newname = name_or_reply!(newname, reply);
+        let result = self
+            .fs
+            .link(ino_from_fuse(ino), ino_from_fuse(newparent), newname);
+        self.entry(reply, result);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino_from_fuse(ino);
+        if flags.0 & libc::O_TRUNC != 0 {
+            if let Err(e) = self.truncate_on_open(ino, req.uid()) {
+                return reply.error(errno_of(&e));
+            }
+        }
+        match self.fs.open(ino) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino_from_fuse(ino), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino_from_fuse(ino), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) on ext4 promises nothing about durability; neither does
+        // ordo.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.release(ino_from_fuse(ino)));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fsync(ino_from_fuse(ino), datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // An open directory handle keeps a removed directory's inode alive
+        // until `releasedir`, as an open file does.
+        match self.fs.open(ino_from_fuse(ino)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match self
+            .fs
+            .readdir(ino_from_fuse(ino), offset, READDIR_BATCH_ENTRIES)
+        {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        for ent in entries {
+            // d_ino shows ext4's numbers (2 for the root), as `stat` does.
+            let full = reply.add(
+                INodeNo(u64::from(ent.ino)),
+                ent.next_offset,
+                fuse_kind(ent.kind),
+                OsStr::from_bytes(&ent.name),
+            );
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self
+            .fs
+            .readdir(ino_from_fuse(ino), offset, READDIR_BATCH_ENTRIES)
+        {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        for ent in entries {
+            let attr = match self.fs.getattr(ent.ino) {
+                Ok(a) => a,
+                // Removed since the entries were read: leave it out.
+                Err(FsError::Errno(libc::ENOENT)) => continue,
+                Err(e) => return reply.error(errno_of(&e)),
+            };
+            let full = reply.add(
+                ino_to_fuse(ent.ino),
+                ent.next_offset,
+                OsStr::from_bytes(&ent.name),
+                &self.ttl,
+                &fuse_attr(&attr, ino_to_fuse(ent.ino)),
+                Generation(u64::from(attr.generation)),
+            );
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.release(ino_from_fuse(ino)));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fsync(ino_from_fuse(ino), datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_avail,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        // No attribute can be read through ordo yet: every name is absent,
+        // which is what ext4 answers for a name it does not hold.
+        reply.error(Errno::ENODATA);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        // An empty list, as ext4 gives for an inode without attributes.
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENODATA);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let mut who = creds(req);
+        who.groups = groups_of(req.pid());
+        Self::empty(
+            reply,
+            self.fs.access(ino_from_fuse(ino), mask.bits() as u32, &who),
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let parent = ino_from_fuse(parent);
+        let created = self.fs.create(
+            parent,
+            name,
+            FileType::Regular,
+            new_perm(mode, umask),
+            0,
+            &creds(req),
+        );
+        let result = match created {
+            Ok(attr) => self.fs.open(attr.ino).map(|()| attr),
+            Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
+                self.open_existing(parent, name, flags, req.uid())
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(attr) => reply.created(
+                &self.ttl,
+                &fuse_attr(&attr, ino_to_fuse(attr.ino)),
+                Generation(u64::from(attr.generation)),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let flags = match falloc_flags(mode) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let ino = ino_from_fuse(ino);
+        let result = self.fs.fallocate(ino, offset, length, flags).and_then(|()| {
+            // ext4 sets mtime and ctime on every successful fallocate, in
+            // every mode, even one that changes nothing (a hole punched
+            // past the end of the file).
+            let set = SetAttr {
+                mtime: Some(TimeSet::Now),
+                ..SetAttr::default()
+            };
+            self.fs.setattr(ino, &set).map(|_| ())
+        });
+        Self::empty(reply, result);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let whence = match seek_whence(whence) {
+            Ok(w) => w,
+            Err(e) => return reply.error(e),
+        };
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        match self.fs.seek(ino_from_fuse(ino), offset as u64, whence) {
+            Ok(pos) => reply.offset(pos as i64),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_maps_both_ways_and_others_are_identity() {
+        assert_eq!(ino_from_fuse(INodeNo::ROOT), ROOT_INO);
+        assert_eq!(ino_to_fuse(ROOT_INO), INodeNo::ROOT);
+        for ino in [11u32, 12, 4096, u32::MAX] {
+            assert_eq!(ino_from_fuse(ino_to_fuse(ino)), ino);
+        }
+    }
+
+    #[test]
+    fn times_round_trip_including_before_1970() {
+        for (sec, nsec) in [
+            (0i64, 0u32),
+            (1_700_000_000, 123_456_789),
+            (-1, 500_000_000),
+            (-2_147_483_648, 0),
+            (17_179_869_183, 999_999_999),
+        ] {
+            let t = Timespec { sec, nsec };
+            assert_eq!(timespec(system_time(t)), t, "{sec}.{nsec}");
+        }
+    }
+
+    #[test]
+    fn fallocate_modes_follow_linux() {
+        assert_eq!(falloc_flags(0), Ok(FallocFlags::default()));
+        let keep = falloc_flags(libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        assert!(keep.keep_size && !keep.punch_hole);
+        let punch = falloc_flags(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        assert!(punch.keep_size && punch.punch_hole);
+        assert_eq!(
+            falloc_flags(libc::FALLOC_FL_PUNCH_HOLE),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(
+            falloc_flags(libc::FALLOC_FL_ZERO_RANGE),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(
+            falloc_flags(libc::FALLOC_FL_COLLAPSE_RANGE),
+            Err(Errno::EOPNOTSUPP)
+        );
+    }
+
+    #[test]
+    fn rename_flags_refuse_whiteout() {
+        let f = rename_flags(fuser::RenameFlags::RENAME_NOREPLACE).unwrap();
+        assert!(f.noreplace && !f.exchange);
+        let f = rename_flags(fuser::RenameFlags::RENAME_EXCHANGE).unwrap();
+        assert!(f.exchange && !f.noreplace);
+        assert_eq!(rename_flags(fuser::RenameFlags::empty()), Some(RenameFlags::default()));
+        assert_eq!(rename_flags(fuser::RenameFlags::RENAME_WHITEOUT), None);
+    }
+
+    #[test]
+    fn seek_whence_serves_data_and_hole_only() {
+        assert_eq!(seek_whence(libc::SEEK_DATA), Ok(SeekWhence::Data));
+        assert_eq!(seek_whence(libc::SEEK_HOLE), Ok(SeekWhence::Hole));
+        assert_eq!(seek_whence(libc::SEEK_SET), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn names_longer_than_ext4_allows_are_refused() {
+        let ok = "a".repeat(NAME_MAX_BYTES);
+        let long = "a".repeat(NAME_MAX_BYTES + 1);
+        assert!(name_bytes(OsStr::new(&ok)).is_ok());
+        assert_eq!(name_bytes(OsStr::new(&long)), Err(Errno::ENAMETOOLONG));
+    }
+
+    #[test]
+    fn unprivileged_writes_kill_suid_and_executable_sgid() {
+        assert_eq!(kill_suid_sgid(0o6755), 0o0755);
+        assert_eq!(kill_suid_sgid(0o6745), 0o2745);
+        assert_eq!(kill_suid_sgid(0o4700), 0o0700);
+        assert_eq!(kill_suid_sgid(0o1777), 0o1777);
+    }
+
+    #[test]
+    fn new_inode_permissions_drop_umask_and_type_bits() {
+        assert_eq!(new_perm(0o100666, 0o022), 0o644);
+        assert_eq!(new_perm(0o42777, 0o002), 0o2775);
+        assert_eq!(new_perm(0o1777, 0), 0o1777);
+    }
+
+    #[test]
+    fn attributes_carry_every_field() {
+        let attr = Attr {
+            ino: 12,
+            kind: FileType::Symlink,
+            perm: 0o777,
+            nlink: 1,
+            uid: 1000,
+            gid: 100,
+            size: 7,
+            blocks: 0,
+            atime: Timespec { sec: 1, nsec: 2 },
+            mtime: Timespec { sec: 3, nsec: 4 },
+            ctime: Timespec { sec: 5, nsec: 6 },
+            crtime: Timespec { sec: 7, nsec: 8 },
+            rdev: 0,
+            blksize: 4096,
+            generation: 9,
+            flags: 0x80000,
+        };
+        let f = fuse_attr(&attr, ino_to_fuse(attr.ino));
+        assert_eq!(f.ino, INodeNo(12));
+        assert_eq!(f.kind, fuser::FileType::Symlink);
+        assert_eq!((f.perm, f.nlink, f.uid, f.gid), (0o777, 1, 1000, 100));
+        assert_eq!((f.size, f.blocks, f.blksize), (7, 0, 4096));
+        assert_eq!(timespec(f.mtime), attr.mtime);
+        assert_eq!(timespec(f.ctime), attr.ctime);
+    }
+}

@@ -1,1 +1,230 @@
-fn main() {}
+//! The `ordo` command: make, mount, check and describe ordo images, and run
+//! the crash explorer.
+//!
+//! Exit codes follow the tools each subcommand stands in for: `mount` like
+//! mount(8) (1 for a usage error, 32 when mounting fails), `fsck` like
+//! e2fsck (0 clean, 1 corrected, 4 left uncorrected, 8 operational error,
+//! 16 usage), the others 0 on success and 1 on failure.
+
+mod cmd_fsck;
+mod cmd_mkfs;
+mod cmd_mount;
+mod options;
+mod superblock;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::superblock::SuperblockView;
+
+/// ordo: a user-space file system with ext4's on-disk format and a choice
+/// of crash-consistency protocols.
+#[derive(Parser, Debug)]
+#[command(name = "ordo", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug)]
+struct CrashArgs {
+    /// The crash explorer's arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Make an ext4 image (a sparse file is created when IMAGE is missing).
+    Mkfs(cmd_mkfs::MkfsArgs),
+    /// Mount an image through FUSE and serve it in the foreground until it
+    /// is unmounted (fusermount3 -u MOUNTPOINT, Ctrl-C or SIGTERM).
+    Mount(cmd_mount::MountArgs),
+    /// Check an image (read-only unless -p or -y). Exit codes as e2fsck:
+    /// 0 clean, 1 errors corrected, 4 errors left uncorrected, 8
+    /// operational error, 16 usage error.
+    Fsck(cmd_fsck::FsckArgs),
+    /// Show an image's superblock, like `dumpe2fs -h`.
+    Info(InfoArgs),
+    /// Explore the disk states a crash can leave, recover and check each
+    /// one (`ordo crash --help` for its options). Exit codes: 0 every state
+    /// passed, 1 some failed, 2 the exploration could not run.
+    #[command(disable_help_flag = true)]
+    Crash(CrashArgs),
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// The image file or block device.
+    image: PathBuf,
+}
+
+/// Exit code of a usage error, per subcommand (e2fsck uses 16).
+fn usage_exit_code(argv: &[String]) -> u8 {
+    match argv.get(1).map(String::as_str) {
+        Some("fsck") => cmd_fsck::EXIT_USAGE,
+        Some("crash") => 2,
+        _ => 1,
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                usage_exit_code(&argv)
+            } else {
+                0
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Mkfs(a) => cmd_mkfs::run(&a),
+        Cmd::Mount(a) => cmd_mount::run(&a),
+        Cmd::Fsck(a) => cmd_fsck::run(&a),
+        Cmd::Info(a) => info(&a),
+        Cmd::Crash(a) => crash(&a.args),
+    };
+    ExitCode::from(code)
+}
+
+/// `ordo info IMAGE`.
+fn info(a: &InfoArgs) -> u8 {
+    let sb = match SuperblockView::read(&a.image) {
+        Ok(sb) => sb,
+        Err(e) => {
+            eprintln!("ordo info: {}: {e}", a.image.display());
+            return 1;
+        }
+    };
+    print!("{}", format_info(&sb));
+    0
+}
+
+fn time_string(secs: u32) -> String {
+    if secs == 0 {
+        "n/a".to_string()
+    } else {
+        format!("{secs} (seconds since the epoch)")
+    }
+}
+
+/// The `dumpe2fs -h`-like report of a superblock.
+fn format_info(sb: &SuperblockView) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let label = if sb.volume_name.is_empty() {
+        "<none>"
+    } else {
+        &sb.volume_name
+    };
+    let size_bytes = sb.blocks_count * u64::from(sb.block_size);
+    let has_journal = sb.feature_compat & ordo_format::features::compat::HAS_JOURNAL != 0;
+    let needs_recovery = sb.feature_incompat & ordo_format::features::incompat::RECOVER != 0;
+    let lines: Vec<(&str, String)> = vec![
+        ("Filesystem volume name", label.to_string()),
+        (
+            "Last mounted on",
+            if sb.last_mounted.is_empty() {
+                "<not available>".into()
+            } else {
+                sb.last_mounted.clone()
+            },
+        ),
+        ("Filesystem UUID", sb.uuid_string()),
+        ("Filesystem magic number", "0xEF53".into()),
+        ("Filesystem revision #", sb.rev_level.to_string()),
+        ("Filesystem features", sb.feature_names().join(" ")),
+        ("Filesystem state", sb.state_name()),
+        (
+            "Errors behavior",
+            match sb.errors {
+                1 => "Continue",
+                2 => "Remount read-only",
+                3 => "Panic",
+                _ => "Unknown",
+            }
+            .into(),
+        ),
+        (
+            "Filesystem size",
+            format!("{size_bytes} bytes ({} MiB)", size_bytes >> 20),
+        ),
+        ("Inode count", sb.inodes_count.to_string()),
+        ("Block count", sb.blocks_count.to_string()),
+        ("Reserved block count", sb.reserved_blocks_count.to_string()),
+        ("Free blocks", sb.free_blocks_count.to_string()),
+        ("Free inodes", sb.free_inodes_count.to_string()),
+        ("First block", sb.first_data_block.to_string()),
+        ("Block size", sb.block_size.to_string()),
+        ("Blocks per group", sb.blocks_per_group.to_string()),
+        ("Inodes per group", sb.inodes_per_group.to_string()),
+        ("Inode size", sb.inode_size.to_string()),
+        ("First inode", sb.first_ino.to_string()),
+        ("Group descriptor size", sb.desc_size.max(32).to_string()),
+        ("Filesystem created", time_string(sb.mkfs_time)),
+        ("Last mount time", time_string(sb.mount_time)),
+        ("Last write time", time_string(sb.write_time)),
+        ("Mount count", sb.mount_count.to_string()),
+        ("Maximum mount count", sb.max_mount_count.to_string()),
+        ("Lifetime writes", format!("{} KiB", sb.kbytes_written)),
+        (
+            "Checksum type",
+            if sb.checksum_type == 1 {
+                "crc32c".into()
+            } else {
+                "none".into()
+            },
+        ),
+        ("Checksum", format!("{:#010x}", sb.checksum)),
+        (
+            "Journal",
+            if has_journal {
+                format!(
+                    "inode {}{}",
+                    sb.journal_inum,
+                    if needs_recovery {
+                        ", needs recovery"
+                    } else {
+                        ", clean"
+                    }
+                )
+            } else {
+                "none".into()
+            },
+        ),
+        (
+            "First orphan inode",
+            if sb.last_orphan == 0 {
+                "none".into()
+            } else {
+                sb.last_orphan.to_string()
+            },
+        ),
+        ("FS error count", sb.error_count.to_string()),
+    ];
+    for (k, v) in lines {
+        let _ = writeln!(o, "{:<26}{v}", format!("{k}:"));
+    }
+    o
+}
+
+/// `ordo crash ...`: the crash explorer parses its own arguments.
+fn crash(args: &[String]) -> u8 {
+    match ordo_crash::cli::run(args) {
+        Ok(code) => u8::try_from(code).unwrap_or(1),
+        Err(message) => {
+            eprint!("{message}");
+            if !message.ends_with('\n') {
+                eprintln!();
+            }
+            2
+        }
+    }
+}

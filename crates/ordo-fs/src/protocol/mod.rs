@@ -13,6 +13,7 @@
 //! then calls [`Protocol::plan_done`] under the lock.
 
 pub mod async_mode;
+pub mod journal;
 pub mod sync_mode;
 
 use std::sync::Arc;
@@ -139,17 +140,51 @@ pub enum WriteBackReason {
     Unmount,
 }
 
+/// Recomputes the checksums inside a block image that is not the cached
+/// one (an older image a protocol wants to write: the sync protocol's
+/// intermediate writes, a rolled-back image). The core knows what each
+/// block holds (inode table, directory or extent block of which inode, group
+/// descriptors, superblock); the protocol does not need to.
+pub trait Sealer {
+    /// Fix every checksum of `image`, an image of `block`.
+    fn reseal(&self, block: u64, image: &mut [u8]);
+}
+
 /// What a protocol sees of the core while it plans I/O: the buffer cache
 /// (read-only, plus snapshot-and-pin) and the plan being built.
 pub struct Io<'a> {
     pub(crate) cache: &'a mut BufferCache,
     pub(crate) plan: &'a mut IoPlan,
+    pub(crate) sealer: Option<&'a dyn Sealer>,
 }
 
 impl<'a> Io<'a> {
     /// Build an `Io` over a cache and a plan.
     pub fn new(cache: &'a mut BufferCache, plan: &'a mut IoPlan) -> Self {
-        Io { cache, plan }
+        Io {
+            cache,
+            plan,
+            sealer: None,
+        }
+    }
+    /// Build an `Io` that can also recompute checksums of block images.
+    pub fn with_sealer(
+        cache: &'a mut BufferCache,
+        plan: &'a mut IoPlan,
+        sealer: &'a dyn Sealer,
+    ) -> Self {
+        Io {
+            cache,
+            plan,
+            sealer: Some(sealer),
+        }
+    }
+    /// Recompute the checksums of `image`, an image of `block` other than
+    /// the cached one (no-op when the core gave no sealer).
+    pub fn reseal(&self, block: u64, image: &mut [u8]) {
+        if let Some(s) = self.sealer {
+            s.reseal(block, image);
+        }
     }
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
@@ -323,7 +358,8 @@ pub fn recover(
     let _ = (dev, env);
     match kind {
         ProtocolKind::Async | ProtocolKind::Sync => Ok(RecoveryReport::default()),
-        ProtocolKind::Journal | ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
+        ProtocolKind::Journal => journal::recover(dev, env),
+        ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
             format!("mode={} is not built yet", kind.name()),
         )),
     }
@@ -334,7 +370,8 @@ pub fn build(kind: ProtocolKind, env: &ProtocolEnv) -> Result<Box<dyn Protocol>>
     match kind {
         ProtocolKind::Async => Ok(Box::new(async_mode::AsyncProtocol::new(env))),
         ProtocolKind::Sync => Ok(Box::new(sync_mode::SyncProtocol::new(env))),
-        ProtocolKind::Journal | ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
+        ProtocolKind::Journal => Ok(Box::new(journal::JournalProtocol::new(env)?)),
+        ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
             format!("mode={} is not built yet", kind.name()),
         )),
     }

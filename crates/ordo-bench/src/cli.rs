@@ -1,0 +1,299 @@
+//! `ordo bench WORKLOAD --targets T1,T2,...`: the command line of the
+//! harness, wired into the `ordo` binary as a subcommand.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::{BenchError, Result};
+use crate::runner::{run_plan, Plan};
+use crate::target::{DeviceKind, DiskName, TargetConfig, TargetSpec, TARGET_NAMES};
+use crate::workload::{fcmicro::SWEEP, Overrides, Scale, WorkloadName};
+
+/// Default seed: any fixed number; printed with every result.
+pub const DEFAULT_SEED: u64 = 42;
+
+/// Arguments of `ordo bench`.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = format!("Targets: {TARGET_NAMES}.\n\
+Workloads: {}, or all.\n\
+Needs root (loop devices, mounts). See docs/BENCH.md.", workload_names()))]
+pub struct BenchArgs {
+    /// Workloads, comma-separated (or `all`).
+    #[arg(value_name = "WORKLOAD")]
+    pub workloads: String,
+    /// Targets, comma-separated, e.g. ext4:ordered,ext4:fast_commit,tmpfs,ordo:journal.
+    #[arg(long, value_name = "T1,T2,...", default_value = "ext4:ordered,tmpfs")]
+    pub targets: String,
+    /// Where ordo's image lives: a loop device (counted by the kernel) or a
+    /// plain file. The kernel's ext4 always runs on a loop device.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Loop)]
+    pub device: DeviceKind,
+    /// Size of each workload (smoke, small, medium, paper).
+    #[arg(long, value_enum, default_value_t = Scale::Small)]
+    pub scale: Scale,
+    /// Seed of every random choice (file sizes, offsets, the file picked).
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Write the results as JSON ({"results": [...]}).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw the main figure as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<PathBuf>,
+    /// Size of every device image (default: 2G, 4G at --scale paper).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// fcmicro / randwrite: fsync every N operations; a list (1,4,16) or
+    /// `sweep` (1, 2, 4, ..., 1024) gives one case per value.
+    #[arg(long, value_name = "N[,N...]|sweep")]
+    pub fsync_every: Option<String>,
+    /// copy / remove / smallfiles: concurrent users.
+    #[arg(long)]
+    pub users: Option<u32>,
+    /// Filebench personalities: worker threads.
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// In-process ordo targets (ordo-lib:MODE) on a disk timing model,
+    /// reporting virtual time.
+    #[arg(long, value_enum)]
+    pub disk: Option<DiskName>,
+    /// Directory for images and mount points.
+    #[arg(long, default_value = "/var/tmp/ordo-bench")]
+    pub workdir: PathBuf,
+    /// The ordo binary for ordo:MODE targets (default: next to this one,
+    /// or $ORDO_BIN).
+    #[arg(long)]
+    pub ordo_bin: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn workload_names() -> String {
+    WorkloadName::ALL.map(|w| w.name()).join(", ")
+}
+
+/// Parses "4096", "64M", "2G" (powers of 1024).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size '{s}' (expected e.g. 512M, 2G)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+/// Parses the workload list.
+pub fn parse_workloads(s: &str) -> Result<Vec<WorkloadName>> {
+    if s == "all" {
+        return Ok(WorkloadName::ALL.to_vec());
+    }
+    s.split(',')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            WorkloadName::ALL
+                .into_iter()
+                .find(|k| k.name() == w)
+                .ok_or_else(|| {
+                    BenchError::Usage(format!(
+                        "unknown workload '{w}' (known: {}, all)",
+                        workload_names()
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn parse_fsync_every(s: &str) -> Result<Vec<u64>> {
+    if s == "sweep" {
+        return Ok(SWEEP.to_vec());
+    }
+    s.split(',')
+        .map(|n| match n.trim().parse::<u64>() {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(BenchError::Usage(format!(
+                "--fsync-every: '{n}' is not a positive number (or use `sweep`)"
+            ))),
+        })
+        .collect()
+}
+
+impl BenchArgs {
+    /// The plan these arguments describe.
+    pub fn plan(&self) -> Result<Plan> {
+        let workloads = parse_workloads(&self.workloads)?;
+        if workloads.is_empty() {
+            return Err(BenchError::Usage("no workload given".into()));
+        }
+        let targets: Vec<TargetSpec> = self
+            .targets
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(str::parse)
+            .collect::<Result<_>>()?;
+        if targets.is_empty() {
+            return Err(BenchError::Usage("no target given".into()));
+        }
+        let default_size = self.scale.pick(256 << 20, 2 << 30, 2 << 30, 4 << 30);
+        Ok(Plan {
+            workloads,
+            targets,
+            config: TargetConfig {
+                workdir: self.workdir.clone(),
+                size_bytes: self.size.unwrap_or(default_size),
+                device: self.device,
+                disk: self.disk,
+                ordo_bin: self.ordo_bin.clone(),
+            },
+            scale: self.scale,
+            seed: self.seed,
+            overrides: Overrides {
+                fsync_every: match &self.fsync_every {
+                    Some(s) => parse_fsync_every(s)?,
+                    None => Vec::new(),
+                },
+                users: self.users,
+                threads: self.threads,
+            },
+            progress: !self.quiet,
+        })
+    }
+
+    /// The command line that reproduces this run (every default spelled
+    /// out that changes results).
+    pub fn command_line(&self) -> String {
+        let mut s = format!(
+            "ordo bench {} --targets {} --scale {} --seed {}",
+            self.workloads,
+            self.targets,
+            self.scale.name(),
+            self.seed
+        );
+        if self.device != DeviceKind::Loop {
+            s.push_str(" --device file");
+        }
+        if let Some(size) = self.size {
+            s.push_str(&format!(" --size {}M", size >> 20));
+        }
+        if let Some(f) = &self.fsync_every {
+            s.push_str(&format!(" --fsync-every {f}"));
+        }
+        if let Some(u) = self.users {
+            s.push_str(&format!(" --users {u}"));
+        }
+        if let Some(t) = self.threads {
+            s.push_str(&format!(" --threads {t}"));
+        }
+        if let Some(d) = self.disk {
+            s.push_str(&format!(" --disk {}", format!("{d:?}").to_lowercase()));
+        }
+        s
+    }
+}
+
+/// Runs `ordo bench`: prints the table (and writes JSON and the chart when
+/// asked). Returns the exit code: 0 when every row ran, 1 when some failed.
+pub fn run(args: &BenchArgs) -> Result<i32> {
+    let plan = args.plan()?;
+    let command = args.command_line();
+    let rows = run_plan(&plan, |r| {
+        let line = match &r.error {
+            Some(e) => format!("FAILED: {e}"),
+            None => format!("{:.0} ops/s", r.ops_per_sec),
+        };
+        eprintln!("ordo bench: {} on {}: {line}", r.title(), r.target);
+    })?;
+    println!("{}", crate::report::table(&rows));
+    println!("reproduce with: {command}");
+    if let Some(p) = &args.json {
+        crate::report::write_json(p, &rows, &command)?;
+        println!("results: {}", p.display());
+    }
+    if let Some(p) = &args.chart {
+        let m = crate::report::Machine::here();
+        let caption = format!(
+            "{command}   ({}, {} CPUs, kernel {}, {})",
+            m.cpu, m.cpus, m.kernel, m.date_utc
+        );
+        std::fs::write(p, crate::chart::svg(&rows, &caption)).map_err(|e| BenchError::Output {
+            path: p.clone(),
+            source: e,
+        })?;
+        println!("chart: {}", p.display());
+    }
+    Ok(if rows.iter().any(|r| r.error.is_some()) {
+        1
+    } else {
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    #[test]
+    fn parses_a_full_command_line() {
+        let cli = Cli::try_parse_from([
+            "bench",
+            "fcmicro,varmail",
+            "--targets",
+            "ext4:ordered,tmpfs,ordo:journal",
+            "--scale",
+            "smoke",
+            "--fsync-every",
+            "sweep",
+            "--size",
+            "512M",
+            "--seed",
+            "7",
+        ])
+        .unwrap();
+        let plan = cli.args.plan().unwrap();
+        assert_eq!(
+            plan.workloads,
+            vec![WorkloadName::Fcmicro, WorkloadName::Varmail]
+        );
+        assert_eq!(plan.targets.len(), 3);
+        assert_eq!(plan.overrides.fsync_every.len(), 11);
+        assert_eq!(plan.config.size_bytes, 512 << 20);
+        assert_eq!(plan.seed, 7);
+        let cmd = cli.args.command_line();
+        assert!(
+            cmd.contains("--fsync-every sweep") && cmd.contains("--seed 7"),
+            "{cmd}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        let parse = |w: &str, t: &str| {
+            Cli::try_parse_from(["bench", w, "--targets", t])
+                .unwrap()
+                .args
+                .plan()
+        };
+        assert!(parse("nope", "tmpfs").is_err());
+        assert!(parse("varmail", "ext5:x").is_err());
+        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 15);
+        assert!(parse_fsync_every("0").is_err());
+        assert_eq!(parse_fsync_every("1,8").unwrap(), vec![1, 8]);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert!(parse_size("2Q").is_err());
+    }
+}

@@ -1,0 +1,805 @@
+//! Targets: the file systems a workload runs on, each on a fresh device.
+//!
+//! | name | what |
+//! | --- | --- |
+//! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
+//! | `tmpfs` | the memory-speed bound (no device) |
+//! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
+//! | `ordo-lib:MODE[,data=D]` | ordo in this process through the library, optionally on a timing model (`--disk`) |
+//!
+//! Every case gets a fresh image of the same size. The measurement window is
+//! the same for every target with a device: setup runs in one mount; the
+//! file system is unmounted, the kernel's counters for the device are read,
+//! it is mounted again, the workload runs, it is unmounted, and the counters
+//! are read again. So deferred write-back is charged to the workload that
+//! caused it, nothing of the setup is, and every target pays one mount and
+//! one unmount. ordo's own counters cover the same window: the device is
+//! opened at that mount and its counters are read after that unmount.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ordo_dev::{BlockDevice, DiskModel, FileDevice, OpenOptions, TimedDevice, BLOCK_CLASS_COUNT};
+use ordo_fs::{DataMode, Fs, MountOptions, ProtocolKind};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{BenchError, Result};
+use crate::sys::{self, BlockStat};
+use crate::vfs::{lib_device, LibVfs, PosixVfs, Vfs};
+
+/// How long a FUSE mount may take to appear.
+const MOUNT_WAIT: Duration = Duration::from_secs(60);
+/// How long `ordo mount` may take to exit after `fusermount3 -u` (it makes
+/// everything durable first).
+const UNMOUNT_WAIT: Duration = Duration::from_secs(600);
+/// Environment variable naming the file `ordo mount` appends its device
+/// counters to (one JSON line) when it unmounts.
+pub const COUNTERS_ENV: &str = "ORDO_COUNTERS_OUT";
+
+/// The kernel's ext4 modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ext4Mode {
+    /// `data=ordered` (the default).
+    Ordered,
+    /// `mkfs.ext4 -O fast_commit`, `data=ordered`.
+    FastCommit,
+    /// `data=journal`.
+    Journal,
+    /// `data=ordered,nobarrier`: no cache flushes.
+    Nobarrier,
+}
+
+/// What a target is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetKind {
+    /// The kernel's ext4 on a loop device.
+    Ext4(Ext4Mode),
+    /// tmpfs.
+    Tmpfs,
+    /// ordo through FUSE with these `-o` options (starting with `mode=`).
+    Ordo {
+        /// The `-o` list.
+        options: String,
+        /// The protocol.
+        mode: ProtocolKind,
+    },
+    /// ordo in this process.
+    OrdoLib {
+        /// The protocol.
+        mode: ProtocolKind,
+        /// JBD2 data mode.
+        data: DataMode,
+    },
+}
+
+/// A target as named on the command line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetSpec {
+    /// The name, as given.
+    pub name: String,
+    /// What it is.
+    pub kind: TargetKind,
+}
+
+/// The names `--targets` accepts, for messages.
+pub const TARGET_NAMES: &str = "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, \
+tmpfs, ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D] (MODE: async, sync, journal, fast_commit)";
+
+impl std::str::FromStr for TargetSpec {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<TargetSpec> {
+        let bad =
+            |why: String| BenchError::Usage(format!("target '{s}': {why} (known: {TARGET_NAMES})"));
+        let kind = match s.split_once(':') {
+            None if s == "tmpfs" => TargetKind::Tmpfs,
+            Some(("ext4", m)) => TargetKind::Ext4(match m {
+                "ordered" => Ext4Mode::Ordered,
+                "fast_commit" => Ext4Mode::FastCommit,
+                "journal" => Ext4Mode::Journal,
+                "nobarrier" => Ext4Mode::Nobarrier,
+                _ => return Err(bad(format!("unknown ext4 mode '{m}'"))),
+            }),
+            Some(("ordo", rest)) => {
+                let mode_name = rest.split(',').next().unwrap_or("");
+                let mode = mode_name.parse::<ProtocolKind>().map_err(bad)?;
+                TargetKind::Ordo {
+                    options: format!("mode={rest}"),
+                    mode,
+                }
+            }
+            Some(("ordo-lib", rest)) => {
+                let mut parts = rest.split(',');
+                let mode = parts
+                    .next()
+                    .unwrap_or("")
+                    .parse::<ProtocolKind>()
+                    .map_err(bad)?;
+                let mut data = DataMode::default();
+                for opt in parts {
+                    match opt.split_once('=') {
+                        Some(("data", d)) => data = d.parse::<DataMode>().map_err(bad)?,
+                        _ => {
+                            return Err(bad(format!(
+                                "unknown option '{opt}' (ordo-lib takes data=)"
+                            )))
+                        }
+                    }
+                }
+                TargetKind::OrdoLib { mode, data }
+            }
+            _ => return Err(bad("unknown target".into())),
+        };
+        Ok(TargetSpec {
+            name: s.to_string(),
+            kind,
+        })
+    }
+}
+
+impl TargetSpec {
+    /// True if the target has a block device the kernel counts.
+    pub fn uses_loop(&self, device: DeviceKind) -> bool {
+        match self.kind {
+            TargetKind::Ext4(_) => true,
+            TargetKind::Tmpfs => false,
+            TargetKind::Ordo { .. } | TargetKind::OrdoLib { .. } => device == DeviceKind::Loop,
+        }
+    }
+
+    /// True for ordo targets.
+    pub fn is_ordo(&self) -> bool {
+        matches!(
+            self.kind,
+            TargetKind::Ordo { .. } | TargetKind::OrdoLib { .. }
+        )
+    }
+}
+
+/// Where ordo's image lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// `/dev/loopN` over an image file: the kernel counts ordo's I/O.
+    Loop,
+    /// The image file itself: only ordo's own counters.
+    File,
+}
+
+/// A timing model for in-process targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskName {
+    /// 7200-rpm disk with a write cache (8.5 ms seek, 150 MB/s).
+    Hdd,
+    /// SATA flash (30 µs write, 1 ms flush, 500 MB/s).
+    Ssd,
+    /// Provisioned cloud volume (3000 IOPS, 125 MB/s).
+    Cloud,
+}
+
+impl DiskName {
+    /// The model's parameters.
+    pub fn model(self) -> DiskModel {
+        match self {
+            DiskName::Hdd => DiskModel::hdd_7200(),
+            DiskName::Ssd => DiskModel::ssd_sata(),
+            DiskName::Cloud => DiskModel::cloud_gp3(),
+        }
+    }
+}
+
+/// How targets are built.
+#[derive(Clone, Debug)]
+pub struct TargetConfig {
+    /// Where images and mount points are made.
+    pub workdir: PathBuf,
+    /// Size of every image.
+    pub size_bytes: u64,
+    /// Loop device or plain file, for ordo targets.
+    pub device: DeviceKind,
+    /// Timing model for `ordo-lib` targets.
+    pub disk: Option<DiskName>,
+    /// The `ordo` binary (found automatically when `None`).
+    pub ordo_bin: Option<PathBuf>,
+}
+
+/// Counters of one block class, as ordo reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassFigures {
+    /// Read requests.
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Write requests.
+    pub writes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// FUA writes (also in `writes`).
+    pub fua_writes: u64,
+}
+
+/// ordo's device counters, as `ordo mount` writes them to
+/// `$ORDO_COUNTERS_OUT` (the JSON form of `ordo_dev::Counters`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrdoCounters {
+    /// Indexed by `BlockClass as usize`.
+    pub by_class: Vec<ClassFigures>,
+    /// Cache flushes.
+    pub flushes: u64,
+}
+
+impl From<&ordo_dev::Counters> for OrdoCounters {
+    fn from(c: &ordo_dev::Counters) -> Self {
+        OrdoCounters {
+            by_class: c
+                .by_class
+                .iter()
+                .map(|k| ClassFigures {
+                    reads: k.reads,
+                    read_bytes: k.read_bytes,
+                    writes: k.writes,
+                    write_bytes: k.write_bytes,
+                    fua_writes: k.fua_writes,
+                })
+                .collect(),
+            flushes: c.flushes,
+        }
+    }
+}
+
+impl OrdoCounters {
+    /// Sum over the classes.
+    pub fn total(&self) -> ClassFigures {
+        let mut t = ClassFigures::default();
+        for c in &self.by_class {
+            t.reads += c.reads;
+            t.read_bytes += c.read_bytes;
+            t.writes += c.writes;
+            t.write_bytes += c.write_bytes;
+            t.fua_writes += c.fua_writes;
+        }
+        t
+    }
+
+    /// Parses the last JSON line of a counters file.
+    pub fn parse_last_line(text: &str) -> Option<OrdoCounters> {
+        let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+        let c: OrdoCounters = serde_json::from_str(line).ok()?;
+        (c.by_class.len() == BLOCK_CLASS_COUNT).then_some(c)
+    }
+}
+
+/// What one measurement window saw, beyond the workload's own figures.
+#[derive(Clone, Debug, Default)]
+pub struct Measurement {
+    /// The kernel's counters for the device over the window.
+    pub blockstat: Option<BlockStat>,
+    /// ordo's own counters over the window.
+    pub ordo: Option<OrdoCounters>,
+    /// Why ordo's counters are missing, when they are.
+    pub ordo_note: Option<String>,
+    /// CPU time of the ordo FUSE process over the window, µs.
+    pub fs_cpu_us: Option<u64>,
+    /// Peak resident memory of the process serving the file system, KiB.
+    pub fs_peak_kib: Option<u64>,
+    /// The device measured (`/dev/loop3`).
+    pub device: Option<String>,
+}
+
+/// What is mounted now.
+enum Mounted {
+    No,
+    Kernel,
+    Fuse {
+        child: Child,
+        log: PathBuf,
+        cpu_start_us: Option<u64>,
+    },
+    Lib {
+        fs: Arc<Fs>,
+        dev: Arc<FileDevice>,
+        timed: Option<Arc<TimedDevice<Arc<FileDevice>>>>,
+    },
+}
+
+/// One target, set up for one case.
+pub struct Instance {
+    spec: TargetSpec,
+    cfg: TargetConfig,
+    dir: PathBuf,
+    image: PathBuf,
+    mnt: PathBuf,
+    loopdev: Option<PathBuf>,
+    mounted: Mounted,
+    window_start: Option<BlockStat>,
+}
+
+/// Finds the `ordo` binary: `$ORDO_BIN`, next to the running executable
+/// (or one level up, for test binaries in `target/*/deps`), then `$PATH`.
+pub fn find_ordo_bin(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("ORDO_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if exe.file_name().is_some_and(|n| n == "ordo") {
+            return Ok(exe);
+        }
+        if let Some(d) = exe.parent() {
+            for cand in [d.join("ordo"), d.join("..").join("ordo")] {
+                if cand.is_file() {
+                    return Ok(cand);
+                }
+            }
+        }
+    }
+    sys::which("ordo").ok_or_else(|| BenchError::Missing {
+        program: "ordo".into(),
+        hint: "build it (cargo build -p ordo) or set ORDO_BIN".into(),
+    })
+}
+
+/// Reads the block size from an ext4 superblock (`s_log_block_size` at byte
+/// 1024 + 24).
+fn ext4_block_size(dev: &Path) -> Result<u32> {
+    let mut f = File::open(dev).map_err(|e| BenchError::io("open", dev, e))?;
+    let mut sb = [0u8; 2048];
+    f.read_exact(&mut sb)
+        .map_err(|e| BenchError::io("read superblock", dev, e))?;
+    let magic = u16::from_le_bytes([sb[1024 + 56], sb[1024 + 57]]);
+    if magic != 0xEF53 {
+        return Err(BenchError::target(
+            dev.display().to_string(),
+            format!("no ext4 superblock (magic {magic:#06x})"),
+        ));
+    }
+    let log = u32::from_le_bytes(sb[1024 + 24..1024 + 28].try_into().expect("4 bytes"));
+    if log > 6 {
+        return Err(BenchError::target(
+            dev.display().to_string(),
+            format!("superblock s_log_block_size {log} is out of range"),
+        ));
+    }
+    Ok(1024 << log)
+}
+
+fn unique_dir(workdir: &Path, target: &str) -> Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let safe: String = target
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = workdir.join(format!("{}-{n}-{safe}", std::process::id()));
+    std::fs::create_dir_all(dir.join("mnt")).map_err(|e| BenchError::io("mkdir", &dir, e))?;
+    Ok(dir)
+}
+
+impl Instance {
+    /// Makes a fresh device and file system for `spec` and mounts it.
+    pub fn create(spec: &TargetSpec, cfg: &TargetConfig) -> Result<Instance> {
+        let dir = unique_dir(&cfg.workdir, &spec.name)?;
+        let mut inst = Instance {
+            spec: spec.clone(),
+            cfg: cfg.clone(),
+            image: dir.join("image"),
+            mnt: dir.join("mnt"),
+            dir,
+            loopdev: None,
+            mounted: Mounted::No,
+            window_start: None,
+        };
+        inst.make_device()?;
+        inst.mount()?;
+        Ok(inst)
+    }
+
+    fn err(&self, detail: impl Into<String>) -> BenchError {
+        BenchError::target(&self.spec.name, detail)
+    }
+
+    /// The device or image the file system lives on.
+    fn device_path(&self) -> &Path {
+        self.loopdev.as_deref().unwrap_or(&self.image)
+    }
+
+    fn make_device(&mut self) -> Result<()> {
+        if self.spec.kind == TargetKind::Tmpfs {
+            return Ok(());
+        }
+        let f = File::create(&self.image).map_err(|e| BenchError::io("create", &self.image, e))?;
+        f.set_len(self.cfg.size_bytes)
+            .map_err(|e| BenchError::io("truncate", &self.image, e))?;
+        drop(f);
+        if let TargetKind::Ext4(mode) = self.spec.kind {
+            // Inode tables and the journal are written now rather than by
+            // the kernel's lazy-init thread during the measurement.
+            let mut mkfs = Command::new("mkfs.ext4");
+            mkfs.args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+            if mode == Ext4Mode::FastCommit {
+                mkfs.args(["-O", "fast_commit"]);
+            }
+            sys::run(mkfs.arg(&self.image))?;
+        }
+        if self.spec.uses_loop(self.cfg.device) {
+            let out = sys::run(
+                Command::new("losetup")
+                    .args(["-f", "--show"])
+                    .arg(&self.image),
+            )?;
+            let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !dev.starts_with("/dev/") {
+                return Err(self.err(format!("losetup printed '{dev}', not a device")));
+            }
+            self.loopdev = Some(PathBuf::from(dev));
+        }
+        if self.spec.is_ordo() {
+            let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
+            let mut mkfs = Command::new(ordo);
+            mkfs.arg("mkfs").arg(self.device_path());
+            if self.loopdev.is_none() {
+                mkfs.args(["--size", &self.cfg.size_bytes.to_string()]);
+            }
+            sys::run(&mut mkfs)?;
+        }
+        Ok(())
+    }
+
+    fn mount(&mut self) -> Result<()> {
+        assert!(matches!(self.mounted, Mounted::No), "mount while mounted");
+        match &self.spec.kind {
+            TargetKind::Ext4(mode) => {
+                let opts = match mode {
+                    Ext4Mode::Ordered | Ext4Mode::FastCommit => "data=ordered",
+                    Ext4Mode::Journal => "data=journal",
+                    Ext4Mode::Nobarrier => "data=ordered,nobarrier",
+                };
+                sys::run(
+                    Command::new("mount")
+                        .args(["-t", "ext4", "-o", opts])
+                        .arg(self.device_path())
+                        .arg(&self.mnt),
+                )?;
+                self.mounted = Mounted::Kernel;
+            }
+            TargetKind::Tmpfs => {
+                sys::run(
+                    Command::new("mount")
+                        .args(["-t", "tmpfs", "-o"])
+                        .arg(format!("size={}", self.cfg.size_bytes))
+                        .arg("tmpfs")
+                        .arg(&self.mnt),
+                )?;
+                self.mounted = Mounted::Kernel;
+            }
+            TargetKind::Ordo { options, .. } => {
+                let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
+                let log = self.dir.join("ordo-mount.log");
+                let log_file = File::create(&log).map_err(|e| BenchError::io("create", &log, e))?;
+                let counters = self.dir.join("counters.json");
+                let _ = std::fs::remove_file(&counters);
+                let child = Command::new(ordo)
+                    .arg("mount")
+                    .arg(self.device_path())
+                    .arg(&self.mnt)
+                    .arg("-o")
+                    .arg(options)
+                    .env(COUNTERS_ENV, &counters)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::from(log_file))
+                    .spawn()
+                    .map_err(|e| self.err(format!("cannot start ordo mount: {e}")))?;
+                self.mounted = Mounted::Fuse {
+                    child,
+                    log,
+                    cpu_start_us: None,
+                };
+                self.wait_for_fuse()?;
+            }
+            TargetKind::OrdoLib { mode, data } => {
+                let path = self.device_path().to_path_buf();
+                let bs = ext4_block_size(&path)?;
+                let dev = Arc::new(
+                    FileDevice::open(&path, bs, OpenOptions::default())
+                        .map_err(|e| self.err(e.to_string()))?,
+                );
+                let timed = match self.cfg.disk {
+                    Some(d) => Some(Arc::new(
+                        TimedDevice::new(dev.clone(), d.model())
+                            .map_err(|e| self.err(e.to_string()))?,
+                    )),
+                    None => None,
+                };
+                let opts = MountOptions {
+                    mode: *mode,
+                    data: *data,
+                    // Virtual time must not depend on a timer thread.
+                    background: timed.is_none(),
+                    ..MountOptions::default()
+                };
+                let fs = Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
+                    .map_err(|e| self.err(format!("mount: {e}")))?;
+                self.mounted = Mounted::Lib {
+                    fs: Arc::new(fs),
+                    dev,
+                    timed,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    fn log_tail(log: &Path) -> String {
+        let s = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn wait_for_fuse(&mut self) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if sys::is_mount_point(&self.mnt) {
+                return Ok(());
+            }
+            let Mounted::Fuse { child, log, .. } = &mut self.mounted else {
+                unreachable!("waiting for a FUSE mount that was not started")
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                let tail = Self::log_tail(log);
+                self.mounted = Mounted::No;
+                return Err(self.err(format!(
+                    "ordo mount exited ({status}) before mounting: {tail}"
+                )));
+            }
+            if start.elapsed() > MOUNT_WAIT {
+                let tail = Self::log_tail(log);
+                return Err(self.err(format!(
+                    "ordo mount did not mount within {} s: {tail}",
+                    MOUNT_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The file system as workloads see it. Drop it before
+    /// [`Instance::start_window`] / [`Instance::finish_window`].
+    pub fn vfs(&self) -> Result<Arc<dyn Vfs>> {
+        match &self.mounted {
+            Mounted::No => Err(self.err("not mounted")),
+            Mounted::Kernel | Mounted::Fuse { .. } => Ok(Arc::new(PosixVfs::new(&self.mnt))),
+            Mounted::Lib { fs, timed, .. } => Ok(Arc::new(LibVfs::new(fs.clone(), timed.clone()))),
+        }
+    }
+
+    /// Unmounts; for ordo targets returns the counters of the session and
+    /// notes on the serving process.
+    fn unmount(&mut self) -> Result<Measurement> {
+        let mut m = Measurement::default();
+        match std::mem::replace(&mut self.mounted, Mounted::No) {
+            Mounted::No => {}
+            Mounted::Kernel => umount_retrying(&self.mnt)?,
+            Mounted::Fuse {
+                mut child,
+                log,
+                cpu_start_us,
+            } => {
+                let pid = child.id();
+                if let (Some(a), Some(b)) = (cpu_start_us, sys::process_cpu_us(pid)) {
+                    m.fs_cpu_us = Some(b.saturating_sub(a));
+                }
+                m.fs_peak_kib = sys::process_peak_kib(pid);
+                let r = sys::run(Command::new("fusermount3").arg("-u").arg(&self.mnt));
+                if let Err(e) = r {
+                    // Leave the child to Drop's cleanup.
+                    self.mounted = Mounted::Fuse {
+                        child,
+                        log,
+                        cpu_start_us: None,
+                    };
+                    return Err(e);
+                }
+                let status = wait_child(&mut child, UNMOUNT_WAIT)
+                    .map_err(|e| self.err(format!("waiting for ordo mount to exit: {e}")))?;
+                if !status.success() {
+                    return Err(self.err(format!(
+                        "ordo mount exited with {status} at unmount: {}",
+                        Self::log_tail(&log)
+                    )));
+                }
+                let counters = self.dir.join("counters.json");
+                match std::fs::read_to_string(&counters) {
+                    Ok(text) => match OrdoCounters::parse_last_line(&text) {
+                        Some(c) => m.ordo = Some(c),
+                        None => {
+                            m.ordo_note =
+                                Some(format!("{} is not a counters line", counters.display()))
+                        }
+                    },
+                    Err(_) => {
+                        m.ordo_note = Some(format!(
+                            "ordo mount wrote no counters (it does not support {COUNTERS_ENV})"
+                        ))
+                    }
+                }
+            }
+            Mounted::Lib { fs, dev, timed } => {
+                drop(timed);
+                let fs = Arc::try_unwrap(fs)
+                    .map_err(|_| self.err("the file system is still in use at unmount"))?;
+                m.fs_peak_kib = sys::process_peak_kib(std::process::id());
+                fs.unmount()
+                    .map_err(|e| self.err(format!("unmount: {e}")))?;
+                m.ordo = Some(OrdoCounters::from(&dev.counters()));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Ends the setup session and starts the measured one (see the module
+    /// comment).
+    pub fn start_window(&mut self) -> Result<()> {
+        if self.spec.kind == TargetKind::Tmpfs {
+            return Ok(());
+        }
+        self.unmount()?;
+        self.window_start = match &self.loopdev {
+            Some(d) => Some(BlockStat::read(d)?),
+            None => None,
+        };
+        self.mount()?;
+        match &mut self.mounted {
+            Mounted::Fuse {
+                child,
+                cpu_start_us,
+                ..
+            } => *cpu_start_us = sys::process_cpu_us(child.id()),
+            Mounted::Lib { .. } => sys::reset_own_peak(),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Ends the measured session: unmounts and reads every counter.
+    pub fn finish_window(&mut self) -> Result<Measurement> {
+        let mut m = self.unmount()?;
+        if let (Some(d), Some(start)) = (&self.loopdev, &self.window_start) {
+            m.blockstat = Some(BlockStat::read(d)?.since(start));
+            m.device = Some(d.display().to_string());
+        }
+        Ok(m)
+    }
+}
+
+fn wait_child(child: &mut Child, limit: Duration) -> std::io::Result<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s);
+        }
+        if start.elapsed() > limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("still running after {} s", limit.as_secs()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `umount`, retried while the mount is busy (a program that just exited
+/// may still hold it for a moment).
+fn umount_retrying(mnt: &Path) -> Result<()> {
+    /// Attempts before giving up.
+    const UMOUNT_TRIES: u32 = 50;
+    let mut last = None;
+    for _ in 0..UMOUNT_TRIES {
+        match sys::run(Command::new("umount").arg(mnt)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // Best effort: a failed benchmark must not leave mounts and loop
+        // devices behind.
+        match std::mem::replace(&mut self.mounted, Mounted::No) {
+            Mounted::No => {}
+            Mounted::Kernel => {
+                if umount_retrying(&self.mnt).is_err() {
+                    let _ = sys::run(Command::new("umount").arg("-l").arg(&self.mnt));
+                }
+            }
+            Mounted::Fuse { mut child, .. } => {
+                let _ = sys::run(Command::new("fusermount3").arg("-u").arg(&self.mnt));
+                if wait_child(&mut child, Duration::from_secs(30)).is_err() {
+                    let _ = sys::run(Command::new("fusermount3").arg("-uz").arg(&self.mnt));
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+            Mounted::Lib { fs, .. } => {
+                if let Ok(fs) = Arc::try_unwrap(fs) {
+                    let _ = fs.unmount();
+                }
+            }
+        }
+        if let Some(d) = self.loopdev.take() {
+            let _ = sys::run(Command::new("losetup").arg("-d").arg(&d));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_target_name() {
+        let t: TargetSpec = "ext4:fast_commit".parse().unwrap();
+        assert_eq!(t.kind, TargetKind::Ext4(Ext4Mode::FastCommit));
+        assert!(t.uses_loop(DeviceKind::File));
+        let t: TargetSpec = "tmpfs".parse().unwrap();
+        assert!(!t.uses_loop(DeviceKind::Loop));
+        let t: TargetSpec = "ordo:journal,data=journal".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::Ordo {
+                options: "mode=journal,data=journal".into(),
+                mode: ProtocolKind::Journal
+            }
+        );
+        assert!(t.is_ordo() && t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));
+        let t: TargetSpec = "ordo-lib:sync".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::OrdoLib {
+                mode: ProtocolKind::Sync,
+                data: DataMode::Ordered
+            }
+        );
+        for bad in ["ext4:foo", "ordo:nope", "zfs", "ordo-lib:async,cache=1", ""] {
+            let e = bad.parse::<TargetSpec>().unwrap_err();
+            assert!(e.to_string().contains("known:"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn counters_line_round_trips() {
+        let mut c = ordo_dev::Counters::default();
+        c.by_class[ordo_dev::BlockClass::Journal as usize].writes = 3;
+        c.by_class[ordo_dev::BlockClass::Journal as usize].write_bytes = 12288;
+        c.flushes = 2;
+        let line = serde_json::to_string(&c).unwrap();
+        let parsed = OrdoCounters::parse_last_line(&format!("junk\n{line}\n\n")).unwrap();
+        assert_eq!(parsed, OrdoCounters::from(&c));
+        assert_eq!(parsed.total().writes, 3);
+        assert!(OrdoCounters::parse_last_line("{\"by_class\":[],\"flushes\":0}").is_none());
+    }
+
+    #[test]
+    fn reads_the_block_size_of_an_ext4_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("img");
+        let mut sb = vec![0u8; 4096];
+        sb[1024 + 56..1024 + 58].copy_from_slice(&0xEF53u16.to_le_bytes());
+        sb[1024 + 24..1024 + 28].copy_from_slice(&2u32.to_le_bytes());
+        std::fs::write(&img, &sb).unwrap();
+        assert_eq!(ext4_block_size(&img).unwrap(), 4096);
+        sb[1024 + 56] = 0;
+        std::fs::write(&img, &sb).unwrap();
+        assert!(ext4_block_size(&img).is_err());
+    }
+}

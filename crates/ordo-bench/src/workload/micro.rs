@@ -1,0 +1,155 @@
+//! Data-path micro-benchmarks: random 4 KiB overwrites of one file with an
+//! fsync every n writes, and sequential writes of one large file. These are
+//! the shapes of the data micro-benchmarks of NoFS (Chidambaram et al.,
+//! FAST '12) and OptFS (SOSP '13): an overwrite needs no allocation, so
+//! what a protocol charges on top of the data block is pure ordering cost;
+//! a sequential write shows what journaling data (`data=journal`) costs in
+//! bandwidth.
+
+use rand::Rng;
+use serde_json::json;
+
+use super::{pattern, timed_fsync, Case, Overrides, RunCtx, RunOutput, Scale};
+use crate::error::Result;
+use crate::stats::thread_rng;
+use crate::vfs::Vfs;
+
+/// The random write size.
+const RANDWRITE_BYTES: usize = 4096;
+/// Request size when filling a file.
+const FILL_IO_BYTES: usize = 1 << 20;
+/// seqwrite's request size.
+const SEQWRITE_IO_BYTES: usize = 64 << 10;
+
+/// Random 4 KiB writes in one preallocated file.
+pub struct RandWrite {
+    file_bytes: u64,
+    writes: u64,
+    fsync_every: u64,
+}
+
+/// One case per `--fsync-every` value (default 100 and 1000).
+pub fn randwrite_cases(scale: Scale, o: &Overrides) -> Vec<Box<dyn Case>> {
+    let every = if o.fsync_every.is_empty() {
+        vec![100, 1000]
+    } else {
+        o.fsync_every.clone()
+    };
+    every
+        .into_iter()
+        .map(|n| {
+            Box::new(RandWrite {
+                file_bytes: scale.pick(4 << 20, 64 << 20, 256 << 20, 1 << 30),
+                writes: scale.pick(200, 5000, 20_000, 100_000),
+                fsync_every: n.max(1),
+            }) as Box<dyn Case>
+        })
+        .collect()
+}
+
+fn fill(vfs: &dyn Vfs, path: &str, bytes: u64, seed: u64) -> Result<()> {
+    let f = vfs.create(path)?;
+    let buf = pattern(FILL_IO_BYTES, seed);
+    let mut off = 0;
+    while off < bytes {
+        let n = (bytes - off).min(FILL_IO_BYTES as u64) as usize;
+        f.write_at(off, &buf[..n])?;
+        off += n as u64;
+    }
+    f.fsync()
+}
+
+impl Case for RandWrite {
+    fn workload(&self) -> &'static str {
+        "randwrite"
+    }
+    fn label(&self) -> String {
+        format!("n={}", self.fsync_every)
+    }
+    fn params(&self) -> serde_json::Value {
+        json!({
+            "file_bytes": self.file_bytes,
+            "writes": self.writes,
+            "write_bytes": RANDWRITE_BYTES,
+            "fsync_every": self.fsync_every,
+        })
+    }
+    fn expected_ops(&self) -> u64 {
+        self.writes
+    }
+    fn setup(&self, vfs: &dyn Vfs, seed: u64) -> Result<()> {
+        fill(vfs, "rand", self.file_bytes, seed)
+    }
+    fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
+        let f = vfs.open("rand")?;
+        let mut rng = thread_rng(ctx.seed, 1);
+        let blocks = self.file_bytes / RANDWRITE_BYTES as u64;
+        let buf = pattern(RANDWRITE_BYTES, ctx.seed ^ 7);
+        let mut lat = Vec::new();
+        for i in 0..self.writes {
+            let b = rng.gen_range(0..blocks);
+            f.write_at(b * RANDWRITE_BYTES as u64, &buf)?;
+            if (i + 1) % self.fsync_every == 0 {
+                timed_fsync(vfs, &*f, &mut lat)?;
+            }
+            ctx.tick(1);
+        }
+        if !self.writes.is_multiple_of(self.fsync_every) {
+            timed_fsync(vfs, &*f, &mut lat)?;
+        }
+        Ok(RunOutput {
+            ops: self.writes,
+            fsync_ns: lat,
+            ..RunOutput::default()
+        })
+    }
+}
+
+/// Sequential 64 KiB writes of one new file, one fsync at the end.
+pub struct SeqWrite {
+    file_bytes: u64,
+}
+
+/// seqwrite at `scale`.
+pub fn seqwrite(scale: Scale) -> Box<dyn Case> {
+    Box::new(SeqWrite {
+        file_bytes: scale.pick(4 << 20, 64 << 20, 256 << 20, 1 << 30),
+    })
+}
+
+impl Case for SeqWrite {
+    fn workload(&self) -> &'static str {
+        "seqwrite"
+    }
+    fn params(&self) -> serde_json::Value {
+        json!({ "file_bytes": self.file_bytes, "write_bytes": SEQWRITE_IO_BYTES, "fsync": "at end" })
+    }
+    fn expected_ops(&self) -> u64 {
+        self.file_bytes / SEQWRITE_IO_BYTES as u64
+    }
+    fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
+        let t0 = vfs.now_ns();
+        let f = vfs.create("seq")?;
+        let buf = pattern(SEQWRITE_IO_BYTES, ctx.seed);
+        let writes = self.expected_ops();
+        for i in 0..writes {
+            f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;
+            ctx.tick(1);
+        }
+        let mut lat = Vec::new();
+        timed_fsync(vfs, &*f, &mut lat)?;
+        let secs = vfs.now_ns().saturating_sub(t0) as f64 / 1e9;
+        let mut out = RunOutput {
+            ops: writes,
+            fsync_ns: lat,
+            ..RunOutput::default()
+        };
+        if secs > 0.0 {
+            out.extra.insert(
+                "mib_per_sec".into(),
+                json!(self.file_bytes as f64 / (1u64 << 20) as f64 / secs),
+            );
+        }
+        Ok(out)
+    }
+}

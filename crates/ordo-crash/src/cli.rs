@@ -1,0 +1,325 @@
+//! `ordo crash`: the command-line face of the explorer.
+//!
+//! ```text
+//! ordo crash --mode M [--data D] --workload W [--states N] [--seed S] [--jobs J]
+//!            [--json FILE] [--shard I/N] [--prefix-only] [--torn] [--no-e2fsck]
+//!            [--state ID] [--keep DIR]
+//! ordo crash merge A.json B.json... [--json OUT]
+//! ```
+//!
+//! Exit status: 0 when every checked state passed, 1 when some failed;
+//! usage errors and runs that could not start are `Err`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use ordo_fs::{DataMode, ProtocolKind};
+
+use crate::backend::ImageParams;
+use crate::error::CrashError;
+use crate::explore::{self, E2fsckPolicy, ExploreParams, LogFault, StateId};
+use crate::report::{self, Report};
+use crate::states::StateParams;
+use crate::workload::WorkloadParams;
+
+/// Explore the disk states a crash can leave, recover and check each one.
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct CrashArgs {
+    #[command(subcommand)]
+    pub command: Option<CrashCommand>,
+    /// Consistency protocol (async, sync, journal, fast_commit).
+    #[arg(long)]
+    pub mode: Option<ProtocolKind>,
+    /// JBD2 data mode (ordered, writeback, journal).
+    #[arg(long, default_value = "ordered")]
+    pub data: DataMode,
+    /// seq1, seq2, random, or a scenario file.
+    #[arg(long, short = 'w')]
+    pub workload: Option<String>,
+    /// Check at most N states (a seeded sample of all of them).
+    #[arg(long)]
+    pub states: Option<usize>,
+    /// Seed of every random choice (samples, the random workload).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Worker threads (default: one per core).
+    #[arg(long, short = 'j', default_value_t = 0)]
+    pub jobs: usize,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Check only shard I of N (every N-th state from I).
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<(usize, usize)>,
+    /// Only prefixes of the write log (no reordering).
+    #[arg(long)]
+    pub prefix_only: bool,
+    /// Also tear the newest write at 512-byte sectors.
+    #[arg(long)]
+    pub torn: bool,
+    /// Never run e2fsck -fn (ordo's fsck still runs on every state).
+    #[arg(long, conflicts_with = "e2fsck_every")]
+    pub no_e2fsck: bool,
+    /// Run e2fsck -fn on every state (default: every 100th).
+    #[arg(long)]
+    pub e2fsck_every: bool,
+    /// Run e2fsck -fn on every K-th state.
+    #[arg(long, default_value_t = 100, conflicts_with_all = ["no_e2fsck", "e2fsck_every"])]
+    pub e2fsck_sample: usize,
+    /// Upper bound of states per crash point (all subsets below it).
+    #[arg(long, default_value_t = StateParams::default().max_states_per_point)]
+    pub states_per_point: usize,
+    /// Rebuild and check only this state (SEQUENCE.POINT.INDEX).
+    #[arg(long)]
+    pub state: Option<StateId>,
+    /// Keep images of the state given by --state (or of failures) here.
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+    /// Image size in MiB.
+    #[arg(long, default_value_t = ImageParams::default().size_mib)]
+    pub size_mib: u64,
+    /// File-system block size.
+    #[arg(long, default_value_t = ImageParams::default().block_size)]
+    pub block_size: u32,
+    /// Operations per random sequence.
+    #[arg(long, default_value_t = WorkloadParams::default().random_ops)]
+    pub random_ops: usize,
+    /// Upper bound of seq2 sequences.
+    #[arg(long, default_value_t = WorkloadParams::default().seq2_max)]
+    pub seq2_max: usize,
+    /// Failing states to minimize.
+    #[arg(long, default_value_t = 20)]
+    pub minimize: usize,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Failures printed in the summary.
+    #[arg(long, default_value_t = 10)]
+    pub show: usize,
+    /// Record through a FUSE mount of the file system (needs /dev/fuse and
+    /// fusermount3) instead of the library API.
+    #[arg(long)]
+    pub fuse: bool,
+    /// Test-only fault injection into recorded logs.
+    #[arg(long, hide = true)]
+    pub fault: Option<LogFault>,
+}
+
+/// Subcommands of `ordo crash`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum CrashCommand {
+    /// Combine the JSON reports of the shards of one run.
+    Merge {
+        /// Reports to merge.
+        #[arg(required = true)]
+        reports: Vec<String>,
+        /// Write the merged JSON here.
+        #[arg(long)]
+        json: Option<String>,
+    },
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("'{s}' is not I/N"))?;
+    let i: usize = i.parse().map_err(|_| format!("'{s}' is not I/N"))?;
+    let n: usize = n.parse().map_err(|_| format!("'{s}' is not I/N"))?;
+    if n == 0 || i >= n {
+        return Err(format!("shard {i}/{n}: need 0 <= I < N"));
+    }
+    Ok((i, n))
+}
+
+/// Stand-alone parser, for [`run`].
+#[derive(Parser, Debug)]
+#[command(name = "ordo crash")]
+struct Standalone {
+    #[command(flatten)]
+    args: CrashArgs,
+}
+
+impl CrashArgs {
+    /// The exploration these arguments ask for.
+    pub fn explore_params(&self) -> Result<ExploreParams, CrashError> {
+        let mode = self
+            .mode
+            .ok_or_else(|| CrashError::Invalid("--mode is required".into()))?;
+        let workload = self
+            .workload
+            .clone()
+            .ok_or_else(|| CrashError::Invalid("--workload is required".into()))?;
+        let mut p = ExploreParams::new(mode, &workload);
+        p.data = self.data;
+        p.states = StateParams {
+            seed: self.seed,
+            max_states_per_point: self.states_per_point.max(1),
+            prefix_only: self.prefix_only,
+            torn: self.torn,
+        };
+        p.workload_params = WorkloadParams {
+            seed: self.seed,
+            random_ops: self.random_ops,
+            seq2_max: self.seq2_max,
+            ..WorkloadParams::default()
+        };
+        p.max_states = self.states;
+        p.jobs = self.jobs;
+        p.shard = self.shard;
+        p.e2fsck = if self.no_e2fsck {
+            E2fsckPolicy::Never
+        } else if self.e2fsck_every {
+            E2fsckPolicy::Every
+        } else {
+            E2fsckPolicy::Sample(self.e2fsck_sample.max(1))
+        };
+        p.image = ImageParams {
+            size_mib: self.size_mib,
+            block_size: self.block_size,
+        };
+        p.minimize_max = self.minimize;
+        p.progress = !self.quiet;
+        p.only_state = self.state;
+        p.keep = self.keep.clone();
+        p.fault = self.fault;
+        p.fuse = self.fuse;
+        if self.state.is_some() && self.shard.is_some() {
+            return Err(CrashError::Invalid(
+                "--state and --shard exclude each other".into(),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// Run `ordo crash` with parsed arguments; prints the summary and returns
+/// the exit status.
+pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
+    if let Some(CrashCommand::Merge { reports, json }) = &args.command {
+        let mut loaded = Vec::new();
+        for path in reports {
+            loaded.push((path.clone(), Report::read_json(path)?));
+        }
+        let merged = report::merge(&loaded)?;
+        print!("{}", merged.summary(args.show));
+        if let Some(out) = json {
+            merged.write_json(out)?;
+        }
+        return Ok(if merged.failures_total == 0 { 0 } else { 1 });
+    }
+    let params = args.explore_params()?;
+    let report = explore::explore(&params)?;
+    print!("{}", report.summary(args.show));
+    if let (Some(dir), Some(id)) = (&params.keep, params.only_state) {
+        println!(
+            "state {id}: images, scenario and findings kept in {}",
+            dir.display()
+        );
+    }
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+    }
+    Ok(if report.failures_total == 0 { 0 } else { 1 })
+}
+
+/// Parse `args` (the words after `ordo crash`) and run. `--help` prints
+/// the help and returns 0; a usage error or a failed run is `Err` with the
+/// message to print.
+pub fn run(args: &[String]) -> Result<i32, String> {
+    let mut argv = vec!["ordo crash".to_string()];
+    argv.extend(args.iter().cloned());
+    let parsed = match Standalone::try_parse_from(argv) {
+        Ok(p) => p,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    print!("{e}");
+                    Ok(0)
+                }
+                _ => Err(e.render().to_string()),
+            };
+        }
+    };
+    run_args(&parsed.args).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<CrashArgs, String> {
+        let mut argv = vec!["ordo crash"];
+        argv.extend(args);
+        Standalone::try_parse_from(argv)
+            .map(|s| s.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn parses_the_documented_flags() {
+        let a = parse(&[
+            "--mode",
+            "sync",
+            "--workload",
+            "seq1",
+            "--states",
+            "100",
+            "--seed",
+            "3",
+            "--jobs",
+            "2",
+            "--json",
+            "r.json",
+            "--shard",
+            "1/4",
+            "--torn",
+            "--no-e2fsck",
+        ])
+        .unwrap();
+        let p = a.explore_params().unwrap();
+        assert_eq!(p.mode, ProtocolKind::Sync);
+        assert_eq!(p.max_states, Some(100));
+        assert_eq!(p.shard, Some((1, 4)));
+        assert_eq!(p.e2fsck, E2fsckPolicy::Never);
+        assert!(p.states.torn);
+        assert_eq!(p.states.seed, 3);
+        assert!(parse(&["--mode", "sync", "--workload", "seq1", "--shard", "4/4"]).is_err());
+        assert!(parse(&["--mode", "nope", "--workload", "seq1"]).is_err());
+    }
+
+    #[test]
+    fn merge_subcommand_parses() {
+        let a = parse(&["merge", "a.json", "b.json", "--json", "out.json"]).unwrap();
+        match a.command {
+            Some(CrashCommand::Merge { reports, json }) => {
+                assert_eq!(reports, vec!["a.json", "b.json"]);
+                assert_eq!(json.as_deref(), Some("out.json"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn state_and_keep_parse() {
+        let a = parse(&[
+            "--mode",
+            "async",
+            "--workload",
+            "seq1",
+            "--state",
+            "2.30.1",
+            "--keep",
+            "/tmp/x",
+        ])
+        .unwrap();
+        let p = a.explore_params().unwrap();
+        assert_eq!(p.only_state.unwrap().to_string(), "2.30.1");
+        assert!(parse(&["--mode", "sync"])
+            .unwrap()
+            .explore_params()
+            .is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! Recording through the FUSE mount (`--fuse`): the recorded operations go
+//! through the kernel (open, pwrite, fallocate, fsync, rename, ...) to
+//! ordo's FUSE adapter instead of calling the library directly, so that the
+//! adapter's translation of each call (which inode is fsynced, which
+//! flags reach fallocate, what close does) is what the crash states come
+//! from.
+//!
+//! `sync` is the one exception: FUSE does not forward `syncfs(2)` to an
+//! ordinary FUSE file system, so `sync` calls the library's `Fs::sync` on
+//! the mounted file system (the same object the adapter serves).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ordo_fs::Fs;
+
+use crate::model::{Applied, Tree};
+use crate::workload::Op;
+
+/// A FUSE mount of a library file system, unmounted when dropped.
+pub struct FuseMount {
+    dir: tempfile::TempDir,
+    unmount: Option<Box<dyn FnOnce() -> io::Result<()>>>,
+}
+
+impl FuseMount {
+    /// Mount `fs` on a fresh temporary directory.
+    pub fn new(fs: Arc<Fs>) -> io::Result<FuseMount> {
+        let dir = tempfile::Builder::new()
+            .prefix("ordo-crash-mnt-")
+            .tempdir()?;
+        let config = ordo_fuse::MountConfig {
+            threads: 1,
+            allow_other: false,
+            read_only: false,
+            attr_ttl: std::time::Duration::ZERO,
+            fsname: "ordo-crash".to_string(),
+        };
+        let session = ordo_fuse::mount(fs, dir.path(), &config)?.spawn()?;
+        let unmount: Box<dyn FnOnce() -> io::Result<()>> =
+            Box::new(move || session.umount_and_join());
+        Ok(FuseMount {
+            dir,
+            unmount: Some(unmount),
+        })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Unmount and wait for the serving thread.
+    pub fn unmount(mut self) -> io::Result<()> {
+        match self.unmount.take() {
+            Some(f) => f(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        if let Some(f) = self.unmount.take() {
+            let _ = f();
+        }
+    }
+}
+
+fn at(mount: &Path, path: &str) -> PathBuf {
+    mount.join(path.trim_start_matches('/'))
+}
+
+fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: a plain system call on a file descriptor we own.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            mode,
+            off as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Run one operation through the mount at `mount` and on the model; new
+/// nodes get their inode numbers from `fs` (the library under the mount).
+pub fn run_op(
+    mount: &Path,
+    fs: &Fs,
+    tree: &mut Tree,
+    op: &Op,
+    serial: u32,
+) -> Result<Applied, String> {
+    let payload = tree.write_payload(op, serial);
+    let mut next = tree.clone();
+    let applied = next
+        .apply(op, serial)
+        .map_err(|e| format!("the model refuses it: {e}"))?;
+    fn e(what: &'static str) -> impl Fn(io::Error) -> String {
+        move |err| format!("{what}: {err}")
+    }
+    let open_rw = |p: &str| OpenOptions::new().write(true).open(at(mount, p));
+    match op {
+        Op::Creat(p) => {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(at(mount, p))
+                .map_err(e("creat"))?;
+        }
+        Op::Mkdir(p) => std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(at(mount, p))
+            .map_err(e("mkdir"))?,
+        Op::Symlink { target, path } => {
+            std::os::unix::fs::symlink(target, at(mount, path)).map_err(e("symlink"))?
+        }
+        Op::Write { path, .. } | Op::Append { path, .. } => {
+            let (_, off, data) = payload.ok_or("no payload")?;
+            open_rw(path)
+                .and_then(|f| f.write_all_at(&data, off))
+                .map_err(e("pwrite"))?;
+        }
+        Op::Falloc {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
+            let mode = if *keep_size {
+                libc::FALLOC_FL_KEEP_SIZE
+            } else {
+                0
+            };
+            open_rw(path)
+                .and_then(|f| fallocate(&f, mode, *off, *len))
+                .map_err(e("fallocate"))?;
+        }
+        Op::Punch { path, off, len } => {
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            open_rw(path)
+                .and_then(|f| fallocate(&f, mode, *off, *len))
+                .map_err(e("punch"))?;
+        }
+        Op::Truncate { path, size } => open_rw(path)
+            .and_then(|f| f.set_len(*size))
+            .map_err(e("ftruncate"))?,
+        Op::Link { src, dst } => {
+            std::fs::hard_link(at(mount, src), at(mount, dst)).map_err(e("link"))?
+        }
+        Op::Unlink(p) => std::fs::remove_file(at(mount, p)).map_err(e("unlink"))?,
+        Op::Rmdir(p) => std::fs::remove_dir(at(mount, p)).map_err(e("rmdir"))?,
+        Op::Rename { src, dst } => {
+            std::fs::rename(at(mount, src), at(mount, dst)).map_err(e("rename"))?
+        }
+        Op::Fsync(p) => File::open(at(mount, p))
+            .and_then(|f| f.sync_all())
+            .map_err(e("fsync"))?,
+        Op::Fdatasync(p) => File::open(at(mount, p))
+            .and_then(|f| f.sync_data())
+            .map_err(e("fdatasync"))?,
+        Op::Sync => fs.sync().map_err(|err| format!("ordo sync: {err}"))?,
+    }
+    if let Applied::Changed { created: Some(id) } = &applied {
+        let path = match op {
+            Op::Creat(p) | Op::Mkdir(p) | Op::Symlink { path: p, .. } => p,
+            _ => unreachable!("only creating operations create"),
+        };
+        let ino = fs
+            .lookup_path(path)
+            .map_err(|err| format!("lookup {path} after creating it: {err}"))?
+            .ino;
+        if let Some(Some(n)) = next.nodes.get_mut(*id) {
+            n.ino = ino;
+        }
+    }
+    *tree = next;
+    Ok(applied)
+}

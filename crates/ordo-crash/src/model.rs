@@ -1,0 +1,568 @@
+//! The model: what the tree should hold after each operation.
+//!
+//! The explorer runs every operation twice: on ordo through the library API,
+//! and on this model. A snapshot of the model after each operation is what
+//! the oracle compares a recovered image against: a promise made after
+//! operation `p` must still hold in a state whose writes were issued while
+//! operation `j` ran, allowing for whatever operations `p+1..=j` changed
+//! (their effects may or may not have reached the disk).
+//!
+//! Nodes are identified by a model id that never changes (unlike names),
+//! and carry the inode number ordo gave them, so a recovered inode can be
+//! matched to the model node it should be.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ordo_fs::Ino;
+
+use crate::pattern;
+use crate::workload::Op;
+
+/// Index of a node in [`Tree::nodes`].
+pub type NodeId = usize;
+
+/// The root directory's node id.
+pub const ROOT: NodeId = 0;
+
+/// What a node is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeData {
+    /// A regular file; `content.len()` is its size.
+    File { content: Arc<Vec<u8>> },
+    /// A directory: name -> node.
+    Dir { entries: BTreeMap<Vec<u8>, NodeId> },
+    /// A symbolic link.
+    Symlink { target: Vec<u8> },
+}
+
+/// One file, directory or symlink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// ordo's inode number (0 until the operation that made it ran on ordo).
+    pub ino: Ino,
+    /// Names referring to the node (directories count their one name).
+    pub links: u32,
+    /// The content.
+    pub data: NodeData,
+}
+
+impl Node {
+    /// File content, if a regular file.
+    pub fn content(&self) -> Option<&Arc<Vec<u8>>> {
+        match &self.data {
+            NodeData::File { content } => Some(content),
+            _ => None,
+        }
+    }
+    /// Directory entries, if a directory.
+    pub fn entries(&self) -> Option<&BTreeMap<Vec<u8>, NodeId>> {
+        match &self.data {
+            NodeData::Dir { entries } => Some(entries),
+            _ => None,
+        }
+    }
+}
+
+/// What an operation did, as the recorder needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A mutation; `created` is the node it made, if any.
+    Changed { created: Option<NodeId> },
+    /// fsync / fdatasync of a node (by the path it had).
+    Fsync {
+        node: NodeId,
+        datasync: bool,
+        path: String,
+    },
+    /// sync.
+    Sync,
+}
+
+/// The whole tree. Nodes are never reused: a removed node's slot becomes
+/// `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tree {
+    /// Every node ever created, by id; `None` once removed.
+    pub nodes: Vec<Option<Node>>,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn split(path: &str) -> Result<(&str, &[u8]), String> {
+    let path = path.trim_end_matches('/');
+    let idx = path
+        .rfind('/')
+        .ok_or_else(|| format!("'{path}' is not absolute"))?;
+    let name = &path[idx + 1..];
+    if name.is_empty() {
+        return Err("the root has no name".into());
+    }
+    let parent = if idx == 0 { "/" } else { &path[..idx] };
+    Ok((parent, name.as_bytes()))
+}
+
+impl Tree {
+    /// An empty root directory (inode 2).
+    pub fn new() -> Self {
+        Tree {
+            nodes: vec![Some(Node {
+                ino: ordo_fs::ROOT_INO,
+                links: 1,
+                data: NodeData::Dir {
+                    entries: BTreeMap::new(),
+                },
+            })],
+        }
+    }
+
+    /// The node `id`, if it exists.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id).and_then(|n| n.as_ref())
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.nodes[id].as_mut().expect("live node")
+    }
+
+    /// Add a node that exists on disk already (what mkfs made) as `name`
+    /// in `dir`, with its inode number.
+    pub fn add_existing(&mut self, dir: NodeId, name: &[u8], ino: Ino, data: NodeData) -> NodeId {
+        let id = self.new_node(data);
+        self.node_mut(id).ino = ino;
+        self.insert(dir, name, id);
+        id
+    }
+
+    /// Resolve an absolute path (no symlink following).
+    pub fn resolve(&self, path: &str) -> Option<NodeId> {
+        let mut cur = ROOT;
+        for comp in path.split('/').filter(|c| !c.is_empty()) {
+            cur = *self.node(cur)?.entries()?.get(comp.as_bytes())?;
+        }
+        Some(cur)
+    }
+
+    fn resolve_dir(&self, path: &str) -> Result<NodeId, String> {
+        let id = self
+            .resolve(path)
+            .ok_or_else(|| format!("'{path}' does not exist"))?;
+        match self.node(id).map(|n| &n.data) {
+            Some(NodeData::Dir { .. }) => Ok(id),
+            _ => Err(format!("'{path}' is not a directory")),
+        }
+    }
+
+    fn lookup(&self, dir: NodeId, name: &[u8]) -> Option<NodeId> {
+        self.node(dir)?.entries()?.get(name).copied()
+    }
+
+    fn insert(&mut self, dir: NodeId, name: &[u8], id: NodeId) {
+        if let NodeData::Dir { entries } = &mut self.node_mut(dir).data {
+            entries.insert(name.to_vec(), id);
+        }
+    }
+
+    fn remove_entry(&mut self, dir: NodeId, name: &[u8]) -> Option<NodeId> {
+        match &mut self.node_mut(dir).data {
+            NodeData::Dir { entries } => entries.remove(name),
+            _ => None,
+        }
+    }
+
+    fn new_node(&mut self, data: NodeData) -> NodeId {
+        self.nodes.push(Some(Node {
+            ino: 0,
+            links: 1,
+            data,
+        }));
+        self.nodes.len() - 1
+    }
+
+    fn drop_link(&mut self, id: NodeId) {
+        let n = self.node_mut(id);
+        n.links -= 1;
+        if n.links == 0 {
+            self.nodes[id] = None;
+        }
+    }
+
+    fn file(&self, path: &str) -> Result<(NodeId, Arc<Vec<u8>>), String> {
+        let id = self
+            .resolve(path)
+            .ok_or_else(|| format!("'{path}' does not exist"))?;
+        match self.node(id).and_then(|n| n.content()) {
+            Some(c) => Ok((id, c.clone())),
+            None => Err(format!("'{path}' is not a regular file")),
+        }
+    }
+
+    fn set_content(&mut self, id: NodeId, content: Vec<u8>) {
+        self.node_mut(id).data = NodeData::File {
+            content: Arc::new(content),
+        };
+    }
+
+    /// Whether `anc` is `id` or one of its ancestors (directories only).
+    fn is_ancestor(&self, anc: NodeId, id: NodeId) -> bool {
+        if anc == id {
+            return true;
+        }
+        match self.node(anc).and_then(|n| n.entries()) {
+            Some(entries) => entries.values().any(|&c| {
+                matches!(self.node(c).map(|n| &n.data), Some(NodeData::Dir { .. }))
+                    && self.is_ancestor(c, id)
+            }),
+            None => false,
+        }
+    }
+
+    /// Apply `op` as POSIX would; `serial` numbers the operation in its
+    /// sequence and is what written bytes encode. Errors are the reason the
+    /// operation would fail (the model refuses what a workload must not do).
+    pub fn apply(&mut self, op: &Op, serial: u32) -> Result<Applied, String> {
+        let changed = |created| Ok(Applied::Changed { created });
+        match op {
+            Op::Creat(path) | Op::Mkdir(path) | Op::Symlink { path, .. } => {
+                let (parent, name) = split(path)?;
+                let dir = self.resolve_dir(parent)?;
+                if self.lookup(dir, name).is_some() {
+                    return Err(format!("'{path}' exists"));
+                }
+                let data = match op {
+                    Op::Creat(_) => NodeData::File {
+                        content: Arc::new(Vec::new()),
+                    },
+                    Op::Mkdir(_) => NodeData::Dir {
+                        entries: BTreeMap::new(),
+                    },
+                    Op::Symlink { target, .. } => NodeData::Symlink {
+                        target: target.as_bytes().to_vec(),
+                    },
+                    _ => unreachable!(),
+                };
+                let id = self.new_node(data);
+                self.insert(dir, name, id);
+                changed(Some(id))
+            }
+            Op::Write { path, off, len } => {
+                let (id, content) = self.file(path)?;
+                self.write(id, &content, *off, *len, serial)?;
+                changed(None)
+            }
+            Op::Append { path, len } => {
+                let (id, content) = self.file(path)?;
+                let off = content.len() as u64;
+                self.write(id, &content, off, *len, serial)?;
+                changed(None)
+            }
+            Op::Falloc {
+                path,
+                off,
+                len,
+                keep_size,
+            } => {
+                let (id, content) = self.file(path)?;
+                if *len == 0 {
+                    return Err("fallocate of zero bytes".into());
+                }
+                let end = off + len;
+                if !keep_size && end > content.len() as u64 {
+                    let mut c = content.to_vec();
+                    c.resize(end as usize, 0);
+                    self.set_content(id, c);
+                }
+                changed(None)
+            }
+            Op::Punch { path, off, len } => {
+                let (id, content) = self.file(path)?;
+                let mut c = content.to_vec();
+                let size = c.len() as u64;
+                let end = (off + len).min(size);
+                if *off < end {
+                    c[*off as usize..end as usize].fill(0);
+                }
+                self.set_content(id, c);
+                changed(None)
+            }
+            Op::Truncate { path, size } => {
+                let (id, content) = self.file(path)?;
+                if *size > 1 << 24 {
+                    return Err("truncate beyond 16 MiB".into());
+                }
+                let mut c = content.to_vec();
+                c.resize(*size as usize, 0);
+                self.set_content(id, c);
+                changed(None)
+            }
+            Op::Link { src, dst } => {
+                let id = self
+                    .resolve(src)
+                    .ok_or_else(|| format!("'{src}' does not exist"))?;
+                if matches!(self.node(id).map(|n| &n.data), Some(NodeData::Dir { .. })) {
+                    return Err(format!("'{src}' is a directory"));
+                }
+                let (parent, name) = split(dst)?;
+                let dir = self.resolve_dir(parent)?;
+                if self.lookup(dir, name).is_some() {
+                    return Err(format!("'{dst}' exists"));
+                }
+                self.insert(dir, name, id);
+                self.node_mut(id).links += 1;
+                changed(None)
+            }
+            Op::Unlink(path) => {
+                let (parent, name) = split(path)?;
+                let dir = self.resolve_dir(parent)?;
+                let id = self
+                    .lookup(dir, name)
+                    .ok_or_else(|| format!("'{path}' does not exist"))?;
+                if matches!(self.node(id).map(|n| &n.data), Some(NodeData::Dir { .. })) {
+                    return Err(format!("'{path}' is a directory"));
+                }
+                self.remove_entry(dir, name);
+                self.drop_link(id);
+                changed(None)
+            }
+            Op::Rmdir(path) => {
+                let (parent, name) = split(path)?;
+                let dir = self.resolve_dir(parent)?;
+                let id = self
+                    .lookup(dir, name)
+                    .ok_or_else(|| format!("'{path}' does not exist"))?;
+                match self.node(id).and_then(|n| n.entries()) {
+                    None => return Err(format!("'{path}' is not a directory")),
+                    Some(e) if !e.is_empty() => return Err(format!("'{path}' is not empty")),
+                    Some(_) => {}
+                }
+                self.remove_entry(dir, name);
+                self.drop_link(id);
+                changed(None)
+            }
+            Op::Rename { src, dst } => {
+                let (sparent, sname) = split(src)?;
+                let (dparent, dname) = split(dst)?;
+                let sdir = self.resolve_dir(sparent)?;
+                let ddir = self.resolve_dir(dparent)?;
+                let id = self
+                    .lookup(sdir, sname)
+                    .ok_or_else(|| format!("'{src}' does not exist"))?;
+                let src_is_dir =
+                    matches!(self.node(id).map(|n| &n.data), Some(NodeData::Dir { .. }));
+                if src_is_dir && self.is_ancestor(id, ddir) {
+                    return Err(format!("'{dst}' is inside '{src}'"));
+                }
+                if let Some(old) = self.lookup(ddir, dname) {
+                    if old == id {
+                        return Err("rename onto itself (a no-op the model does not track)".into());
+                    }
+                    let old_entries = self.node(old).and_then(|n| n.entries());
+                    match (src_is_dir, old_entries) {
+                        (true, Some(e)) if e.is_empty() => {}
+                        (true, Some(_)) => return Err(format!("'{dst}' is not empty")),
+                        (true, None) => return Err(format!("'{dst}' is not a directory")),
+                        (false, Some(_)) => return Err(format!("'{dst}' is a directory")),
+                        (false, None) => {}
+                    }
+                    self.remove_entry(ddir, dname);
+                    self.drop_link(old);
+                }
+                self.remove_entry(sdir, sname);
+                self.insert(ddir, dname, id);
+                changed(None)
+            }
+            Op::Fsync(path) | Op::Fdatasync(path) => {
+                let id = self
+                    .resolve(path)
+                    .ok_or_else(|| format!("'{path}' does not exist"))?;
+                let datasync = matches!(op, Op::Fdatasync(_));
+                match self.node(id).map(|n| &n.data) {
+                    Some(NodeData::Symlink { .. }) => {
+                        Err(format!("'{path}' is a symlink (can not be opened)"))
+                    }
+                    Some(NodeData::Dir { .. }) if datasync => {
+                        Err(format!("'{path}': fdatasync is for files"))
+                    }
+                    _ => Ok(Applied::Fsync {
+                        node: id,
+                        datasync,
+                        path: path.clone(),
+                    }),
+                }
+            }
+            Op::Sync => Ok(Applied::Sync),
+        }
+    }
+
+    fn write(
+        &mut self,
+        id: NodeId,
+        content: &Arc<Vec<u8>>,
+        off: u64,
+        len: u64,
+        serial: u32,
+    ) -> Result<(), String> {
+        if len == 0 {
+            return Err("write of zero bytes".into());
+        }
+        if off + len > 1 << 24 {
+            return Err("write beyond 16 MiB".into());
+        }
+        let mut c = content.to_vec();
+        let end = (off + len) as usize;
+        if c.len() < end {
+            c.resize(end, 0);
+        }
+        c[off as usize..end].copy_from_slice(&pattern::fill(id as u32, serial, off, len as usize));
+        self.set_content(id, c);
+        Ok(())
+    }
+
+    /// The bytes a write operation stores (the recorder passes the same to
+    /// ordo). Only meaningful for `Write` and `Append`, before applying.
+    pub fn write_payload(&self, op: &Op, serial: u32) -> Option<(NodeId, u64, Vec<u8>)> {
+        let (path, off, len) = match op {
+            Op::Write { path, off, len } => (path, *off, *len),
+            Op::Append { path, len } => {
+                let (_, c) = self.file(path).ok()?;
+                (path, c.len() as u64, *len)
+            }
+            _ => return None,
+        };
+        let (id, _) = self.file(path).ok()?;
+        Some((id, off, pattern::fill(id as u32, serial, off, len as usize)))
+    }
+
+    /// Every live node reachable from the root, with one path each
+    /// (depth-first, names in byte order).
+    pub fn walk(&self) -> Vec<(String, NodeId)> {
+        let mut out = vec![("/".to_string(), ROOT)];
+        let mut i = 0;
+        while i < out.len() {
+            let (path, id) = out[i].clone();
+            if let Some(entries) = self.node(id).and_then(|n| n.entries()) {
+                for (name, &child) in entries {
+                    let p = if path == "/" {
+                        format!("/{}", String::from_utf8_lossy(name))
+                    } else {
+                        format!("{path}/{}", String::from_utf8_lossy(name))
+                    };
+                    out.push((p, child));
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// The parent directory of the node a path names, and the final name.
+    pub fn parent_of(&self, path: &str) -> Option<(NodeId, Vec<u8>)> {
+        let (parent, name) = split(path).ok()?;
+        Some((self.resolve(parent)?, name.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree_with(ops: &[Op]) -> Tree {
+        let mut t = Tree::new();
+        for (i, op) in ops.iter().enumerate() {
+            t.apply(op, i as u32 + 1).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn preset_tree_shape() {
+        let t = tree_with(&crate::workload::preset());
+        let foo = t.resolve("/A/foo").unwrap();
+        assert_eq!(t.node(foo).unwrap().content().unwrap().len(), 8192);
+        assert!(t.resolve("/C").is_some());
+        assert_eq!(t.walk().len(), 11);
+    }
+
+    #[test]
+    fn rename_replace_drops_the_old_target() {
+        let mut t = tree_with(&crate::workload::preset());
+        let bar = t.resolve("/A/bar").unwrap();
+        let foo = t.resolve("/A/foo").unwrap();
+        t.apply(
+            &Op::Rename {
+                src: "/A/bar".into(),
+                dst: "/A/foo".into(),
+            },
+            100,
+        )
+        .unwrap();
+        assert_eq!(t.resolve("/A/foo"), Some(bar));
+        assert!(t.node(foo).is_none());
+        assert!(t.resolve("/A/bar").is_none());
+    }
+
+    #[test]
+    fn links_keep_a_node_alive() {
+        let mut t = tree_with(&crate::workload::preset());
+        let foo = t.resolve("/A/foo").unwrap();
+        t.apply(
+            &Op::Link {
+                src: "/A/foo".into(),
+                dst: "/B/f".into(),
+            },
+            100,
+        )
+        .unwrap();
+        t.apply(&Op::Unlink("/A/foo".into()), 101).unwrap();
+        assert_eq!(t.resolve("/B/f"), Some(foo));
+        t.apply(&Op::Unlink("/B/f".into()), 102).unwrap();
+        assert!(t.node(foo).is_none());
+    }
+
+    #[test]
+    fn punch_and_truncate_zero_bytes() {
+        let mut t = tree_with(&crate::workload::preset());
+        let foo = t.resolve("/A/foo").unwrap();
+        t.apply(
+            &Op::Punch {
+                path: "/A/foo".into(),
+                off: 0,
+                len: 4096,
+            },
+            100,
+        )
+        .unwrap();
+        let c = t.node(foo).unwrap().content().unwrap().clone();
+        assert!(c[..4096].iter().all(|&b| b == 0));
+        assert!(c[4096..].iter().all(|&b| b != 0) || c[4096..].iter().any(|&b| b != 0));
+        t.apply(
+            &Op::Truncate {
+                path: "/A/foo".into(),
+                size: 10,
+            },
+            101,
+        )
+        .unwrap();
+        assert_eq!(t.node(foo).unwrap().content().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn refuses_invalid_operations() {
+        let mut t = tree_with(&crate::workload::preset());
+        assert!(t.apply(&Op::Rmdir("/A".into()), 1).is_err());
+        assert!(t.apply(&Op::Creat("/A/foo".into()), 1).is_err());
+        assert!(t
+            .apply(
+                &Op::Rename {
+                    src: "/B".into(),
+                    dst: "/B/sub/z".into()
+                },
+                1
+            )
+            .is_err());
+    }
+}

@@ -1,0 +1,888 @@
+//! The checks run on every crash state.
+//!
+//! 1. Recovery, as the protocol defines it (`docs/DESIGN.md`): for `async`
+//!    and `sync` a repair of benign problems by ordo's fsck; anything it can
+//!    not repair makes the state inconsistent. For the journaling protocols
+//!    the mount's log replay followed by a clean unmount.
+//! 2. `e2fsck -fn` on the recovered image (optional: it costs a process and
+//!    a temporary file per state) must be clean, and ordo's fsck must agree.
+//! 3. The recovered image mounts, read-only.
+//! 4. Every promise logged before the crash point holds: data and size of
+//!    fsynced files, names of new fsynced files, entries of fsynced
+//!    directories, everything after `sync` and in the base. Operations after
+//!    the promise and up to the one in flight may have changed a promised
+//!    object: for each of them the oracle accepts any of the model's
+//!    versions in that window, byte by byte, and nothing else.
+//! 5. No file holds bytes never written to it: every byte of every reachable
+//!    file is zero or what some version of that same file held at that
+//!    offset; directory entries are names the directory had; symlinks
+//!    point where they pointed.
+//! 6. Protocol hooks ([`InvariantHook`]) add the protocol's own invariants.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use ordo_dev::{BlockDevice, MemDevice};
+use ordo_fs::{FileType, Fs, Ino, ProtocolKind};
+
+use crate::backend;
+use crate::log::{apply_write, EventKind};
+use crate::model::{NodeData, NodeId, Tree};
+use crate::pattern;
+use crate::record::{Promised, Recording};
+use crate::states::StateSpec;
+
+/// What is wrong with a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureClass {
+    /// Recovery failed or left problems it can not repair.
+    Recovery,
+    /// The recovered image does not mount.
+    Mount,
+    /// `e2fsck -fn` found problems in the recovered image.
+    E2fsck,
+    /// ordo's fsck and e2fsck disagree about the recovered image.
+    FsckDisagree,
+    /// A promise does not hold.
+    BrokenPromise,
+    /// A file holds bytes never written to it, or a directory a name it
+    /// never had.
+    ForeignData,
+    /// A protocol hook's invariant does not hold.
+    Hook,
+    /// ordo panicked on the state (a bug whatever the state).
+    Panic,
+}
+
+impl FailureClass {
+    /// Name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureClass::Recovery => "recovery",
+            FailureClass::Mount => "mount",
+            FailureClass::E2fsck => "e2fsck",
+            FailureClass::FsckDisagree => "fsck_disagree",
+            FailureClass::BrokenPromise => "broken_promise",
+            FailureClass::ForeignData => "foreign_data",
+            FailureClass::Hook => "hook",
+            FailureClass::Panic => "panic",
+        }
+    }
+
+    /// Whether the class makes the state *inconsistent* (as opposed to
+    /// consistent but wrong about data).
+    pub fn is_inconsistency(self) -> bool {
+        matches!(
+            self,
+            FailureClass::Recovery
+                | FailureClass::Mount
+                | FailureClass::E2fsck
+                | FailureClass::FsckDisagree
+                | FailureClass::Panic
+        )
+    }
+
+    /// Every class, in report order.
+    pub const ALL: [FailureClass; 8] = [
+        FailureClass::Recovery,
+        FailureClass::Mount,
+        FailureClass::E2fsck,
+        FailureClass::FsckDisagree,
+        FailureClass::BrokenPromise,
+        FailureClass::ForeignData,
+        FailureClass::Hook,
+        FailureClass::Panic,
+    ];
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Its class.
+    pub class: FailureClass,
+    /// What exactly (names the promise, file, offset, block).
+    pub detail: String,
+}
+
+impl Failure {
+    fn new(class: FailureClass, detail: impl Into<String>) -> Self {
+        Failure {
+            class,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// How to check.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckParams {
+    /// The protocol.
+    pub mode: ProtocolKind,
+    /// Its data mode.
+    pub data: ordo_fs::DataMode,
+    /// Run `e2fsck -fn` on this state.
+    pub e2fsck: bool,
+}
+
+/// What a hook sees.
+pub struct HookContext<'a> {
+    /// The recording.
+    pub recording: &'a Recording,
+    /// The state.
+    pub state: &'a StateSpec,
+    /// The recovered image.
+    pub image: &'a Arc<MemDevice>,
+    /// The recovered file system, mounted read-only.
+    pub fs: &'a Fs,
+    /// ordo's fsck verdict after recovery (what the repair changed).
+    pub verdict: &'a backend::FsckVerdict,
+}
+
+/// A protocol's own invariant, checked on every state after the common
+/// checks passed. Returns one message per violation.
+pub trait InvariantHook: Send + Sync {
+    /// Short name for reports.
+    fn name(&self) -> &'static str;
+    /// Check the invariant.
+    fn check(&self, ctx: &HookContext) -> Vec<String>;
+}
+
+/// Recovery is idempotent: recovering the recovered image again changes
+/// nothing (`docs/DESIGN.md`, invariants). Applies to every protocol.
+pub struct RecoveryIdempotent {
+    mode: ProtocolKind,
+}
+
+impl InvariantHook for RecoveryIdempotent {
+    fn name(&self) -> &'static str {
+        "recovery-idempotent"
+    }
+    fn check(&self, ctx: &HookContext) -> Vec<String> {
+        if ctx.verdict.repairs.is_empty()
+            && matches!(self.mode, ProtocolKind::Async | ProtocolKind::Sync)
+        {
+            // Recovery wrote nothing, so a second one sees the same image.
+            return Vec::new();
+        }
+        let copy = Arc::new(ctx.image.snapshot());
+        if let Err(e) = recover(self.mode, &copy) {
+            return vec![format!("second recovery failed: {e}")];
+        }
+        let a = ctx.image.populated_blocks();
+        let b = copy.populated_blocks();
+        let changed: Vec<u64> = a
+            .iter()
+            .chain(&b)
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|&blk| ctx.image.block(blk) != copy.block(blk))
+            .collect();
+        if changed.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "a second recovery rewrote block(s) {:?}",
+                &changed[..changed.len().min(8)]
+            )]
+        }
+    }
+}
+
+/// The hooks of a protocol.
+pub fn hooks_for(mode: ProtocolKind) -> Vec<Box<dyn InvariantHook>> {
+    match mode {
+        // A journal mount stamps the superblock (mount count, times), so
+        // its idempotence is checked on the replayed blocks by the journal
+        // protocol's own hook, not block for block here.
+        ProtocolKind::Async | ProtocolKind::Sync => vec![Box::new(RecoveryIdempotent { mode })],
+        ProtocolKind::Journal | ProtocolKind::FastCommit => Vec::new(),
+    }
+}
+
+/// Build the crash image of `state` (base + its writes, copy-on-write).
+pub fn build_image(rec: &Recording, state: &StateSpec) -> Arc<MemDevice> {
+    let image = Arc::new(rec.base.snapshot());
+    let torn_event = state.torn.as_ref().map(|t| t.event);
+    let mut order: Vec<usize> = state.writes.clone();
+    if let Some(t) = torn_event {
+        order.push(t);
+        order.sort_unstable();
+    }
+    for i in order {
+        if let EventKind::Write(w) = &rec.events[i].kind {
+            let sectors = match &state.torn {
+                Some(t) if t.event == i => Some(t.sectors.as_slice()),
+                _ => None,
+            };
+            apply_write(&image, w, sectors);
+        }
+    }
+    image
+}
+
+/// Run the protocol's recovery on `image` in place. `Ok` carries ordo's
+/// fsck verdict on the recovered image (for comparison with e2fsck); `Err`
+/// means recovery failed or left unsafe problems.
+pub fn recover(mode: ProtocolKind, image: &Arc<MemDevice>) -> Result<backend::FsckVerdict, String> {
+    match mode {
+        ProtocolKind::Async | ProtocolKind::Sync => {
+            let v = backend::fsck(image.as_ref(), true)?;
+            if !v.unsafe_problems.is_empty() {
+                return Err(format!(
+                    "unsafe problems (benign repair refused): {}",
+                    v.unsafe_problems.join("; ")
+                ));
+            }
+            if !v.benign_problems.is_empty() {
+                return Err(format!(
+                    "the benign repair left problems: {}",
+                    v.benign_problems.join("; ")
+                ));
+            }
+            Ok(v)
+        }
+        ProtocolKind::Journal | ProtocolKind::FastCommit => {
+            let dev: Arc<dyn BlockDevice> = image.clone();
+            let fs = backend::mount(dev, mode, ordo_fs::DataMode::Ordered, false)
+                .map_err(|e| format!("mount with log replay: {e}"))?;
+            fs.unmount()
+                .map_err(|e| format!("unmount after replay: {e}"))?;
+            let v = backend::fsck(image.as_ref(), false)?;
+            if !v.unsafe_problems.is_empty() {
+                return Err(format!(
+                    "unsafe problems after log replay: {}",
+                    v.unsafe_problems.join("; ")
+                ));
+            }
+            Ok(v)
+        }
+    }
+}
+
+/// Check one state: build its image, recover, run every oracle. The image
+/// after recovery is returned for `--keep`.
+pub fn check_state(
+    rec: &Recording,
+    state: &StateSpec,
+    params: &CheckParams,
+    hooks: &[Box<dyn InvariantHook>],
+) -> (Vec<Failure>, Arc<MemDevice>) {
+    let image = build_image(rec, state);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_image(rec, state, params, hooks, &image)
+    }));
+    let failures = match result {
+        Ok(f) => f,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into());
+            vec![Failure::new(FailureClass::Panic, msg)]
+        }
+    };
+    (failures, image)
+}
+
+fn check_image(
+    rec: &Recording,
+    state: &StateSpec,
+    params: &CheckParams,
+    hooks: &[Box<dyn InvariantHook>],
+    image: &Arc<MemDevice>,
+) -> Vec<Failure> {
+    let mut out = Vec::new();
+    let verdict = match recover(params.mode, image) {
+        Ok(v) => v,
+        Err(e) => {
+            out.push(Failure::new(FailureClass::Recovery, e));
+            if params.e2fsck {
+                // Record whether e2fsck agrees the state is broken.
+                if let Ok(true) = e2fsck_clean(image) {
+                    out.push(Failure::new(
+                        FailureClass::FsckDisagree,
+                        "e2fsck -fn finds the image clean but ordo's recovery failed",
+                    ));
+                }
+            }
+            return out;
+        }
+    };
+    if params.e2fsck {
+        match e2fsck_clean(image) {
+            Ok(true) => {
+                if !verdict.is_clean() {
+                    out.push(Failure::new(
+                        FailureClass::FsckDisagree,
+                        format!(
+                            "e2fsck -fn is clean, ordo fsck still reports: {}",
+                            verdict.benign_problems.join("; ")
+                        ),
+                    ));
+                }
+            }
+            Ok(false) => {
+                out.push(Failure::new(
+                    FailureClass::E2fsck,
+                    "e2fsck -fn reports problems in the recovered image",
+                ));
+                if verdict.is_clean() {
+                    out.push(Failure::new(
+                        FailureClass::FsckDisagree,
+                        "ordo fsck finds the recovered image clean, e2fsck -fn does not",
+                    ));
+                }
+            }
+            Err(e) => out.push(Failure::new(FailureClass::E2fsck, e)),
+        }
+    }
+    let fs = match backend::mount(image.clone(), params.mode, params.data, true) {
+        Ok(fs) => fs,
+        Err(e) => {
+            out.push(Failure::new(
+                FailureClass::Mount,
+                format!("read-only mount: {e}"),
+            ));
+            return out;
+        }
+    };
+    let j = state.op_in_flight(&rec.events);
+    let mut reader = Reader::new(&fs);
+    out.extend(check_foreign(rec, j, &mut reader));
+    let mut promises = vec![0];
+    promises.extend(state.promises(&rec.events));
+    for p in promises {
+        out.extend(check_promise(rec, p, j, &mut reader));
+    }
+    if out.is_empty() {
+        let ctx = HookContext {
+            recording: rec,
+            state,
+            image,
+            fs: &fs,
+            verdict: &verdict,
+        };
+        for h in hooks {
+            for msg in h.check(&ctx) {
+                out.push(Failure::new(
+                    FailureClass::Hook,
+                    format!("{}: {msg}", h.name()),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Where temporary images go: memory (`/dev/shm`) when there is one, so
+/// that e2fsck's input never touches a disk.
+fn scratch_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Write the image to a temporary file and run `e2fsck -fn` on it.
+pub fn e2fsck_clean(image: &MemDevice) -> Result<bool, String> {
+    let dir = scratch_dir();
+    let file = tempfile::Builder::new()
+        .prefix("ordo-crash-")
+        .suffix(".img")
+        .tempfile_in(&dir)
+        .map_err(|e| format!("temporary image: {e}"))?;
+    write_image(image, file.path()).map_err(|e| format!("writing temporary image: {e}"))?;
+    let out = std::process::Command::new("e2fsck")
+        .args(["-fn"])
+        .arg(file.path())
+        .output()
+        .map_err(|e| format!("running e2fsck: {e}"))?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(c) if c & 8 != 0 => Err(format!(
+            "e2fsck operational error (exit {c}): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        _ => Ok(false),
+    }
+}
+
+/// Write a memory image to a (sparse) file.
+pub fn write_image(image: &MemDevice, path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(path)?;
+    let bs = u64::from(image.block_size());
+    f.set_len(image.block_count() * bs)?;
+    for b in image.populated_blocks() {
+        if let Some(data) = image.block(b) {
+            f.write_all_at(&data, b * bs)?;
+        }
+    }
+    Ok(())
+}
+
+/// A directory as read back: name -> (inode, type).
+type Entries = BTreeMap<Vec<u8>, (Ino, FileType)>;
+
+/// Reads of the recovered file system, cached per state.
+struct Reader<'a> {
+    fs: &'a Fs,
+    files: HashMap<Ino, Result<Arc<Vec<u8>>, String>>,
+    dirs: HashMap<Ino, Result<Entries, String>>,
+}
+
+/// Bound on entries read from one directory (a corrupted directory can not
+/// make the oracle loop).
+const DIR_ENTRIES_MAX: usize = 100_000;
+
+impl<'a> Reader<'a> {
+    fn new(fs: &'a Fs) -> Self {
+        Reader {
+            fs,
+            files: HashMap::new(),
+            dirs: HashMap::new(),
+        }
+    }
+
+    fn file(&mut self, ino: Ino) -> Result<Arc<Vec<u8>>, String> {
+        let fs = self.fs;
+        self.files
+            .entry(ino)
+            .or_insert_with(|| {
+                let attr = fs.getattr(ino).map_err(|e| format!("getattr: {e}"))?;
+                if attr.kind != FileType::Regular {
+                    return Err(format!("inode {ino} is a {:?}", attr.kind));
+                }
+                if attr.size > 1 << 26 {
+                    return Err(format!("size {} is beyond anything written", attr.size));
+                }
+                let mut data = Vec::with_capacity(attr.size as usize);
+                while (data.len() as u64) < attr.size {
+                    let want = (attr.size - data.len() as u64).min(1 << 20) as u32;
+                    let chunk = fs
+                        .read(ino, data.len() as u64, want)
+                        .map_err(|e| format!("read at {}: {e}", data.len()))?;
+                    if chunk.is_empty() {
+                        return Err(format!(
+                            "read returned nothing at {} of {}",
+                            data.len(),
+                            attr.size
+                        ));
+                    }
+                    data.extend_from_slice(&chunk);
+                }
+                Ok(Arc::new(data))
+            })
+            .clone()
+    }
+
+    fn dir(&mut self, ino: Ino) -> Result<Entries, String> {
+        let fs = self.fs;
+        self.dirs
+            .entry(ino)
+            .or_insert_with(|| {
+                let mut out = BTreeMap::new();
+                let mut cookie = 0;
+                loop {
+                    let batch = fs
+                        .readdir(ino, cookie, 256)
+                        .map_err(|e| format!("readdir of inode {ino}: {e}"))?;
+                    if batch.is_empty() {
+                        break;
+                    }
+                    for e in batch {
+                        cookie = e.next_offset;
+                        if e.name != b"." && e.name != b".." {
+                            out.insert(e.name, (e.ino, e.kind));
+                        }
+                    }
+                    if out.len() > DIR_ENTRIES_MAX {
+                        return Err(format!("directory inode {ino} has too many entries"));
+                    }
+                }
+                Ok(out)
+            })
+            .clone()
+    }
+}
+
+/// Everything reachable from the root: (path, inode, type).
+fn walk(reader: &mut Reader) -> (Vec<(String, Ino, FileType)>, Vec<String>) {
+    let mut out = vec![("/".to_string(), ordo_fs::ROOT_INO, FileType::Directory)];
+    let mut errors = Vec::new();
+    let mut visited = HashSet::from([ordo_fs::ROOT_INO]);
+    let mut i = 0;
+    while i < out.len() {
+        let (path, ino, kind) = out[i].clone();
+        i += 1;
+        if kind != FileType::Directory {
+            continue;
+        }
+        match reader.dir(ino) {
+            Ok(entries) => {
+                for (name, (cino, ckind)) in entries {
+                    let p = if path == "/" {
+                        format!("/{}", String::from_utf8_lossy(&name))
+                    } else {
+                        format!("{path}/{}", String::from_utf8_lossy(&name))
+                    };
+                    if ckind == FileType::Directory && !visited.insert(cino) {
+                        errors.push(format!("directory inode {cino} reachable twice ({p})"));
+                        continue;
+                    }
+                    out.push((p, cino, ckind));
+                }
+            }
+            Err(e) => errors.push(format!("{path}: {e}")),
+        }
+    }
+    (out, errors)
+}
+
+/// The model nodes that had inode `ino` at some point in snapshots
+/// `0..=j`, with every version of them in that range.
+fn candidates(rec: &Recording, ino: Ino, j: usize) -> Vec<(NodeId, Vec<&crate::model::Node>)> {
+    let mut by_node: BTreeMap<NodeId, Vec<&crate::model::Node>> = BTreeMap::new();
+    for snap in &rec.snapshots[..=j.min(rec.snapshots.len() - 1)] {
+        for (id, n) in snap.nodes.iter().enumerate() {
+            if let Some(n) = n {
+                if n.ino == ino {
+                    let v = by_node.entry(id).or_default();
+                    if !v.contains(&n) {
+                        v.push(n);
+                    }
+                }
+            }
+        }
+    }
+    by_node.into_iter().collect()
+}
+
+fn describe_bytes(data: &[u8], off: usize) -> String {
+    match pattern::decode(data, 0, off as u64) {
+        Some(o) => format!(
+            "bytes written by model file {} (write {}) for offset {}",
+            o.file_id, o.write_seq, o.offset
+        ),
+        None => format!(
+            "unrecognized bytes {:02x?}",
+            &data[off..(off + 8).min(data.len())]
+        ),
+    }
+}
+
+/// Oracle 5: no foreign or stale bytes, entries or targets anywhere.
+fn check_foreign(rec: &Recording, j: usize, reader: &mut Reader) -> Vec<Failure> {
+    let mut out = Vec::new();
+    let (reachable, errors) = walk(reader);
+    for e in errors {
+        out.push(Failure::new(FailureClass::ForeignData, e));
+    }
+    for (path, ino, kind) in reachable {
+        let cands = candidates(rec, ino, j);
+        if cands.is_empty() {
+            out.push(Failure::new(
+                FailureClass::ForeignData,
+                format!("{path}: inode {ino} never belonged to any file of the workload"),
+            ));
+            continue;
+        }
+        let versions: Vec<&crate::model::Node> =
+            cands.iter().flat_map(|(_, v)| v).copied().collect();
+        match kind {
+            FileType::Regular => {
+                let contents: Vec<&Arc<Vec<u8>>> =
+                    versions.iter().filter_map(|n| n.content()).collect();
+                if contents.is_empty() {
+                    out.push(Failure::new(
+                        FailureClass::ForeignData,
+                        format!("{path}: inode {ino} is a regular file, the model's is not"),
+                    ));
+                    continue;
+                }
+                let data = match reader.file(ino) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        out.push(Failure::new(
+                            FailureClass::ForeignData,
+                            format!("{path}: {e}"),
+                        ));
+                        continue;
+                    }
+                };
+                let max_len = contents.iter().map(|c| c.len()).max().unwrap_or(0);
+                if data.len() > max_len {
+                    out.push(Failure::new(
+                        FailureClass::ForeignData,
+                        format!(
+                            "{path}: size {} is larger than any size the file had ({max_len})",
+                            data.len()
+                        ),
+                    ));
+                }
+                if let Some(off) = data
+                    .iter()
+                    .enumerate()
+                    .position(|(o, &b)| b != 0 && !contents.iter().any(|c| c.get(o) == Some(&b)))
+                {
+                    out.push(Failure::new(
+                        FailureClass::ForeignData,
+                        format!(
+                            "{path}: offset {off} holds {} never written there",
+                            describe_bytes(&data, off)
+                        ),
+                    ));
+                }
+            }
+            FileType::Directory => {
+                let had: HashSet<&Vec<u8>> = versions
+                    .iter()
+                    .filter_map(|n| n.entries())
+                    .flat_map(|e| e.keys())
+                    .collect();
+                if let Ok(entries) = reader.dir(ino) {
+                    for name in entries.keys() {
+                        if !had.contains(name) {
+                            out.push(Failure::new(
+                                FailureClass::ForeignData,
+                                format!(
+                                    "{path}: entry '{}' the directory never had",
+                                    String::from_utf8_lossy(name)
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            FileType::Symlink => {
+                let targets: Vec<&Vec<u8>> = versions
+                    .iter()
+                    .filter_map(|n| match &n.data {
+                        NodeData::Symlink { target } => Some(target),
+                        _ => None,
+                    })
+                    .collect();
+                match reader.fs.readlink(ino) {
+                    Ok(t) if targets.contains(&&t) => {}
+                    Ok(t) => out.push(Failure::new(
+                        FailureClass::ForeignData,
+                        format!(
+                            "{path}: symlink target '{}' was never written",
+                            String::from_utf8_lossy(&t)
+                        ),
+                    )),
+                    Err(e) => out.push(Failure::new(
+                        FailureClass::ForeignData,
+                        format!("{path}: readlink: {e}"),
+                    )),
+                }
+            }
+            other => out.push(Failure::new(
+                FailureClass::ForeignData,
+                format!("{path}: unexpected file type {other:?}"),
+            )),
+        }
+    }
+    out
+}
+
+/// The window of snapshots a promise made after op `p` is judged against
+/// when op `j` was in flight.
+fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
+    let end = j.max(p).min(rec.snapshots.len() - 1);
+    &rec.snapshots[p..=end]
+}
+
+/// Oracle 4: promise `idx` holds.
+fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> Vec<Failure> {
+    let promise = &rec.promises[idx];
+    let win = window(rec, promise.op, j);
+    let at = &win[0];
+    let broken = |d: String| {
+        Failure::new(
+            FailureClass::BrokenPromise,
+            format!("{}: {d}", promise.label),
+        )
+    };
+    let mut out = Vec::new();
+    match &promise.what {
+        Promised::All => {
+            for (path, node) in at.walk() {
+                match at.node(node).map(|n| &n.data) {
+                    Some(NodeData::File { .. }) => out.extend(
+                        check_file(win, node, &path, None, reader)
+                            .into_iter()
+                            .map(&broken),
+                    ),
+                    Some(NodeData::Dir { .. }) => {
+                        out.extend(check_dir(win, node, &path, reader).into_iter().map(&broken))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Promised::File { node, name, .. } => {
+            out.extend(
+                check_file(win, *node, "", name.as_ref(), reader)
+                    .into_iter()
+                    .map(&broken),
+            );
+        }
+        Promised::Dir { node } => {
+            out.extend(check_dir(win, *node, "", reader).into_iter().map(&broken));
+        }
+    }
+    out
+}
+
+/// A promised file: size and bytes are one of the window's versions (byte
+/// by byte), and the covered name still names it if no later operation
+/// changed that entry.
+fn check_file(
+    win: &[Arc<Tree>],
+    node: NodeId,
+    path: &str,
+    name: Option<&(NodeId, Vec<u8>)>,
+    reader: &mut Reader,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let versions: Vec<&crate::model::Node> = match win.iter().map(|t| t.node(node)).collect() {
+        Some(v) => v,
+        // Removed by a later operation in flight: nothing left to promise.
+        None => return out,
+    };
+    let ino = versions[0].ino;
+    let what = if path.is_empty() {
+        format!("inode {ino}")
+    } else {
+        format!("{path} (inode {ino})")
+    };
+    let contents: Vec<&Arc<Vec<u8>>> = versions.iter().filter_map(|n| n.content()).collect();
+    match reader.file(ino) {
+        Err(e) => out.push(format!("{what}: {e}")),
+        Ok(data) => {
+            if !contents.iter().any(|c| c.len() == data.len()) {
+                let sizes: Vec<usize> = contents.iter().map(|c| c.len()).collect();
+                out.push(format!(
+                    "{what}: size {} but promised {:?}",
+                    data.len(),
+                    dedup(sizes)
+                ));
+            }
+            if let Some(off) = data
+                .iter()
+                .enumerate()
+                .position(|(o, &b)| !contents.iter().any(|c| c.get(o).copied().unwrap_or(0) == b))
+            {
+                let promised = contents[0].get(off).copied().unwrap_or(0);
+                out.push(format!(
+                    "{what}: offset {off} holds {} (promised byte {promised:#04x})",
+                    describe_bytes(&data, off)
+                ));
+            }
+        }
+    }
+    if let Some((parent, entry)) = name {
+        let stable = win.iter().all(|t| {
+            t.node(*parent)
+                .and_then(|p| p.entries())
+                .and_then(|e| e.get(entry))
+                == Some(&node)
+        });
+        if stable {
+            let pino = win[0].node(*parent).map(|p| p.ino).unwrap_or(0);
+            match reader.dir(pino) {
+                Ok(entries) => match entries.get(entry) {
+                    Some((i, _)) if *i == ino => {}
+                    Some((i, _)) => out.push(format!(
+                        "name '{}' names inode {i}, not {ino}",
+                        String::from_utf8_lossy(entry)
+                    )),
+                    None => out.push(format!(
+                        "name '{}' of {what} is missing from its directory",
+                        String::from_utf8_lossy(entry)
+                    )),
+                },
+                Err(e) => out.push(format!("parent of {what}: {e}")),
+            }
+        }
+    }
+    out
+}
+
+fn dedup(mut v: Vec<usize>) -> Vec<usize> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// A promised directory: every entry it had is there (unless a later
+/// operation in the window changed that entry), and every entry it has is
+/// one the window knows.
+fn check_dir(win: &[Arc<Tree>], node: NodeId, path: &str, reader: &mut Reader) -> Vec<String> {
+    let mut out = Vec::new();
+    let versions: Vec<&crate::model::Node> = match win.iter().map(|t| t.node(node)).collect() {
+        Some(v) => v,
+        None => return out,
+    };
+    let ino = versions[0].ino;
+    let what = if path.is_empty() {
+        format!("directory inode {ino}")
+    } else {
+        format!("{path} (inode {ino})")
+    };
+    let entries = match reader.dir(ino) {
+        Ok(e) => e,
+        Err(e) => {
+            out.push(format!("{what}: {e}"));
+            return out;
+        }
+    };
+    let ino_in = |t: &Tree, id: NodeId| t.node(id).map(|n| n.ino);
+    let Some(first) = versions[0].entries() else {
+        return out;
+    };
+    for (name, &child) in first {
+        let stable = win.iter().all(|t| {
+            t.node(node)
+                .and_then(|n| n.entries())
+                .and_then(|e| e.get(name))
+                == Some(&child)
+        });
+        if !stable {
+            continue;
+        }
+        let want = ino_in(&win[0], child).unwrap_or(0);
+        match entries.get(name) {
+            Some((i, _)) if *i == want => {}
+            Some((i, _)) => out.push(format!(
+                "{what}: entry '{}' names inode {i}, promised {want}",
+                String::from_utf8_lossy(name)
+            )),
+            None => out.push(format!(
+                "{what}: entry '{}' is missing",
+                String::from_utf8_lossy(name)
+            )),
+        }
+    }
+    for (name, (i, _)) in &entries {
+        let known = win.iter().any(|t| {
+            t.node(node)
+                .and_then(|n| n.entries())
+                .and_then(|e| e.get(name))
+                .and_then(|&c| ino_in(t, c))
+                == Some(*i)
+        });
+        if !known {
+            out.push(format!(
+                "{what}: entry '{}' -> inode {i} was never there after the promise",
+                String::from_utf8_lossy(name)
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,407 @@
+//! Recording: run a sequence on ordo and on the model, log the device I/O
+//! and every promise.
+//!
+//! The setup runs on a fresh copy of the empty image and ends with a clean
+//! unmount, so its result is the *base*: durable, and promised as a whole
+//! (promise 0). The recorded operations then run on a [`Recorder`] over a
+//! copy of the base. After each fsync / fdatasync / sync returns, the
+//! recorder gets a mark naming the promise, and the model a snapshot, so the
+//! oracle knows both what was promised and what the tree looked like after
+//! every operation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ordo_dev::MemDevice;
+use ordo_fs::{Creds, DataMode, FallocFlags, FileType, Fs, ProtocolKind, SetAttr};
+
+use crate::backend;
+use crate::error::CrashError;
+use crate::fuse::FuseMount;
+use crate::log::{LogEvent, Recorder};
+use crate::model::{Applied, NodeData, NodeId, Tree};
+use crate::workload::{Op, Sequence};
+
+/// What a promise covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Promised {
+    /// Everything in the tree (the base after setup, and `sync`).
+    All,
+    /// A file's data and size after fsync / fdatasync; with fsync of a file
+    /// created in this sequence also its name in its parent (`name`).
+    File {
+        node: NodeId,
+        datasync: bool,
+        /// Parent directory node and entry name, when the name is covered.
+        name: Option<(NodeId, Vec<u8>)>,
+    },
+    /// A directory's entries after fsync of the directory.
+    Dir { node: NodeId },
+}
+
+/// One promise the workload received.
+#[derive(Clone, Debug)]
+pub struct Promise {
+    /// Index of the operation after which it was made (0 = the base).
+    pub op: usize,
+    /// What it covers.
+    pub what: Promised,
+    /// For reports: "fsync /A/foo after op 2".
+    pub label: String,
+}
+
+/// A recorded sequence: everything the oracle needs.
+pub struct Recording {
+    /// Index of the sequence in its workload.
+    pub index: usize,
+    /// The sequence.
+    pub sequence: Sequence,
+    /// The image after setup (clean).
+    pub base: Arc<MemDevice>,
+    /// The write log of the recorded operations (and of the mount before).
+    pub events: Vec<LogEvent>,
+    /// `snapshots[i]` is the model after operation `i` (`[0]` = the base).
+    pub snapshots: Vec<Arc<Tree>>,
+    /// `promises[0]` is the base; the others in the order they were made
+    /// (the log's marks name them).
+    pub promises: Vec<Promise>,
+}
+
+/// How to record.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordParams {
+    /// The protocol.
+    pub mode: ProtocolKind,
+    /// Its data mode.
+    pub data: DataMode,
+    /// Run the recorded operations through a FUSE mount of the file system
+    /// instead of the library API.
+    pub fuse: bool,
+}
+
+/// A clean image after a setup, and the model of its tree.
+type SetupImage = (Arc<MemDevice>, Arc<Tree>);
+
+/// Setup images shared between sequences with the same setup.
+#[derive(Default)]
+pub struct SetupCache {
+    done: Mutex<HashMap<Vec<String>, SetupImage>>,
+}
+
+fn rec_err(seq: &Sequence, op: usize, text: &str, detail: impl ToString) -> CrashError {
+    CrashError::Record {
+        sequence: seq.name.clone(),
+        op,
+        text: text.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// Run one operation on ordo and on the model. `serial` numbers it for
+/// the data pattern. Returns what the model says it did.
+fn run_op(fs: &Fs, tree: &mut Tree, op: &Op, serial: u32) -> Result<Applied, String> {
+    let payload = tree.write_payload(op, serial);
+    let mut next = tree.clone();
+    let applied = next
+        .apply(op, serial)
+        .map_err(|e| format!("the model refuses it: {e}"))?;
+    let creds = Creds::root();
+    let ino_of = |path: &str| -> Result<u32, String> {
+        fs.lookup_path(path)
+            .map(|a| a.ino)
+            .map_err(|e| format!("lookup {path}: {e}"))
+    };
+    let parent_of = |path: &str| -> Result<(u32, Vec<u8>), String> {
+        let path = path.trim_end_matches('/');
+        let idx = path.rfind('/').ok_or("relative path")?;
+        let parent = if idx == 0 { "/" } else { &path[..idx] };
+        Ok((ino_of(parent)?, path.as_bytes()[idx + 1..].to_vec()))
+    };
+    let fs_err = |what: &str, e: ordo_fs::FsError| format!("ordo {what}: {e}");
+    let mut created_ino = None;
+    match op {
+        Op::Creat(p) => {
+            let (dir, name) = parent_of(p)?;
+            let a = fs
+                .create(dir, &name, FileType::Regular, 0o644, 0, &creds)
+                .map_err(|e| fs_err("create", e))?;
+            created_ino = Some(a.ino);
+        }
+        Op::Mkdir(p) => {
+            let (dir, name) = parent_of(p)?;
+            let a = fs
+                .mkdir(dir, &name, 0o755, &creds)
+                .map_err(|e| fs_err("mkdir", e))?;
+            created_ino = Some(a.ino);
+        }
+        Op::Symlink { target, path } => {
+            let (dir, name) = parent_of(path)?;
+            let a = fs
+                .symlink(dir, &name, target.as_bytes(), &creds)
+                .map_err(|e| fs_err("symlink", e))?;
+            created_ino = Some(a.ino);
+        }
+        Op::Write { path, .. } | Op::Append { path, .. } => {
+            let ino = ino_of(path)?;
+            let (_, off, data) = payload.ok_or("no payload")?;
+            let mut done = 0usize;
+            while done < data.len() {
+                let n = fs
+                    .write(ino, off + done as u64, &data[done..])
+                    .map_err(|e| fs_err("write", e))?;
+                if n == 0 {
+                    return Err("ordo write returned 0 bytes".into());
+                }
+                done += n as usize;
+            }
+        }
+        Op::Falloc {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                keep_size: *keep_size,
+                punch_hole: false,
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("fallocate", e))?;
+        }
+        Op::Punch { path, off, len } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                keep_size: true,
+                punch_hole: true,
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("punch", e))?;
+        }
+        Op::Truncate { path, size } => {
+            let ino = ino_of(path)?;
+            let set = SetAttr {
+                size: Some(*size),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino, &set).map_err(|e| fs_err("truncate", e))?;
+        }
+        Op::Link { src, dst } => {
+            let ino = ino_of(src)?;
+            let (dir, name) = parent_of(dst)?;
+            fs.link(ino, dir, &name).map_err(|e| fs_err("link", e))?;
+        }
+        Op::Unlink(p) => {
+            let (dir, name) = parent_of(p)?;
+            fs.unlink(dir, &name).map_err(|e| fs_err("unlink", e))?;
+        }
+        Op::Rmdir(p) => {
+            let (dir, name) = parent_of(p)?;
+            fs.rmdir(dir, &name).map_err(|e| fs_err("rmdir", e))?;
+        }
+        Op::Rename { src, dst } => {
+            let (sdir, sname) = parent_of(src)?;
+            let (ddir, dname) = parent_of(dst)?;
+            fs.rename(sdir, &sname, ddir, &dname, Default::default())
+                .map_err(|e| fs_err("rename", e))?;
+        }
+        Op::Fsync(p) | Op::Fdatasync(p) => {
+            let ino = ino_of(p)?;
+            fs.fsync(ino, matches!(op, Op::Fdatasync(_)))
+                .map_err(|e| fs_err("fsync", e))?;
+        }
+        Op::Sync => fs.sync().map_err(|e| fs_err("sync", e))?,
+    }
+    if let (Applied::Changed { created: Some(id) }, Some(ino)) = (&applied, created_ino) {
+        if let Some(Some(n)) = next.nodes.get_mut(*id) {
+            n.ino = ino;
+        }
+    }
+    *tree = next;
+    Ok(applied)
+}
+
+/// The promise an operation's result makes, if any.
+fn promise_for(
+    before: &Tree,
+    after: &Tree,
+    base: &Tree,
+    applied: &Applied,
+    op_index: usize,
+    op: &Op,
+) -> Option<Promise> {
+    let label = format!("{op} (op {op_index})");
+    let what = match applied {
+        Applied::Changed { .. } => return None,
+        Applied::Sync => Promised::All,
+        Applied::Fsync {
+            node,
+            datasync,
+            path,
+        } => match after.node(*node).map(|n| &n.data) {
+            Some(NodeData::Dir { .. }) => Promised::Dir { node: *node },
+            _ => {
+                // The name is covered for a file created in this sequence.
+                let is_new = base.node(*node).is_none();
+                let name = if is_new && !datasync {
+                    before.parent_of(path)
+                } else {
+                    None
+                };
+                Promised::File {
+                    node: *node,
+                    datasync: *datasync,
+                    name,
+                }
+            }
+        },
+    };
+    Some(Promise {
+        op: op_index,
+        what,
+        label,
+    })
+}
+
+impl SetupCache {
+    /// The clean image and model after `seq`'s setup, made once per
+    /// distinct setup.
+    fn get(
+        &self,
+        empty: &Arc<MemDevice>,
+        seq: &Sequence,
+        params: &RecordParams,
+    ) -> Result<SetupImage, CrashError> {
+        let key: Vec<String> = seq.setup.iter().map(|o| o.to_string()).collect();
+        if let Some(hit) = self.lock().get(&key) {
+            return Ok(hit.clone());
+        }
+        let dev = Arc::new(empty.snapshot());
+        let fs = backend::mount(dev.clone(), params.mode, params.data, false)
+            .map_err(|e| rec_err(seq, 0, "mount (setup)", e))?;
+        let mut tree = Tree::new();
+        import(&fs, &mut tree, crate::model::ROOT, ordo_fs::ROOT_INO, 0)
+            .map_err(|e| rec_err(seq, 0, "reading the empty file system", e))?;
+        for (i, op) in seq.setup.iter().enumerate() {
+            run_op(&fs, &mut tree, op, i as u32 + 1)
+                .map_err(|e| rec_err(seq, 0, &format!("setup: {op}"), e))?;
+        }
+        fs.unmount()
+            .map_err(|e| rec_err(seq, 0, "unmount (setup)", e))?;
+        let out = (Arc::new(dev.snapshot()), Arc::new(tree));
+        self.lock().insert(key, out.clone());
+        Ok(out)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, SetupImage>> {
+        self.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Directory depth the import of mkfs's tree follows.
+const IMPORT_DEPTH_MAX: usize = 8;
+
+/// Add what mkfs created (lost+found) under `dir` to the model, so that the
+/// oracle knows it.
+fn import(fs: &Fs, tree: &mut Tree, dir: NodeId, ino: u32, depth: usize) -> Result<(), String> {
+    if depth > IMPORT_DEPTH_MAX {
+        return Err("directory tree too deep".into());
+    }
+    let mut cookie = 0;
+    loop {
+        let batch = fs
+            .readdir(ino, cookie, 256)
+            .map_err(|e| format!("readdir {ino}: {e}"))?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for e in batch {
+            cookie = e.next_offset;
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let data = match e.kind {
+                FileType::Directory => NodeData::Dir {
+                    entries: Default::default(),
+                },
+                FileType::Regular => {
+                    let size = fs.getattr(e.ino).map_err(|x| x.to_string())?.size;
+                    let content = fs.read(e.ino, 0, size as u32).map_err(|x| x.to_string())?;
+                    NodeData::File {
+                        content: Arc::new(content),
+                    }
+                }
+                FileType::Symlink => NodeData::Symlink {
+                    target: fs.readlink(e.ino).map_err(|x| x.to_string())?,
+                },
+                other => return Err(format!("unexpected {other:?} in the empty file system")),
+            };
+            let id = tree.add_existing(dir, &e.name, e.ino, data);
+            if e.kind == FileType::Directory {
+                import(fs, tree, id, e.ino, depth + 1)?;
+            }
+        }
+    }
+}
+
+/// Record sequence `index` of a workload on a copy of `empty` (a freshly
+/// made file system).
+pub fn record(
+    empty: &Arc<MemDevice>,
+    setups: &SetupCache,
+    index: usize,
+    seq: &Sequence,
+    params: &RecordParams,
+) -> Result<Recording, CrashError> {
+    let (base, base_tree) = setups.get(empty, seq, params)?;
+    let rec = Recorder::new(base.clone());
+    let fs = Arc::new(
+        backend::mount(rec.device(), params.mode, params.data, false)
+            .map_err(|e| rec_err(seq, 0, "mount", e))?,
+    );
+    let mnt = if params.fuse {
+        Some(FuseMount::new(fs.clone()).map_err(|e| rec_err(seq, 0, "FUSE mount", e))?)
+    } else {
+        None
+    };
+    let mut tree = (*base_tree).clone();
+    let mut snapshots = vec![base_tree.clone()];
+    let mut promises = vec![Promise {
+        op: 0,
+        what: Promised::All,
+        label: "the base tree (clean unmount after setup)".into(),
+    }];
+    for (i, op) in seq.ops.iter().enumerate() {
+        let op_index = i + 1;
+        rec.set_op(op_index);
+        let serial = (seq.setup.len() + op_index) as u32;
+        let before = tree.clone();
+        let applied = match &mnt {
+            Some(m) => crate::fuse::run_op(m.path(), &fs, &mut tree, op, serial),
+            None => run_op(&fs, &mut tree, op, serial),
+        }
+        .map_err(|e| rec_err(seq, op_index, &op.to_string(), e))?;
+        if let Some(p) = promise_for(&before, &tree, &base_tree, &applied, op_index, op) {
+            promises.push(p);
+            rec.mark(promises.len() - 1);
+        }
+        snapshots.push(Arc::new(tree.clone()));
+    }
+    let events = rec.events();
+    // The crash happens here: the file system is dropped without unmount
+    // (the FUSE session goes first; it does not unmount the library's file
+    // system, and anything written from now on is not in `events`).
+    if let Some(m) = mnt {
+        m.unmount()
+            .map_err(|e| rec_err(seq, seq.ops.len(), "FUSE unmount", e))?;
+    }
+    drop(fs);
+    Ok(Recording {
+        index,
+        sequence: seq.clone(),
+        base,
+        events,
+        snapshots,
+        promises,
+    })
+}

@@ -1,0 +1,177 @@
+//! End-to-end tests of the crash explorer on ordo's protocols: the checks
+//! can fail (async, a protocol with one ordering removed), they pass where
+//! the protocol is right (sync), and runs are reproducible.
+
+use std::collections::BTreeSet;
+
+use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams, LogFault, StateId};
+use ordo_crash::report::Report;
+use ordo_fs::ProtocolKind;
+
+fn params(mode: ProtocolKind, workload: &str) -> ExploreParams {
+    let mut p = ExploreParams::new(mode, workload);
+    p.e2fsck = E2fsckPolicy::Never;
+    p.minimize_max = 2;
+    p
+}
+
+fn verdicts(r: &Report) -> BTreeSet<(String, Vec<String>)> {
+    r.failures
+        .iter()
+        .map(|f| (f.state.clone(), f.classes.clone()))
+        .collect()
+}
+
+fn scenario(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.scenario");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap().to_string();
+    (dir, p)
+}
+
+/// async has no ordering: the explorer must find states its benign repair
+/// can not fix.
+#[test]
+fn async_has_inconsistent_states() {
+    let mut p = params(ProtocolKind::Async, "seq1");
+    p.max_states = Some(3000);
+    let r = explore(&p).unwrap();
+    println!("{}", r.summary(3));
+    assert!(r.checked > 0);
+    assert!(
+        r.inconsistent > 0,
+        "async must leave inconsistent states: {}",
+        r.summary(0)
+    );
+    // Every failure names a command that rebuilds it.
+    for f in &r.failures {
+        assert!(f.reproduce.contains(&format!("--state {}", f.state)));
+    }
+}
+
+/// sync orders every metadata write: no state is inconsistent, no promise
+/// is broken, no file shows foreign bytes, over all of seq-1 and a bounded
+/// seq-2 (at least 10,000 states together).
+#[test]
+fn sync_is_consistent_over_seq1_and_seq2() {
+    let mut total = 0;
+    for (workload, e2fsck) in [
+        ("seq1", E2fsckPolicy::Sample(25)),
+        ("seq2", E2fsckPolicy::Sample(200)),
+    ] {
+        let mut p = params(ProtocolKind::Sync, workload);
+        p.e2fsck = e2fsck;
+        let r = explore(&p).unwrap();
+        println!("{}", r.summary(5));
+        assert_eq!(r.inconsistent, 0, "{}", r.summary(5));
+        assert_eq!(r.broken_promises, 0, "{}", r.summary(5));
+        assert_eq!(r.foreign_data, 0, "{}", r.summary(5));
+        assert_eq!(r.failures_total, 0, "{}", r.summary(5));
+        assert!(r.e2fsck_checked > 0);
+        assert_eq!(r.checked, r.states_total);
+        total += r.checked;
+    }
+    assert!(total >= 10_000, "only {total} states checked");
+}
+
+/// A sync protocol with one ordering it depends on removed (a write moved
+/// past the flush that was to make it durable first, or a FUA write made
+/// volatile) is caught.
+#[test]
+fn a_broken_ordering_is_caught() {
+    let (_dir, path) = scenario(
+        "preset\n---\ncreat /A/new\nwrite /A/new 0 8192\nfsync /A/new\nmkdir /C/d\nsymlink /A/new /C/d/s\nunlink /A/bar\nsync\n",
+    );
+    let clean = explore(&params(ProtocolKind::Sync, &path)).unwrap();
+    assert_eq!(clean.failures_total, 0, "{}", clean.summary(5));
+    let mut caught = Vec::new();
+    let mut tried = 0;
+    for fault in (0..24)
+        .map(LogFault::DelayWrite)
+        .chain((0..8).map(LogFault::UnFua))
+    {
+        let mut p = params(ProtocolKind::Sync, &path);
+        p.fault = Some(fault);
+        let r = explore(&p).unwrap();
+        tried += 1;
+        if r.failures_total > 0 {
+            caught.push((fault, r.failures_total));
+        }
+    }
+    println!("caught {caught:?} of {tried} faults");
+    assert!(!caught.is_empty(), "no reordering was caught");
+    // Removing every flush is caught too.
+    let mut p = params(ProtocolKind::Sync, &path);
+    p.fault = Some(LogFault::DropFlushes);
+    let r = explore(&p).unwrap();
+    assert!(r.failures_total > 0, "{}", r.summary(3));
+}
+
+/// The same seed gives the same states and the same verdicts.
+#[test]
+fn same_seed_same_states_and_verdicts() {
+    let run = |seed| {
+        let mut p = params(ProtocolKind::Async, "random");
+        p.states.seed = seed;
+        p.workload_params.random_ops = 20;
+        p.states.max_states_per_point = 16;
+        p.max_states = Some(400);
+        explore(&p).unwrap()
+    };
+    let a = run(11);
+    let b = run(11);
+    assert_eq!(a.states_total, b.states_total);
+    assert_eq!(a.checked, b.checked);
+    assert_eq!(a.by_class, b.by_class);
+    assert_eq!(verdicts(&a), verdicts(&b));
+    // And a reproduced state gets the verdict it got in the run.
+    if let Some(f) = a.failures.first() {
+        let mut p = params(ProtocolKind::Async, "random");
+        p.states.seed = 11;
+        p.workload_params.random_ops = 20;
+        p.states.max_states_per_point = 16;
+        p.only_state = Some(f.state.parse::<StateId>().unwrap());
+        let one = explore(&p).unwrap();
+        assert_eq!(one.checked, 1);
+        assert_eq!(one.failures[0].classes, f.classes);
+    }
+}
+
+/// Shards partition the states, and merging their reports gives the counts
+/// of the whole run.
+#[test]
+fn shards_merge_to_the_whole_run() {
+    let (_dir, path) =
+        scenario("preset\n---\ncreat /A/x\nappend /A/x 5000\nfsync /A/x\nunlink /A/bar\nsync\n");
+    let whole = explore(&params(ProtocolKind::Async, &path)).unwrap();
+    let mut shards = Vec::new();
+    for i in 0..3 {
+        let mut p = params(ProtocolKind::Async, &path);
+        p.shard = Some((i, 3));
+        shards.push((format!("shard{i}"), explore(&p).unwrap()));
+    }
+    let merged = ordo_crash::report::merge(&shards).unwrap();
+    assert_eq!(merged.checked, whole.checked);
+    assert_eq!(merged.inconsistent, whole.inconsistent);
+    assert_eq!(merged.broken_promises, whole.broken_promises);
+    assert_eq!(merged.by_class, whole.by_class);
+    assert_eq!(verdicts(&merged), verdicts(&whole));
+}
+
+/// Prefix-only states are a subset of the full exploration's, so there are
+/// fewer of them; torn writes add states.
+#[test]
+fn prefix_only_and_torn_change_the_state_count() {
+    let (_dir, path) =
+        scenario("preset\n---\nwrite /A/foo 0 12288\nfsync /A/foo\ncreat /B/n\nsync\n");
+    let full = explore(&params(ProtocolKind::Async, &path)).unwrap();
+    let mut p = params(ProtocolKind::Async, &path);
+    p.states.prefix_only = true;
+    let prefix = explore(&p).unwrap();
+    let mut p = params(ProtocolKind::Async, &path);
+    p.states.torn = true;
+    let torn = explore(&p).unwrap();
+    assert!(prefix.states_total < full.states_total);
+    assert!(torn.states_total > full.states_total);
+}

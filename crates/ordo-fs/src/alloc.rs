@@ -1,0 +1,419 @@
+//! Block and inode allocation over ext4's per-group bitmaps.
+//!
+//! Blocks are allocated goal-first: a file's next block is looked for right
+//! after its previous one, so sequential writes come out contiguous, and a
+//! run is extended as far as the caller wants. Directories are spread over
+//! groups (a rotor over groups with more free inodes than average), files
+//! go to their parent's group: a simple form of Orlov's policy.
+//!
+//! Every bit changed is one `Bitmap` update and every descriptor counter one
+//! `Counter` update; the superblock's summary counters are refreshed when
+//! the file system is synced (ext4 also keeps them lazily). A freed block is
+//! reported to the protocol (`on_block_freed`) and dropped from the cache,
+//! and the protocol decides when it may be reused (`can_allocate`).
+//!
+//! Groups whose bitmaps were never initialized (`BLOCK_UNINIT`,
+//! `INODE_UNINIT`, left by mkfs) get their bitmap built on first use, as the
+//! kernel's `ext4_init_block_bitmap` does.
+
+use ordo_dev::BlockClass;
+
+use crate::state::Core;
+use crate::error::{errno, Result};
+use crate::layout::gd;
+use crate::update::{BitmapKind, CounterKind, Ino, UpdateKind};
+
+impl Core {
+    pub fn group_count(&self) -> u32 {
+        self.groups.len() as u32
+    }
+
+    pub fn group_of_block(&self, block: u64) -> u32 {
+        self.sbi.group_of_block(block) as u32
+    }
+
+    /// Load group `g`'s block bitmap, building it if the group is
+    /// `BLOCK_UNINIT`. Returns the bitmap block number.
+    fn block_bitmap(&mut self, g: u32) -> Result<u64> {
+        let loc = self.groups[g as usize];
+        let flags = self.gd16(g, gd::FLAGS)?;
+        if flags & gd::FLAG_BLOCK_UNINIT != 0 && !self.cache.contains(loc.block_bitmap) {
+            let bs = self.bs as usize;
+            let mut img = vec![0u8; bs];
+            let first = self.sbi.group_first_block(g as u64);
+            let n = self.sbi.blocks_in_group(g as u64) as u64;
+            let mut mark = |b: u64| {
+                if b >= first && b < first + n {
+                    let i = (b - first) as usize;
+                    img[i / 8] |= 1 << (i % 8);
+                }
+            };
+            let over = self.sbi.super_overhead_blocks(g as u64);
+            for b in first..first + over {
+                mark(b);
+            }
+            let itb = self.sbi.inode_table_blocks() as u64;
+            for h in &self.groups {
+                mark(h.block_bitmap);
+                mark(h.inode_bitmap);
+                for b in h.inode_table..h.inode_table + itb {
+                    mark(b);
+                }
+            }
+            for i in n as usize..bs * 8 {
+                img[i / 8] |= 1 << (i % 8);
+            }
+            self.init_block(loc.block_bitmap, BlockClass::GroupMeta, &img, UpdateKind::Other);
+            self.set_gd16(g, gd::FLAGS, flags & !gd::FLAG_BLOCK_UNINIT, UpdateKind::Other);
+            self.csum_block_bitmap(g);
+        } else {
+            self.ensure(loc.block_bitmap, BlockClass::GroupMeta)?;
+        }
+        Ok(loc.block_bitmap)
+    }
+
+    /// Load group `g`'s inode bitmap, building it if `INODE_UNINIT`.
+    fn inode_bitmap(&mut self, g: u32) -> Result<u64> {
+        let loc = self.groups[g as usize];
+        let flags = self.gd16(g, gd::FLAGS)?;
+        if flags & gd::FLAG_INODE_UNINIT != 0 && !self.cache.contains(loc.inode_bitmap) {
+            let bs = self.bs as usize;
+            let mut img = vec![0u8; bs];
+            for i in self.sbi.inodes_per_group as usize..bs * 8 {
+                img[i / 8] |= 1 << (i % 8);
+            }
+            self.init_block(loc.inode_bitmap, BlockClass::GroupMeta, &img, UpdateKind::Other);
+            self.set_gd16(g, gd::FLAGS, flags & !gd::FLAG_INODE_UNINIT, UpdateKind::Other);
+            self.csum_inode_bitmap(g);
+        } else {
+            self.ensure(loc.inode_bitmap, BlockClass::GroupMeta)?;
+        }
+        Ok(loc.inode_bitmap)
+    }
+
+    /// Free blocks of group `g` according to its descriptor.
+    pub fn group_free_blocks(&mut self, g: u32) -> Result<u32> {
+        self.gd_count(g, gd::FREE_BLOCKS_LO, gd::FREE_BLOCKS_HI)
+    }
+
+    /// Free inodes of group `g` according to its descriptor.
+    pub fn group_free_inodes(&mut self, g: u32) -> Result<u32> {
+        self.gd_count(g, gd::FREE_INODES_LO, gd::FREE_INODES_HI)
+    }
+
+    fn add_group_counter(&mut self, g: u32, what: CounterKind, delta: i64) -> Result<()> {
+        let (lo, hi) = match what {
+            CounterKind::FreeBlocks => (gd::FREE_BLOCKS_LO, gd::FREE_BLOCKS_HI),
+            CounterKind::FreeInodes => (gd::FREE_INODES_LO, gd::FREE_INODES_HI),
+            CounterKind::UsedDirs => (gd::USED_DIRS_LO, gd::USED_DIRS_HI),
+            CounterKind::ItableUnused => (gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI),
+        };
+        let v = self.gd_count(g, lo, hi)? as i64 + delta;
+        let kind = UpdateKind::Counter {
+            what,
+            group: Some(g),
+            delta,
+        };
+        self.set_gd_count(g, lo, hi, v.max(0) as u32, kind);
+        Ok(())
+    }
+
+    /// Allocate up to `max` contiguous blocks, as near `goal` as possible.
+    /// Returns `(first, len)` with `1 <= len <= max`, or ENOSPC.
+    pub fn alloc_blocks(&mut self, goal: u64, max: u32) -> Result<(u64, u32)> {
+        assert!(max > 0);
+        let ngroups = self.group_count();
+        let goal = if goal < self.sbi.first_data_block as u64 || goal >= self.sbi.blocks_count {
+            self.sbi.first_data_block as u64
+        } else {
+            goal
+        };
+        let g0 = self.group_of_block(goal);
+        for i in 0..=ngroups {
+            let g = (g0 + i) % ngroups;
+            if self.group_free_blocks(g)? == 0 {
+                continue;
+            }
+            let start_idx = if i == 0 {
+                self.sbi.block_index_in_group(goal) as usize
+            } else {
+                0
+            };
+            if let Some((first, len)) = self.find_free_run(g, start_idx, max)? {
+                self.mark_blocks(first, len, true)?;
+                return Ok((first, len));
+            }
+        }
+        Err(errno(libc::ENOSPC))
+    }
+
+    /// Look for a free run in group `g` starting at or after bit `from`.
+    fn find_free_run(&mut self, g: u32, from: usize, max: u32) -> Result<Option<(u64, u32)>> {
+        let bb = self.block_bitmap(g)?;
+        let img = self.read_block(bb, BlockClass::GroupMeta)?;
+        let n = self.sbi.blocks_in_group(g as u64) as usize;
+        let first_block = self.sbi.group_first_block(g as u64);
+        let mut i = from;
+        while i < n {
+            if i % 8 == 0 && i + 8 <= n && img[i / 8] == 0xFF {
+                i += 8;
+                continue;
+            }
+            if img[i / 8] & (1 << (i % 8)) == 0 && self.proto.can_allocate(first_block + i as u64)
+            {
+                let mut len = 1usize;
+                while len < max as usize
+                    && i + len < n
+                    && img[(i + len) / 8] & (1 << ((i + len) % 8)) == 0
+                    && self.proto.can_allocate(first_block + (i + len) as u64)
+                {
+                    len += 1;
+                }
+                return Ok(Some((first_block + i as u64, len as u32)));
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+
+    /// Set (allocate) or clear (free) the bits of blocks `first..first+len`
+    /// (all in one group), with the group's free count.
+    fn mark_blocks(&mut self, first: u64, len: u32, set: bool) -> Result<()> {
+        let g = self.group_of_block(first);
+        debug_assert_eq!(g, self.group_of_block(first + len as u64 - 1));
+        let bb = self.block_bitmap(g)?;
+        let img = self.read_block(bb, BlockClass::GroupMeta)?;
+        let base = self.sbi.block_index_in_group(first) as usize;
+        let mut bytes: Vec<(usize, u8)> = Vec::new();
+        for k in 0..len as usize {
+            let i = base + k;
+            let cur = bytes
+                .last()
+                .filter(|(at, _)| *at == i / 8)
+                .map(|&(_, v)| v)
+                .unwrap_or(img[i / 8]);
+            let bit = 1u8 << (i % 8);
+            let was = cur & bit != 0;
+            if was == set {
+                return Err(crate::error::FsError::corrupt(
+                    bb,
+                    "block bitmap",
+                    format!(
+                        "block {} is already {}",
+                        first + k as u64,
+                        if set { "in use" } else { "free" }
+                    ),
+                ));
+            }
+            let v = if set { cur | bit } else { cur & !bit };
+            match bytes.last_mut() {
+                Some((at, val)) if *at == i / 8 => *val = v,
+                _ => bytes.push((i / 8, v)),
+            }
+        }
+        drop(img);
+        // One update per bit, in the order of the blocks.
+        let mut state: std::collections::HashMap<usize, u8> = std::collections::HashMap::new();
+        for k in 0..len as usize {
+            let i = base + k;
+            let img = self.cache.snapshot(bb).expect("cached");
+            let cur = *state.get(&(i / 8)).unwrap_or(&img[i / 8]);
+            drop(img);
+            let bit = 1u8 << (i % 8);
+            let v = if set { cur | bit } else { cur & !bit };
+            state.insert(i / 8, v);
+            self.modify(
+                bb,
+                i / 8,
+                &[v],
+                UpdateKind::Bitmap {
+                    what: BitmapKind::Block,
+                    index: first + k as u64,
+                    set,
+                },
+            );
+        }
+        self.csum_block_bitmap(g);
+        let delta = if set { -(len as i64) } else { len as i64 };
+        self.add_group_counter(g, CounterKind::FreeBlocks, delta)?;
+        Ok(())
+    }
+
+    /// Free blocks `first..first+len` (may span groups).
+    pub fn free_blocks(&mut self, first: u64, len: u64) -> Result<()> {
+        let mut b = first;
+        let end = first + len;
+        while b < end {
+            let g = self.group_of_block(b);
+            let gend = self.sbi.group_first_block(g as u64) + self.sbi.blocks_in_group(g as u64) as u64;
+            let n = (end.min(gend) - b) as u32;
+            self.mark_blocks(b, n, false)?;
+            for x in b..b + n as u64 {
+                self.cache.forget(x);
+                self.seal.owners.remove(&x);
+                self.proto.on_block_freed(x, &self.handle);
+            }
+            b += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Allocate an inode for a child of `parent`.
+    pub fn alloc_inode(&mut self, parent: Ino, is_dir: bool) -> Result<Ino> {
+        let ngroups = self.group_count();
+        let ipg = self.sbi.inodes_per_group;
+        let pg = (parent - 1) / ipg;
+        let start = if is_dir && ngroups > 1 {
+            // Spread directories: the next group (rotor) with at least the
+            // average number of free inodes.
+            let total_free: u64 = (0..ngroups)
+                .map(|g| self.group_free_inodes(g).unwrap_or(0) as u64)
+                .sum();
+            let avg = total_free / ngroups as u64;
+            let mut pick = pg;
+            for i in 0..ngroups {
+                let g = (self.dir_rotor + i) % ngroups;
+                if self.group_free_inodes(g)? as u64 >= avg.max(1)
+                    && self.group_free_blocks(g)? > 0
+                {
+                    pick = g;
+                    break;
+                }
+            }
+            self.dir_rotor = (pick + 1) % ngroups;
+            pick
+        } else {
+            pg
+        };
+        for i in 0..ngroups {
+            let g = (start + i) % ngroups;
+            if self.group_free_inodes(g)? == 0 {
+                continue;
+            }
+            let ib = self.inode_bitmap(g)?;
+            let img = self.read_block(ib, BlockClass::GroupMeta)?;
+            let first_idx = if g == 0 {
+                self.sbi.first_ino() as usize - 1
+            } else {
+                0
+            };
+            let found = (first_idx..ipg as usize).find(|&i| img[i / 8] & (1 << (i % 8)) == 0);
+            drop(img);
+            let Some(idx) = found else { continue };
+            let ino = g * ipg + idx as u32 + 1;
+            let img = self.read_block(ib, BlockClass::GroupMeta)?;
+            let v = img[idx / 8] | (1 << (idx % 8));
+            drop(img);
+            self.modify(
+                ib,
+                idx / 8,
+                &[v],
+                UpdateKind::Bitmap {
+                    what: BitmapKind::Inode,
+                    index: ino as u64,
+                    set: true,
+                },
+            );
+            self.csum_inode_bitmap(g);
+            self.add_group_counter(g, CounterKind::FreeInodes, -1)?;
+            if is_dir {
+                self.add_group_counter(g, CounterKind::UsedDirs, 1)?;
+            }
+            if self.sbi.has_group_csum() {
+                let unused = self.gd_count(g, gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI)?;
+                let hwm = ipg - unused;
+                if idx as u32 >= hwm {
+                    let new_unused = ipg - (idx as u32 + 1);
+                    self.add_group_counter(
+                        g,
+                        CounterKind::ItableUnused,
+                        new_unused as i64 - unused as i64,
+                    )?;
+                }
+            }
+            return Ok(ino);
+        }
+        Err(errno(libc::ENOSPC))
+    }
+
+    /// Release inode `ino` in its bitmap and counters.
+    pub fn free_inode_bit(&mut self, ino: Ino, was_dir: bool) -> Result<()> {
+        let ipg = self.sbi.inodes_per_group;
+        let g = (ino - 1) / ipg;
+        let idx = ((ino - 1) % ipg) as usize;
+        let ib = self.inode_bitmap(g)?;
+        let img = self.read_block(ib, BlockClass::GroupMeta)?;
+        if img[idx / 8] & (1 << (idx % 8)) == 0 {
+            return Err(crate::error::FsError::corrupt(
+                ib,
+                "inode bitmap",
+                format!("inode {ino} is already free"),
+            ));
+        }
+        let v = img[idx / 8] & !(1 << (idx % 8));
+        drop(img);
+        self.modify(
+            ib,
+            idx / 8,
+            &[v],
+            UpdateKind::Bitmap {
+                what: BitmapKind::Inode,
+                index: ino as u64,
+                set: false,
+            },
+        );
+        self.csum_inode_bitmap(g);
+        self.add_group_counter(g, CounterKind::FreeInodes, 1)?;
+        if was_dir {
+            self.add_group_counter(g, CounterKind::UsedDirs, -1)?;
+        }
+        Ok(())
+    }
+
+    /// Sum of the groups' free blocks and free inodes.
+    pub fn free_totals(&mut self) -> Result<(u64, u64)> {
+        let mut fb = 0u64;
+        let mut fi = 0u64;
+        for g in 0..self.group_count() {
+            fb += self.group_free_blocks(g)? as u64;
+            fi += self.group_free_inodes(g)? as u64;
+        }
+        Ok((fb, fi))
+    }
+
+    /// Bring the superblock's summary counters up to date (inside a handle).
+    pub fn update_sb_counters(&mut self) -> Result<()> {
+        let (fb, fi) = self.free_totals()?;
+        let old_fb = self.sb32(crate::layout::sb::FREE_BLOCKS_LO)? as u64
+            | (self.sb32(crate::layout::sb::FREE_BLOCKS_HI)? as u64) << 32;
+        let old_fi = self.sb32(crate::layout::sb::FREE_INODES)? as u64;
+        if old_fb != fb {
+            let kind = UpdateKind::Counter {
+                what: CounterKind::FreeBlocks,
+                group: None,
+                delta: fb as i64 - old_fb as i64,
+            };
+            self.set_sb(
+                crate::layout::sb::FREE_BLOCKS_LO,
+                &(fb as u32).to_le_bytes(),
+                kind.clone(),
+            )?;
+            if self.sbi.has_64bit() {
+                self.set_sb(
+                    crate::layout::sb::FREE_BLOCKS_HI,
+                    &((fb >> 32) as u32).to_le_bytes(),
+                    kind,
+                )?;
+            }
+        }
+        if old_fi != fi {
+            let kind = UpdateKind::Counter {
+                what: CounterKind::FreeInodes,
+                group: None,
+                delta: fi as i64 - old_fi as i64,
+            };
+            self.set_sb(crate::layout::sb::FREE_INODES, &(fi as u32).to_le_bytes(), kind)?;
+        }
+        Ok(())
+    }
+}

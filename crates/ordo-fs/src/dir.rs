@@ -1,0 +1,666 @@
+//! Directories: linear ext4 directory blocks, an in-memory name index, and
+//! the one-time conversion of hashed (htree) directories to linear ones.
+//!
+//! On disk a directory is a sequence of blocks of variable-length entries
+//! (`inode`, `rec_len`, `name_len`, `file_type`, name), each block closed by
+//! a 12-byte checksum tail under `metadata_csum`. Adding an entry takes the
+//! slack of an existing entry (splitting its `rec_len`) or a new block;
+//! removing one merges it into its predecessor's `rec_len` (or zeroes the
+//! inode of a block's first entry), exactly as ext4 does, so entries never
+//! move and readdir cookies (the entry's byte position in the directory,
+//! plus one) stay valid across changes.
+//!
+//! Lookups must not be O(n): on first access a directory's blocks are read
+//! once into a `HashMap` from name to position, kept up to date by every
+//! add and remove, together with each block's largest free slot.
+//!
+//! Indexed (htree) directories made by the kernel are read by scanning their
+//! leaf blocks (the dx root's `.`/`..` parse as ordinary entries, dx nodes
+//! as one empty entry). Before the first change ordo clears the index flag
+//! and rewrites the root and node blocks as valid empty linear blocks: a
+//! linear directory is valid ext4, and the kernel re-indexes it if it likes.
+
+use std::collections::HashMap;
+
+use ordo_dev::BlockClass;
+
+use crate::state::{Core, Owner};
+use crate::error::{errno, FsError, Result};
+use crate::extent;
+use crate::layout::{dirent as de, ino as io, le16, le32, put16, put32};
+use crate::types::FileType;
+use crate::update::{Ino, LinkOp, UpdateKind};
+
+/// Where one name lives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    pub lblk: u32,
+    pub off: u16,
+    pub ino: Ino,
+    pub ft: u8,
+}
+
+/// The in-memory index of one directory.
+#[derive(Default)]
+pub(crate) struct DirIndex {
+    pub names: HashMap<Vec<u8>, Slot>,
+    /// Physical block of each logical block (0: hole).
+    pub pblks: Vec<u64>,
+    /// Largest record length a new entry could take in each block.
+    pub free: Vec<u16>,
+}
+
+/// One parsed entry.
+#[derive(Clone, Debug)]
+pub(crate) struct RawEntry {
+    pub off: usize,
+    pub ino: Ino,
+    pub rec_len: usize,
+    pub name: Vec<u8>,
+    pub ft: u8,
+}
+
+pub(crate) fn ft_of(kind: FileType) -> u8 {
+    match kind {
+        FileType::Regular => de::FT_REG,
+        FileType::Directory => de::FT_DIR,
+        FileType::Symlink => de::FT_SYMLINK,
+        FileType::CharDevice => de::FT_CHR,
+        FileType::BlockDevice => de::FT_BLK,
+        FileType::Fifo => de::FT_FIFO,
+        FileType::Socket => de::FT_SOCK,
+    }
+}
+
+pub(crate) fn kind_of_ft(ft: u8) -> Option<FileType> {
+    Some(match ft {
+        de::FT_REG => FileType::Regular,
+        de::FT_DIR => FileType::Directory,
+        de::FT_SYMLINK => FileType::Symlink,
+        de::FT_CHR => FileType::CharDevice,
+        de::FT_BLK => FileType::BlockDevice,
+        de::FT_FIFO => FileType::Fifo,
+        de::FT_SOCK => FileType::Socket,
+        _ => return None,
+    })
+}
+
+/// Whether `img` ends with a directory checksum tail.
+fn has_tail(img: &[u8]) -> bool {
+    let n = img.len();
+    le32(img, n - 12) == 0 && le16(img, n - 8) == 12 && img[n - 6] == 0 && img[n - 5] == de::TAIL_FT
+}
+
+/// Parse the entries of a directory block (validating their framing).
+pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEntry>> {
+    // Entries end at the checksum tail when there is one; a dx root's `..`
+    // (whose dx tail is no dirent tail) spans the whole block.
+    let tail_at = has_tail(img).then(|| img.len() - de::TAIL_LEN);
+    let limit = img.len();
+    let mut v = Vec::new();
+    let mut off = 0usize;
+    while off < limit && Some(off) != tail_at {
+        if off + 8 > limit {
+            return Err(FsError::corrupt(
+                block,
+                format!("directory {dir} entry at {off} rec_len"),
+                "entry header crosses the end of the block",
+            ));
+        }
+        let ino = le32(img, off);
+        let rec_len = le16(img, off + 4) as usize;
+        let name_len = img[off + 6] as usize;
+        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > limit || 8 + name_len > rec_len {
+            return Err(FsError::corrupt(
+                block,
+                format!("directory {dir} entry at {off} rec_len"),
+                format!("rec_len {rec_len} with name_len {name_len} at offset {off} (limit {limit})"),
+            ));
+        }
+        v.push(RawEntry {
+            off,
+            ino,
+            rec_len,
+            name: img[off + 8..off + 8 + name_len].to_vec(),
+            ft: img[off + 7],
+        });
+        off += rec_len;
+    }
+    Ok(v)
+}
+
+fn block_free(entries: &[RawEntry]) -> u16 {
+    entries
+        .iter()
+        .map(|e| {
+            if e.ino == 0 {
+                e.rec_len
+            } else {
+                e.rec_len - de::rec_len_for(e.name.len())
+            }
+        })
+        .max()
+        .unwrap_or(0) as u16
+}
+
+/// The extent store of an inode, over the core.
+pub(crate) struct InodeTree<'a> {
+    pub core: &'a mut Core,
+    pub ino: Ino,
+    pub generation: u32,
+}
+
+impl Core {
+    /// An extent store over inode `ino`.
+    pub fn tree(&mut self, ino: Ino) -> Result<InodeTree<'_>> {
+        let i = self.read_inode(ino)?;
+        if !i.uses_extents() {
+            return Err(FsError::Unsupported(format!(
+                "inode {ino} maps its blocks without extents (ext2/3 block maps)"
+            )));
+        }
+        Ok(InodeTree {
+            core: self,
+            ino,
+            generation: i.generation,
+        })
+    }
+
+    /// Build (once) and return the index of directory `dir`.
+    pub fn dir_index(&mut self, dir: Ino) -> Result<&mut DirIndex> {
+        if !self.dirs.contains_key(&dir) {
+            let idx = self.build_dir_index(dir)?;
+            self.dirs.insert(dir, idx);
+        }
+        Ok(self.dirs.get_mut(&dir).expect("just inserted"))
+    }
+
+    fn build_dir_index(&mut self, dir: Ino) -> Result<DirIndex> {
+        let i = self.read_inode(dir)?;
+        if !i.is_dir() {
+            return Err(errno(libc::ENOTDIR));
+        }
+        let nblocks = i.size.div_ceil(self.bs as u64);
+        if nblocks > u32::MAX as u64 {
+            return Err(FsError::corrupt(0, format!("directory {dir} i_size"), "too large"));
+        }
+        let mut pblks = vec![0u64; nblocks as usize];
+        {
+            let mut t = self.tree(dir)?;
+            for m in extent::extents(&mut t, 0..nblocks)? {
+                for k in 0..m.len {
+                    let l = (m.lblk + k) as usize;
+                    if l < pblks.len() && !m.unwritten {
+                        pblks[l] = m.pblk + k as u64;
+                    }
+                }
+            }
+        }
+        let indexed = i.flags & io::FL_INDEX != 0;
+        let mut idx = DirIndex {
+            names: HashMap::new(),
+            pblks: pblks.clone(),
+            free: vec![0; nblocks as usize],
+        };
+        for (l, &p) in pblks.iter().enumerate() {
+            if p == 0 {
+                continue;
+            }
+            let img = self.read_block(p, BlockClass::Directory)?;
+            self.seal.owners.insert(
+                p,
+                Owner::Dir {
+                    ino: dir,
+                    generation: i.generation,
+                },
+            );
+            let is_node = indexed && l > 0 && le32(&img, 0) == 0 && le16(&img, 4) as u32 == self.bs;
+            if is_node {
+                continue;
+            }
+            if self.seal.csum && has_tail(&img) && !(indexed && l == 0) {
+                let want = self.seal.dir_csum(dir, i.generation, &img);
+                let n = img.len();
+                if le32(&img, n - 4) != want {
+                    return Err(FsError::corrupt(
+                        p,
+                        format!("directory {dir} block {l} checksum"),
+                        format!("stored {:#010x}, computed {want:#010x}", le32(&img, n - 4)),
+                    ));
+                }
+            }
+            let entries = parse_block(&img, p, dir)?;
+            if !(indexed && l == 0) {
+                idx.free[l] = block_free(&entries);
+            }
+            for e in entries {
+                if e.ino != 0 {
+                    if e.ino > self.sbi.inodes_count {
+                        return Err(FsError::corrupt(
+                            p,
+                            format!("directory {dir} entry {:?} inode", String::from_utf8_lossy(&e.name)),
+                            format!("{} beyond s_inodes_count", e.ino),
+                        ));
+                    }
+                    idx.names.insert(
+                        e.name.clone(),
+                        Slot {
+                            lblk: l as u32,
+                            off: e.off as u16,
+                            ino: e.ino,
+                            ft: e.ft,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(idx)
+    }
+
+    /// Look `name` up in `dir`.
+    pub fn dir_lookup(&mut self, dir: Ino, name: &[u8]) -> Result<Option<Slot>> {
+        Ok(self.dir_index(dir)?.names.get(name).copied())
+    }
+
+    /// Number of entries (including `.` and `..`).
+    pub fn dir_entry_count(&mut self, dir: Ino) -> Result<usize> {
+        Ok(self.dir_index(dir)?.names.len())
+    }
+
+    /// The leaf-block image limit (end of entries) for a new block.
+    fn dir_limit(&self) -> usize {
+        if self.seal.csum {
+            self.bs as usize - de::TAIL_LEN
+        } else {
+            self.bs as usize
+        }
+    }
+
+    /// An empty leaf block image (one unused entry spanning it, plus tail).
+    fn empty_dir_block(&self) -> Vec<u8> {
+        let mut img = vec![0u8; self.bs as usize];
+        put16(&mut img, 4, self.dir_limit() as u16);
+        if self.seal.csum {
+            self.put_tail(&mut img);
+        }
+        img
+    }
+
+    fn put_tail(&self, img: &mut [u8]) {
+        let n = img.len();
+        put32(img, n - 12, 0);
+        put16(img, n - 8, 12);
+        img[n - 6] = 0;
+        img[n - 5] = de::TAIL_FT;
+    }
+
+    /// The first block of a new directory: `.` and `..`.
+    pub fn new_dir_block(&self, dir: Ino, parent: Ino) -> Vec<u8> {
+        let mut img = vec![0u8; self.bs as usize];
+        put32(&mut img, 0, dir);
+        put16(&mut img, 4, 12);
+        img[6] = 1;
+        img[7] = de::FT_DIR;
+        img[8] = b'.';
+        put32(&mut img, 12, parent);
+        put16(&mut img, 16, (self.dir_limit() - 12) as u16);
+        img[18] = 2;
+        img[19] = de::FT_DIR;
+        img[20] = b'.';
+        img[21] = b'.';
+        if self.seal.csum {
+            self.put_tail(&mut img);
+        }
+        img
+    }
+
+    /// Turn an indexed directory into a linear one (before its first change).
+    fn dir_unindex(&mut self, dir: Ino) -> Result<()> {
+        let i = self.read_inode(dir)?;
+        if i.flags & io::FL_INDEX == 0 {
+            return Ok(());
+        }
+        let pblks = self.dir_index(dir)?.pblks.clone();
+        let bs = self.bs as usize;
+        for (l, &p) in pblks.iter().enumerate() {
+            if p == 0 {
+                continue;
+            }
+            let img = self.read_block(p, BlockClass::Directory)?;
+            let new = if l == 0 {
+                // Keep `.` and `..`; `..` now spans the rest of the block.
+                let dot_len = le16(&img, 4) as usize;
+                if dot_len != 12 || le16(&img, 12 + 4) as usize + 12 != bs {
+                    return Err(FsError::corrupt(
+                        p,
+                        format!("directory {dir} dx root"),
+                        "`.`/`..` entries are not where the dx root keeps them",
+                    ));
+                }
+                let mut n = img.to_vec();
+                put16(&mut n, 16, (self.dir_limit() - 12) as u16);
+                if self.seal.csum {
+                    self.put_tail(&mut n);
+                }
+                Some(n)
+            } else if le32(&img, 0) == 0 && le16(&img, 4) as usize == bs {
+                Some(self.empty_dir_block())
+            } else {
+                None
+            };
+            drop(img);
+            if let Some(n) = new {
+                self.modify(p, 0, &n, UpdateKind::DirBlockInit { dir });
+                self.csum_dir_block(p);
+                let entries = parse_block(&n, p, dir)?;
+                let f = block_free(&entries);
+                self.dir_index(dir)?.free[l] = f;
+            }
+        }
+        self.set_flags(dir, i.flags & !io::FL_INDEX);
+        Ok(())
+    }
+
+    /// Add entry `name -> ino` to `dir` (the caller checked it is absent).
+    pub fn dir_add(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileType) -> Result<()> {
+        self.dir_unindex(dir)?;
+        let need = de::rec_len_for(name.len());
+        let ft = if self.sbi.has_filetype() { ft_of(kind) } else { 0 };
+        let found = {
+            let idx = self.dir_index(dir)?;
+            idx.free
+                .iter()
+                .enumerate()
+                .find(|(l, &f)| f as usize >= need && idx.pblks[*l] != 0)
+                .map(|(l, _)| l as u32)
+        };
+        let lblk = match found {
+            Some(l) => l,
+            None => self.dir_append_block(dir)?,
+        };
+        let p = self.dir_index(dir)?.pblks[lblk as usize];
+        let img = self.read_block(p, BlockClass::Directory)?;
+        let entries = parse_block(&img, p, dir)?;
+        drop(img);
+        let mut done = None;
+        for e in &entries {
+            if e.ino == 0 && e.rec_len >= need {
+                let mut bytes = vec![0u8; 8 + name.len()];
+                put32(&mut bytes, 0, ino);
+                put16(&mut bytes, 4, e.rec_len as u16);
+                bytes[6] = name.len() as u8;
+                bytes[7] = ft;
+                bytes[8..].copy_from_slice(name);
+                done = Some((e.off, bytes, e.off));
+                break;
+            }
+            let used = de::rec_len_for(e.name.len());
+            if e.ino != 0 && e.rec_len - used >= need {
+                let new_off = e.off + used;
+                let mut bytes = vec![0u8; used + 8 + name.len()];
+                bytes[..used].copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
+                put16(&mut bytes, 4, used as u16);
+                put32(&mut bytes, used, ino);
+                put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
+                bytes[used + 6] = name.len() as u8;
+                bytes[used + 7] = ft;
+                bytes[used + 8..].copy_from_slice(name);
+                done = Some((e.off, bytes, new_off));
+                break;
+            }
+        }
+        let Some((at, bytes, new_off)) = done else {
+            return Err(FsError::corrupt(
+                p,
+                format!("directory {dir} free-space index"),
+                "no room where the index said there was",
+            ));
+        };
+        self.modify(
+            p,
+            at,
+            &bytes,
+            UpdateKind::Dirent {
+                dir,
+                name: name.to_vec(),
+                ino,
+                op: LinkOp::Add,
+            },
+        );
+        self.csum_dir_block(p);
+        self.touch_inode(dir);
+        let img = self.cache.snapshot(p).expect("cached");
+        let f = block_free(&parse_block(&img, p, dir)?);
+        let idx = self.dir_index(dir)?;
+        idx.free[lblk as usize] = f;
+        idx.names.insert(
+            name.to_vec(),
+            Slot {
+                lblk,
+                off: new_off as u16,
+                ino,
+                ft,
+            },
+        );
+        Ok(())
+    }
+
+    /// Append an empty block to `dir`; returns its logical number.
+    fn dir_append_block(&mut self, dir: Ino) -> Result<u32> {
+        let i = self.read_inode(dir)?;
+        let lblk = i.size.div_ceil(self.bs as u64);
+        if lblk >= (1u64 << 31) {
+            return Err(errno(libc::ENOSPC));
+        }
+        let lblk = lblk as u32;
+        let goal = {
+            let idx = self.dir_index(dir)?;
+            idx.pblks.iter().rev().find(|&&p| p != 0).map(|p| p + 1)
+        }
+        .unwrap_or_else(|| self.inode_goal(dir));
+        let (p, _) = self.alloc_blocks(goal, 1)?;
+        let img = self.empty_dir_block();
+        self.seal.owners.insert(
+            p,
+            Owner::Dir {
+                ino: dir,
+                generation: i.generation,
+            },
+        );
+        self.init_block(p, BlockClass::Directory, &img, UpdateKind::DirBlockInit { dir });
+        self.csum_dir_block(p);
+        {
+            let mut t = self.tree(dir)?;
+            extent::insert(&mut t, lblk, p, 1, false)?;
+        }
+        self.add_iblocks(dir, 1)?;
+        self.set_size(dir, (lblk as u64 + 1) * self.bs as u64);
+        let f = block_free(&parse_block(&img, p, dir)?);
+        let idx = self.dir_index(dir)?;
+        while idx.pblks.len() <= lblk as usize {
+            idx.pblks.push(0);
+            idx.free.push(0);
+        }
+        idx.pblks[lblk as usize] = p;
+        idx.free[lblk as usize] = f;
+        Ok(lblk)
+    }
+
+    /// Remove entry `name` from `dir`.
+    pub fn dir_remove(&mut self, dir: Ino, name: &[u8]) -> Result<Slot> {
+        self.dir_unindex(dir)?;
+        let slot = self.dir_lookup(dir, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
+        let img = self.read_block(p, BlockClass::Directory)?;
+        let entries = parse_block(&img, p, dir)?;
+        drop(img);
+        let pos = entries
+            .iter()
+            .position(|e| e.off == slot.off as usize)
+            .ok_or_else(|| {
+                FsError::corrupt(p, format!("directory {dir} index"), "entry not at its offset")
+            })?;
+        let kind = UpdateKind::Dirent {
+            dir,
+            name: name.to_vec(),
+            ino: slot.ino,
+            op: LinkOp::Remove,
+        };
+        if pos == 0 {
+            self.modify(p, slot.off as usize, &0u32.to_le_bytes(), kind);
+        } else {
+            let prev = &entries[pos - 1];
+            let merged = (prev.rec_len + entries[pos].rec_len) as u16;
+            self.modify(p, prev.off + 4, &merged.to_le_bytes(), kind);
+        }
+        self.csum_dir_block(p);
+        self.touch_inode(dir);
+        let img = self.cache.snapshot(p).expect("cached");
+        let f = block_free(&parse_block(&img, p, dir)?);
+        let idx = self.dir_index(dir)?;
+        idx.free[slot.lblk as usize] = f;
+        idx.names.remove(name);
+        Ok(slot)
+    }
+
+    /// Point existing entry `name` of `dir` at `ino` (rename over a target,
+    /// `..` of a moved directory). Reported as an add of the new inode and a
+    /// removal of the old one on the same bytes.
+    pub fn dir_retarget(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileType) -> Result<Ino> {
+        self.dir_unindex(dir)?;
+        let slot = self.dir_lookup(dir, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
+        self.ensure(p, BlockClass::Directory)?;
+        let off = slot.off as usize;
+        self.modify(
+            p,
+            off,
+            &ino.to_le_bytes(),
+            UpdateKind::Dirent {
+                dir,
+                name: name.to_vec(),
+                ino,
+                op: LinkOp::Add,
+            },
+        );
+        let ft = if self.sbi.has_filetype() { ft_of(kind) } else { 0 };
+        if ft != slot.ft {
+            self.modify(
+                p,
+                off + 7,
+                &[ft],
+                UpdateKind::Dirent {
+                    dir,
+                    name: name.to_vec(),
+                    ino,
+                    op: LinkOp::Add,
+                },
+            );
+        }
+        self.note_update(
+            p,
+            off,
+            4,
+            UpdateKind::Dirent {
+                dir,
+                name: name.to_vec(),
+                ino: slot.ino,
+                op: LinkOp::Remove,
+            },
+        );
+        self.csum_dir_block(p);
+        self.touch_inode(dir);
+        let idx = self.dir_index(dir)?;
+        idx.names.insert(name.to_vec(), Slot { ino, ft, ..slot });
+        Ok(slot.ino)
+    }
+
+    /// Report a change of meaning of bytes that did not change (the removal
+    /// half of a retarget).
+    pub fn note_update(&mut self, block: u64, off: usize, len: usize, kind: UpdateKind) {
+        let img = self.cache.snapshot(block).expect("cached");
+        let bytes = img[off..off + len].to_vec();
+        let u = crate::update::Update {
+            block,
+            range: off as u32..(off + len) as u32,
+            old: bytes.clone(),
+            new: bytes,
+            kind,
+        };
+        self.proto.on_update(&u, &self.handle);
+    }
+
+    /// Entries of `dir` from cookie `cookie` (0 = start), at most `max`.
+    pub fn dir_read(&mut self, dir: Ino, cookie: u64, max: usize) -> Result<Vec<crate::types::DirEntry>> {
+        let pblks = self.dir_index(dir)?.pblks.clone();
+        let indexed = self.read_inode(dir)?.flags & io::FL_INDEX != 0;
+        let bs = self.bs as u64;
+        let mut out = Vec::new();
+        let first = (cookie / bs) as usize;
+        for (l, &p) in pblks.iter().enumerate().skip(first) {
+            if p == 0 {
+                continue;
+            }
+            let img = self.read_block(p, BlockClass::Directory)?;
+            if indexed && l > 0 && le32(&img, 0) == 0 && le16(&img, 4) as u64 == bs {
+                continue;
+            }
+            for e in parse_block(&img, p, dir)? {
+                let pos = l as u64 * bs + e.off as u64;
+                if e.ino == 0 || pos < cookie {
+                    continue;
+                }
+                let kind = match kind_of_ft(e.ft) {
+                    Some(k) => k,
+                    None => {
+                        let i = self.read_inode(e.ino)?;
+                        i.kind().unwrap_or(FileType::Regular)
+                    }
+                };
+                out.push(crate::types::DirEntry {
+                    ino: e.ino,
+                    kind,
+                    name: e.name,
+                    next_offset: pos + 1,
+                });
+                if out.len() >= max {
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A block near inode `ino`'s group (allocation goal for its first block).
+    pub fn inode_goal(&self, ino: Ino) -> u64 {
+        let g = (ino - 1) / self.sbi.inodes_per_group;
+        let loc = self.groups[g as usize];
+        // After the group's inode table when it lives in the group,
+        // otherwise the group's start.
+        let first = self.sbi.group_first_block(g as u64);
+        let itend = loc.inode_table + self.sbi.inode_table_blocks() as u64;
+        if itend > first && itend < first + self.sbi.blocks_per_group as u64 {
+            itend
+        } else {
+            first
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_rejects_bad_rec_len_without_panicking() {
+        let mut img = vec![0u8; 1024];
+        put32(&mut img, 0, 2);
+        put16(&mut img, 4, 6); // too small
+        assert!(parse_block(&img, 7, 2).is_err());
+        put16(&mut img, 4, 2048); // past the block
+        assert!(parse_block(&img, 7, 2).is_err());
+        put16(&mut img, 4, 1024);
+        img[6] = 200;
+        assert_eq!(parse_block(&img, 7, 2).unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,549 @@
+//! File data: read, write, truncate, fallocate, hole punching and
+//! SEEK_DATA / SEEK_HOLE, over the extent tree.
+//!
+//! Data blocks go through the buffer cache like metadata (class `Data`), but
+//! they are not metadata updates: each block written is reported to the
+//! protocol as a [`DataWrite`] saying whether the block was allocated by
+//! this write (`fresh`: its old contents belong to nobody, so a protocol
+//! must get it to disk before the pointer to it) or overwritten in place.
+//! Unwritten extents (from fallocate) read as zeros and become written when
+//! data lands in them; their blocks count as fresh, since what is on disk
+//! there is not the file's.
+//!
+//! The largest file is ext4's for extent-mapped files: 2^32 - 1 blocks
+//! (16 TiB - 4 KiB with 4 KiB blocks); beyond it writes fail with EFBIG.
+
+use ordo_dev::BlockClass;
+
+use crate::state::{Core, Owner};
+use crate::dir::InodeTree;
+use crate::error::{errno, Result};
+use crate::extent::{self, ExtentStore, Mapping, LBLK_END, ROOT_SIZE_BYTES};
+use crate::layout::{ext as exc, ino as io, put32};
+use crate::types::{FallocFlags, SeekWhence};
+use crate::update::{DataWrite, Ino, InodeField, UpdateKind};
+
+impl ExtentStore for InodeTree<'_> {
+    fn block_size(&self) -> u32 {
+        self.core.bs
+    }
+    fn blocks_count(&self) -> u64 {
+        self.core.sbi.blocks_count
+    }
+    fn ino(&self) -> Ino {
+        self.ino
+    }
+    fn root(&self) -> [u8; ROOT_SIZE_BYTES] {
+        let (block, off) = self.core.inode_loc(self.ino);
+        let mut r = [0u8; ROOT_SIZE_BYTES];
+        if let Some(img) = self.core.cache.snapshot(block) {
+            r.copy_from_slice(&img[off + io::BLOCK..off + io::BLOCK + ROOT_SIZE_BYTES]);
+        }
+        r
+    }
+    fn set_root(&mut self, offset: u32, bytes: &[u8], kind: UpdateKind) -> Result<()> {
+        let (block, off) = self.core.inode_loc(self.ino);
+        self.core.ensure(block, BlockClass::InodeTable)?;
+        self.core.touch_inode(self.ino);
+        self.core
+            .modify(block, off + io::BLOCK + offset as usize, bytes, kind);
+        self.core.csum_inode(self.ino);
+        Ok(())
+    }
+    fn read_tree_block(&mut self, pblk: u64) -> Result<Vec<u8>> {
+        let img = self.core.read_block(pblk, BlockClass::ExtentTree)?;
+        self.core.seal.owners.insert(
+            pblk,
+            Owner::Extent {
+                ino: self.ino,
+                generation: self.generation,
+            },
+        );
+        Ok(img.to_vec())
+    }
+    fn alloc_tree_block(&mut self, goal: u64) -> Result<u64> {
+        let (p, _) = self.core.alloc_blocks(goal, 1)?;
+        self.core.add_iblocks(self.ino, 1)?;
+        Ok(p)
+    }
+    fn init_tree_block(&mut self, pblk: u64, image: &[u8]) -> Result<()> {
+        self.core.seal.owners.insert(
+            pblk,
+            Owner::Extent {
+                ino: self.ino,
+                generation: self.generation,
+            },
+        );
+        self.core.init_block(
+            pblk,
+            BlockClass::ExtentTree,
+            image,
+            UpdateKind::ExtentBlockInit { ino: self.ino },
+        );
+        self.core.csum_extent_block(pblk);
+        Ok(())
+    }
+    fn modify_tree_block(
+        &mut self,
+        pblk: u64,
+        offset: u32,
+        bytes: &[u8],
+        kind: UpdateKind,
+    ) -> Result<()> {
+        self.core.ensure(pblk, BlockClass::ExtentTree)?;
+        self.core.modify(pblk, offset as usize, bytes, kind);
+        self.core.csum_extent_block(pblk);
+        Ok(())
+    }
+    fn free_tree_block(&mut self, pblk: u64) -> Result<()> {
+        self.core.free_blocks(pblk, 1)?;
+        self.core.add_iblocks(self.ino, -1)?;
+        Ok(())
+    }
+    fn csum_tree_block(&self, image: &mut [u8]) {
+        if self.core.seal.csum {
+            if let Some((at, c)) = self.core.seal.extent_csum(self.ino, self.generation, image) {
+                put32(image, at, c);
+            }
+        }
+    }
+}
+
+impl Core {
+    /// The largest file size in bytes (ext4's `s_maxbytes` for extents).
+    pub fn max_file_bytes(&self) -> u64 {
+        let bits = self.bs.trailing_zeros();
+        let mut res = ((1u64 << 32) - 1) << bits;
+        if !self.sbi.has_huge_file() {
+            let upper = (((1u64 << 32) - 1) >> (bits - 9)) << bits;
+            res = res.min(upper);
+        }
+        res
+    }
+
+    /// Put data into a cached block and report it.
+    fn put_data(&mut self, ino: Ino, lblk: u32, pblk: u64, at: usize, bytes: &[u8], fresh: bool) -> Result<()> {
+        let bs = self.bs as usize;
+        if fresh {
+            let mut img = vec![0u8; bs];
+            img[at..at + bytes.len()].copy_from_slice(bytes);
+            self.cache.insert_new(pblk, BlockClass::Data, img);
+        } else {
+            if !(at == 0 && bytes.len() == bs) {
+                self.ensure(pblk, BlockClass::Data)?;
+            } else if !self.cache.contains(pblk) {
+                self.cache.insert_new(pblk, BlockClass::Data, bytes.to_vec());
+            }
+            self.cache.modify(pblk, at, bytes);
+        }
+        self.proto.on_data_write(
+            &DataWrite {
+                ino,
+                lblk,
+                pblk,
+                fresh,
+            },
+            &self.handle,
+        );
+        Ok(())
+    }
+
+    /// Write `data` at byte `off` of regular file `ino`.
+    pub fn file_write(&mut self, ino: Ino, off: u64, data: &[u8]) -> Result<u32> {
+        let i = self.live_inode(ino)?;
+        if i.is_dir() {
+            return Err(errno(libc::EISDIR));
+        }
+        if !i.is_reg() {
+            return Err(errno(libc::EINVAL));
+        }
+        let max = self.max_file_bytes();
+        if off >= max && !data.is_empty() {
+            return Err(errno(libc::EFBIG));
+        }
+        let len = (data.len() as u64).min(max.saturating_sub(off)) as usize;
+        if len == 0 {
+            return Ok(0);
+        }
+        self.touch_inode(ino);
+        let bs = self.bs as u64;
+        let first = off / bs;
+        let last = (off + len as u64 - 1) / bs;
+        let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        let mut written = 0usize;
+        let mut goal = maps
+            .iter()
+            .rev()
+            .find(|m| m.lblk as u64 <= first)
+            .map(|m| m.pblk + (first - m.lblk as u64).min(m.len as u64))
+            .unwrap_or_else(|| self.inode_goal(ino));
+        if goal == self.inode_goal(ino) {
+            if let Some(m) = extent::lookup(&mut self.tree(ino)?, first.saturating_sub(1) as u32)? {
+                if (m.lblk as u64) < first {
+                    goal = m.pblk + m.len as u64;
+                }
+            }
+        }
+        let mut unwritten_done: Vec<(u32, u32)> = Vec::new();
+        let mut l = first;
+        let mut err = None;
+        while l <= last {
+            let m = maps
+                .iter()
+                .find(|m| (m.lblk as u64) <= l && l < m.lblk as u64 + m.len as u64)
+                .copied();
+            let (pblk, run, fresh, unwritten) = match m {
+                Some(m) => {
+                    let k = l - m.lblk as u64;
+                    let run = (m.len as u64 - k).min(last + 1 - l);
+                    (m.pblk + k, run, m.unwritten, m.unwritten)
+                }
+                None => {
+                    let next = maps
+                        .iter()
+                        .filter(|m| m.lblk as u64 > l)
+                        .map(|m| m.lblk as u64)
+                        .min()
+                        .unwrap_or(last + 1)
+                        .min(last + 1);
+                    let want = (next - l).min(exc::MAX_INIT_LEN as u64) as u32;
+                    match self.alloc_blocks(goal, want) {
+                        Ok((p, n)) => {
+                            if let Err(e) = extent::insert(&mut self.tree(ino)?, l as u32, p, n, false) {
+                                let _ = self.free_blocks(p, n as u64);
+                                err = Some(e);
+                                break;
+                            }
+                            self.add_iblocks(ino, n as i64)?;
+                            (p, n as u64, true, false)
+                        }
+                        Err(e) => {
+                            err = Some(e);
+                            break;
+                        }
+                    }
+                }
+            };
+            for k in 0..run {
+                let lb = l + k;
+                let bstart = lb * bs;
+                let from = off.max(bstart);
+                let to = (off + len as u64).min(bstart + bs);
+                let src = &data[(from - off) as usize..(to - off) as usize];
+                self.put_data(ino, lb as u32, pblk + k, (from - bstart) as usize, src, fresh)?;
+                written = (to - off) as usize;
+            }
+            if unwritten {
+                unwritten_done.push((l as u32, run as u32));
+            }
+            goal = pblk + run;
+            l += run;
+        }
+        for (ul, un) in unwritten_done {
+            extent::mark_written(&mut self.tree(ino)?, ul, un as u64)?;
+        }
+        if written == 0 {
+            return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
+        }
+        let end = off + written as u64;
+        if end > i.size {
+            self.set_size(ino, end);
+        }
+        self.touch_times(ino, true);
+        Ok(written as u32)
+    }
+
+    /// Read up to `size` bytes at `off` of regular file `ino`.
+    pub fn file_read(&mut self, ino: Ino, off: u64, size: u32) -> Result<Vec<u8>> {
+        let i = self.live_inode(ino)?;
+        if i.is_dir() {
+            return Err(errno(libc::EISDIR));
+        }
+        if !i.is_reg() && !i.is_symlink() {
+            return Err(errno(libc::EINVAL));
+        }
+        if off >= i.size || size == 0 {
+            return Ok(Vec::new());
+        }
+        let len = (size as u64).min(i.size - off) as usize;
+        let mut out = vec![0u8; len];
+        let bs = self.bs as u64;
+        let first = off / bs;
+        let last = (off + len as u64 - 1) / bs;
+        let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        for m in maps.iter().filter(|m| !m.unwritten) {
+            self.read_run(m, off, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn read_run(&mut self, m: &Mapping, off: u64, out: &mut [u8]) -> Result<()> {
+        let bs = self.bs as u64;
+        let end = off + out.len() as u64;
+        let mut k = 0u64;
+        while k < m.len as u64 {
+            let lb = m.lblk as u64 + k;
+            let bstart = lb * bs;
+            if bstart >= end {
+                break;
+            }
+            let pblk = m.pblk + k;
+            if pblk >= self.sbi.blocks_count {
+                return Err(crate::error::FsError::corrupt(
+                    pblk,
+                    "extent physical block",
+                    "beyond the end of the file system",
+                ));
+            }
+            if !self.cache.contains(pblk) {
+                // Read the uncached stretch in one request, then cache it.
+                let mut n = 1u64;
+                while k + n < m.len as u64
+                    && n < 64
+                    && (m.lblk as u64 + k + n) * bs < end
+                    && !self.cache.contains(pblk + n)
+                {
+                    n += 1;
+                }
+                let mut buf = vec![0u8; (n * bs) as usize];
+                self.dev.read(pblk, &mut buf, BlockClass::Data)?;
+                for j in 0..n {
+                    let b = buf[(j * bs) as usize..((j + 1) * bs) as usize].to_vec();
+                    self.cache.insert_clean(pblk + j, BlockClass::Data, b);
+                }
+                let bound = self.cache.bound_bytes();
+                let high = bound - (bound / 4).min(crate::state::PRESSURE_HEADROOM_BYTES);
+                if self.cache.cached_bytes() > high {
+                    self.cache.note_peak();
+                    self.cache.evict_to(high - high / 8);
+                    // Blocks just read may have been evicted again: copy
+                    // from the buffer we still hold.
+                    for j in 0..n {
+                        self.copy_out(
+                            &buf[(j * bs) as usize..((j + 1) * bs) as usize],
+                            (m.lblk as u64 + k + j) * bs,
+                            off,
+                            out,
+                        );
+                    }
+                    k += n;
+                    continue;
+                }
+            }
+            let img = self.cache.get(pblk).expect("cached").to_vec();
+            self.copy_out(&img, bstart, off, out);
+            k += 1;
+        }
+        Ok(())
+    }
+
+    fn copy_out(&self, img: &[u8], bstart: u64, off: u64, out: &mut [u8]) {
+        let bs = self.bs as u64;
+        let end = off + out.len() as u64;
+        let from = off.max(bstart);
+        let to = end.min(bstart + bs);
+        if from >= to {
+            return;
+        }
+        out[(from - off) as usize..(to - off) as usize]
+            .copy_from_slice(&img[(from - bstart) as usize..(to - bstart) as usize]);
+    }
+
+    /// Zero bytes `from..to` of logical block `lblk` if it holds written data.
+    fn zero_partial(&mut self, ino: Ino, lblk: u64, from: usize, to: usize) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        if let Some(m) = extent::lookup(&mut self.tree(ino)?, lblk as u32)? {
+            if m.lblk as u64 <= lblk && lblk < m.lblk as u64 + m.len as u64 && !m.unwritten {
+                let p = m.pblk + (lblk - m.lblk as u64);
+                let zeros = vec![0u8; to - from];
+                self.put_data(ino, lblk as u32, p, from, &zeros, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmap and free logical blocks `lblk..lblk+len`.
+    fn unmap(&mut self, ino: Ino, lblk: u64, len: u64) -> Result<()> {
+        if len == 0 || lblk >= LBLK_END {
+            return Ok(());
+        }
+        let freed = extent::remove_range(&mut self.tree(ino)?, lblk as u32, len)?;
+        let mut total = 0i64;
+        for (p, n) in freed {
+            self.free_blocks(p, n as u64)?;
+            total += n as i64;
+        }
+        if total > 0 {
+            self.add_iblocks(ino, -total)?;
+        }
+        Ok(())
+    }
+
+    /// Change the size of regular file `ino` (truncate or extend).
+    pub fn file_truncate(&mut self, ino: Ino, size: u64) -> Result<()> {
+        let i = self.live_inode(ino)?;
+        if i.is_dir() {
+            return Err(errno(libc::EISDIR));
+        }
+        if !i.is_reg() {
+            return Err(errno(libc::EINVAL));
+        }
+        if size > self.max_file_bytes() {
+            return Err(errno(libc::EFBIG));
+        }
+        self.touch_inode(ino);
+        let bs = self.bs as u64;
+        if size <= i.size {
+            let keep = size.div_ceil(bs);
+            self.unmap(ino, keep, LBLK_END - keep)?;
+            if size % bs != 0 {
+                self.zero_partial(ino, size / bs, (size % bs) as usize, bs as usize)?;
+            }
+        }
+        if size != i.size {
+            self.set_size(ino, size);
+            self.touch_times(ino, true);
+        }
+        Ok(())
+    }
+
+    /// fallocate: allocate (as unwritten extents) or punch a hole.
+    pub fn file_fallocate(&mut self, ino: Ino, off: u64, len: u64, flags: FallocFlags) -> Result<()> {
+        let i = self.live_inode(ino)?;
+        if i.is_dir() {
+            return Err(errno(libc::EISDIR));
+        }
+        if !i.is_reg() {
+            return Err(errno(libc::ENODEV));
+        }
+        if len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
+        let bs = self.bs as u64;
+        self.touch_inode(ino);
+        if flags.punch_hole {
+            if !flags.keep_size {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            if off >= i.size {
+                return Ok(());
+            }
+            // As ext4: the hole stops at the page after i_size.
+            let end = end.min((i.size / 4096 + 1) * 4096);
+            let first_full = off.div_ceil(bs);
+            let end_full = end / bs;
+            if first_full > end_full {
+                // Inside one block.
+                self.zero_partial(ino, off / bs, (off % bs) as usize, (end - off / bs * bs) as usize)?;
+            } else {
+                if off % bs != 0 {
+                    self.zero_partial(ino, off / bs, (off % bs) as usize, bs as usize)?;
+                }
+                if end % bs != 0 {
+                    self.zero_partial(ino, end / bs, 0, (end % bs) as usize)?;
+                }
+                self.unmap(ino, first_full, end_full - first_full)?;
+            }
+            self.touch_times(ino, true);
+            return Ok(());
+        }
+        if end > self.max_file_bytes() {
+            return Err(errno(libc::EFBIG));
+        }
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        let mut goal = self.inode_goal(ino);
+        if let Some(m) = maps.first() {
+            goal = m.pblk;
+        }
+        let mut l = first;
+        while l <= last {
+            if let Some(m) = maps
+                .iter()
+                .find(|m| (m.lblk as u64) <= l && l < m.lblk as u64 + m.len as u64)
+            {
+                goal = m.pblk + m.len as u64;
+                l = m.lblk as u64 + m.len as u64;
+                continue;
+            }
+            let next = maps
+                .iter()
+                .filter(|m| m.lblk as u64 > l)
+                .map(|m| m.lblk as u64)
+                .min()
+                .unwrap_or(last + 1)
+                .min(last + 1);
+            let want = (next - l).min(exc::MAX_UNWRITTEN_LEN as u64) as u32;
+            let (p, n) = self.alloc_blocks(goal, want)?;
+            if let Err(e) = extent::insert(&mut self.tree(ino)?, l as u32, p, n, true) {
+                let _ = self.free_blocks(p, n as u64);
+                return Err(e);
+            }
+            self.add_iblocks(ino, n as i64)?;
+            goal = p + n as u64;
+            l += n as u64;
+        }
+        if !flags.keep_size && end > i.size {
+            self.set_size(ino, end);
+            self.touch_times(ino, true);
+        } else {
+            self.touch_times(ino, false);
+        }
+        Ok(())
+    }
+
+    /// SEEK_DATA / SEEK_HOLE (unwritten extents count as holes).
+    pub fn file_seek(&mut self, ino: Ino, off: u64, whence: SeekWhence) -> Result<u64> {
+        let i = self.live_inode(ino)?;
+        if off >= i.size {
+            return Err(errno(libc::ENXIO));
+        }
+        let bs = self.bs as u64;
+        let first = off / bs;
+        let last = (i.size - 1) / bs;
+        let mut maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        maps.retain(|m| !m.unwritten);
+        maps.sort_by_key(|m| m.lblk);
+        match whence {
+            SeekWhence::Data => {
+                for m in &maps {
+                    let start = (m.lblk as u64 * bs).max(off);
+                    if start < i.size && start < (m.lblk as u64 + m.len as u64) * bs {
+                        return Ok(start);
+                    }
+                }
+                Err(errno(libc::ENXIO))
+            }
+            SeekWhence::Hole => {
+                let mut pos = off;
+                loop {
+                    let lb = pos / bs;
+                    match maps
+                        .iter()
+                        .find(|m| (m.lblk as u64) <= lb && lb < m.lblk as u64 + m.len as u64)
+                    {
+                        Some(m) => pos = (m.lblk as u64 + m.len as u64) * bs,
+                        None => return Ok(pos.min(i.size)),
+                    }
+                    if pos >= i.size {
+                        return Ok(i.size);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Free every block of inode `ino` (before releasing it).
+    pub fn free_all_blocks(&mut self, ino: Ino) -> Result<()> {
+        let i = self.read_inode(ino)?;
+        if i.uses_extents() {
+            self.unmap(ino, 0, LBLK_END)?;
+        }
+        let _ = InodeField::Blocks;
+        Ok(())
+    }
+}

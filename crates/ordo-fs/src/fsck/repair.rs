@@ -1,0 +1,258 @@
+//! The benign repair: what `sync` and `async` run after a crash.
+//!
+//! It rewrites only derivable state, from what the checker found: the
+//! allocation bitmaps and their checksums, group and superblock free
+//! counts, link counts that are too high, leaked inodes (in use, named by
+//! no entry) and the orphan list. It never runs when the check found an
+//! unsafe problem (the caller makes sure), so it never writes to an image
+//! it does not understand, and it writes nothing that a reachable file
+//! depends on. Writes go straight to the device, then one flush.
+
+use std::collections::HashSet;
+
+use ordo_dev::BlockClass;
+
+use super::layout::*;
+use super::pass::Checker;
+use super::Disk;
+use crate::error::FsError;
+
+fn now_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1)
+}
+
+/// Rewrite one inode in place through `edit`, recomputing its checksum.
+fn edit_inode(
+    disk: &Disk<'_>,
+    c: &Checker<'_>,
+    ino: u32,
+    edit: impl FnOnce(&mut Vec<u8>),
+) -> Result<bool, FsError> {
+    let Some((blk, off)) = c.inode_location(ino) else {
+        return Ok(false);
+    };
+    let isz = c.geo.inode_size as usize;
+    let mut block = disk.read_block(blk, BlockClass::InodeTable)?;
+    let mut inode = Inode::decode(&block[off..off + isz], c.sb.has_incompat(INCOMPAT_64BIT));
+    edit(&mut inode.raw);
+    if c.sb.metadata_csum() {
+        inode.set_checksum(c.geo.csum_seed, ino);
+    }
+    block[off..off + isz].copy_from_slice(&inode.raw);
+    disk.write_block(blk, &block, BlockClass::InodeTable)?;
+    Ok(true)
+}
+
+fn set_bit(bytes: &mut [u8], i: u64) {
+    bytes[(i / 8) as usize] |= 1 << (i % 8);
+}
+
+/// Repair the benign problems `c` found. Returns one line per change.
+pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>, FsError> {
+    let mut done = Vec::new();
+    let now = now_secs();
+    let bs = c.geo.block_size as usize;
+
+    // Inodes: leaked ones released, orphans settled, link counts lowered,
+    // deleted inodes given a dtime.
+    let wanted_links = c.wanted_links();
+    let leaked: Vec<u32> = c.leaked.clone();
+    for &ino in &leaked {
+        edit_inode(disk, c, ino, |r| {
+            put_le16(r, I_LINKS, 0);
+            put_le32(r, I_DTIME, now);
+        })?;
+        if let Some(info) = c.inodes.remove(&ino) {
+            for (start, len) in info.claimed {
+                for b in start..start + len {
+                    if !c.meta.get(b) {
+                        c.used.clear(b);
+                    }
+                }
+            }
+        }
+        c.inode_used.clear(ino as u64);
+        done.push(format!("released leaked inode {ino}"));
+    }
+    let leaked_set: HashSet<u32> = leaked.iter().copied().collect();
+    for (&ino, &n) in &wanted_links {
+        if leaked_set.contains(&ino) {
+            continue;
+        }
+        edit_inode(disk, c, ino, |r| put_le16(r, I_LINKS, n as u16))?;
+        done.push(format!("inode {ino}: i_links_count lowered to {n}"));
+    }
+    let orphans = c.orphans.clone();
+    for &ino in &orphans {
+        let live = c.inode_used.get(ino as u64) && !leaked_set.contains(&ino);
+        edit_inode(disk, c, ino, |r| {
+            put_le32(r, I_DTIME, if live { 0 } else { now });
+        })?;
+        done.push(format!(
+            "orphan inode {ino}: {}",
+            if live {
+                "taken off the orphan list"
+            } else {
+                "released"
+            }
+        ));
+    }
+    for &ino in &c.zero_dtime.clone() {
+        if orphans.contains(&ino) {
+            continue;
+        }
+        edit_inode(disk, c, ino, |r| put_le32(r, I_DTIME, now))?;
+        done.push(format!("deleted inode {ino}: i_dtime set"));
+    }
+
+    // Bitmaps and group descriptors.
+    let ipg = c.geo.inodes_per_group as u64;
+    let big_desc = c.geo.desc_size >= 64;
+    let seed = c.geo.csum_seed;
+    let csum = c.sb.gdt_csum();
+    let mut total_free_blocks = 0u64;
+    let mut total_free_inodes = 0u64;
+    let mut gd_changed = vec![false; c.geo.groups as usize];
+    for g in 0..c.geo.groups {
+        let gi = g as usize;
+        if !c.gd_ok[gi] {
+            continue;
+        }
+        let mut gd = c.gds[gi].clone();
+        let first = c.geo.group_first_block(g);
+        let count = c.geo.group_block_count(g);
+        let mut bm = vec![0xFFu8; bs];
+        for i in 0..c.geo.blocks_per_group {
+            if i < count && !c.used.get(first + i) {
+                bm[(i / 8) as usize] &= !(1 << (i % 8));
+            }
+        }
+        let used_blocks = (0..count).filter(|&i| c.used.get(first + i)).count() as u64;
+        let free_blocks = count - used_blocks;
+        total_free_blocks += free_blocks;
+        let nb = (c.sb.clusters_per_group / 8) as usize;
+        let uninit_b = csum && gd.flags & BG_BLOCK_UNINIT != 0;
+        let matches_view = c.disk_block_bitmaps[gi]
+            .as_ref()
+            .is_some_and(|v| (0..count).all(|i| (v[(i / 8) as usize] >> (i % 8)) & 1 == bm[(i / 8) as usize] >> (i % 8) & 1));
+        if uninit_b && matches_view {
+            // Still derivable from the group's metadata: leave it uninit.
+        } else {
+            let on_disk = disk.read_block(gd.block_bitmap, BlockClass::GroupMeta)?;
+            let want_csum = bitmap_checksum(seed, &bm[..nb], big_desc);
+            if on_disk != bm || uninit_b || (c.sb.metadata_csum() && gd.block_bitmap_csum != want_csum)
+            {
+                disk.write_block(gd.block_bitmap, &bm, BlockClass::GroupMeta)?;
+                done.push(format!(
+                    "group {g}: block bitmap (block {}) rewritten",
+                    gd.block_bitmap
+                ));
+            }
+            if uninit_b {
+                gd.flags &= !BG_BLOCK_UNINIT;
+            }
+            if c.sb.metadata_csum() {
+                gd.block_bitmap_csum = want_csum;
+            }
+        }
+        // Inode bitmap.
+        let uninit_i = csum && gd.flags & BG_INODE_UNINIT != 0;
+        let mut used_inodes = 0u64;
+        let mut dirs = 0u64;
+        let mut ib = vec![0xFFu8; bs];
+        for i in 0..ipg {
+            let ino = g as u64 * ipg + i + 1;
+            if c.inode_used.get(ino) {
+                used_inodes += 1;
+                if c.inodes.get(&(ino as u32)).is_some_and(|x| x.is_dir()) {
+                    dirs += 1;
+                }
+            } else {
+                ib[(i / 8) as usize] &= !(1 << (i % 8));
+            }
+        }
+        let _ = set_bit;
+        let free_inodes = ipg - used_inodes;
+        total_free_inodes += free_inodes;
+        if !uninit_i {
+            let ni = (ipg / 8) as usize;
+            let want_csum = bitmap_checksum(seed, &ib[..ni], big_desc);
+            let on_disk = disk.read_block(gd.inode_bitmap, BlockClass::GroupMeta)?;
+            if on_disk != ib || (c.sb.metadata_csum() && gd.inode_bitmap_csum != want_csum) {
+                disk.write_block(gd.inode_bitmap, &ib, BlockClass::GroupMeta)?;
+                done.push(format!(
+                    "group {g}: inode bitmap (block {}) rewritten",
+                    gd.inode_bitmap
+                ));
+            }
+            if c.sb.metadata_csum() {
+                gd.inode_bitmap_csum = want_csum;
+            }
+        }
+        gd.free_blocks = free_blocks as u32;
+        gd.free_inodes = free_inodes as u32;
+        gd.used_dirs = dirs as u32;
+        gd.encode_counts();
+        if let Some(sum) = GroupDesc::computed_checksum(&c.sb, seed, g, &gd.raw) {
+            put_le16(&mut gd.raw, GD_CHECKSUM, sum);
+        }
+        if gd.raw != c.gds[gi].raw {
+            gd_changed[gi] = true;
+            done.push(format!(
+                "group {g}: descriptor counts set to {free_blocks} free blocks, {free_inodes} free \
+                 inodes, {dirs} directories"
+            ));
+            c.gds[gi] = GroupDesc::decode(&gd.raw);
+        }
+    }
+    // Write the changed GDT blocks (primary copy).
+    let ds = c.geo.desc_size as usize;
+    let gdt_first = c.geo.first_data_block + 1;
+    for blk_idx in 0..c.geo.gdt_blocks {
+        let per = bs / ds;
+        let g0 = blk_idx as usize * per;
+        let g1 = (g0 + per).min(c.geo.groups as usize);
+        if !(g0..g1).any(|g| gd_changed[g]) {
+            continue;
+        }
+        let mut block = disk.read_block(gdt_first + blk_idx, BlockClass::GroupMeta)?;
+        for g in g0..g1 {
+            let off = (g - g0) * ds;
+            block[off..off + ds].copy_from_slice(&c.gds[g].raw);
+        }
+        disk.write_block(gdt_first + blk_idx, &block, BlockClass::GroupMeta)?;
+    }
+
+    // Superblock.
+    let mut raw = c.sb.raw.clone();
+    put_le32(&mut raw, SB_FREE_BLOCKS_LO, total_free_blocks as u32);
+    if c.sb.has_incompat(INCOMPAT_64BIT) {
+        put_le32(&mut raw, SB_FREE_BLOCKS_HI, (total_free_blocks >> 32) as u32);
+    }
+    put_le32(&mut raw, SB_FREE_INODES, total_free_inodes as u32);
+    if !orphans.is_empty() || c.sb.last_orphan != 0 {
+        put_le32(&mut raw, SB_LAST_ORPHAN, 0);
+    }
+    if c.sb.metadata_csum() {
+        let sum = Super::computed_checksum(&raw);
+        put_le32(&mut raw, SB_CHECKSUM, sum);
+    }
+    if raw != c.sb.raw {
+        disk.write_bytes(1024, &raw, BlockClass::Super)?;
+        done.push(format!(
+            "superblock: free counts set to {total_free_blocks} blocks, {total_free_inodes} \
+             inodes{}",
+            if c.sb.last_orphan != 0 {
+                ", orphan list cleared"
+            } else {
+                ""
+            }
+        ));
+        c.sb = Super::decode(&raw);
+    }
+    disk.flush()?;
+    Ok(done)
+}

@@ -1,0 +1,868 @@
+//! `mode=journal`: JBD2 physical block journaling, in the real JBD2 format.
+//!
+//! # What is logged
+//!
+//! Whole block images. Every metadata block an operation handle changes
+//! (`on_update`) joins the *running transaction*; with `data=journal` so
+//! does every file-data block (`on_data_write`). Handles never straddle
+//! transactions: a commit is only ever planned between handles (at handle
+//! end, in `fsync`, `sync` or `write_back`), so every transaction holds
+//! whole system calls, which is what makes a replayed image consistent.
+//!
+//! # When a transaction commits
+//!
+//! - `fsync` / `fdatasync` of *any* file, and `sync`: like ext4, a commit
+//!   makes the whole running transaction durable;
+//! - the commit interval (`write_back(Timer)`, `commit=`, default 5 s);
+//! - the size bound: a transaction that reaches a quarter of the log
+//!   commits at the end of the handle that filled it (the kernel's
+//!   `j_max_transaction_buffers`);
+//! - memory pressure and unmount (followed by a checkpoint).
+//!
+//! One transaction commits at a time while the next one runs: the commit
+//! plan snapshots the block images (the running transaction that starts
+//! right after may change the cached images again; the snapshots are what
+//! the log and, later, the checkpoint write), and the core runs plans in
+//! the order they were made.
+//!
+//! # The commit plan, and why each flush is there
+//!
+//! ```text
+//!  [first commit of a mount: ext4 superblock with needs_recovery,
+//!   journal superblock with s_start / s_sequence / features]
+//!  data=ordered:   file data of the transaction -> home
+//!  descriptor | copy | copy | ... | revoke        -> log (one write per contiguous run)
+//!  FLUSH                  everything above is durable before ...
+//!  commit block (FUA)     ... the commit block can be: a torn transaction
+//!                         is one without a valid commit block
+//!  data=writeback (timer commits only): file data -> home, unordered
+//! ```
+//!
+//! That is one flush and one FUA write per commit, the least that orders
+//! the commit block after its transaction. With `metadata_csum` the journal
+//! carries checksums v3 (descriptor tails, per-copy tag checksums, revoke
+//! tails, commit checksums); copies that begin with the JBD2 magic are
+//! escaped.
+//!
+//! # Checkpoint
+//!
+//! A journaled block stays *dirty* in the cache (no `write_home`) until it
+//! is checkpointed: writing it home earlier would expose uncommitted
+//! changes after a crash. A checkpoint writes the **committed copy** (the
+//! snapshot the log holds, not the cached image, which may already carry
+//! the running transaction's changes) home with `write_raw`, flushes, and
+//! only then advances the log tail in the journal superblock (FUA): the
+//! log space is reused only once nothing in it is needed. The cached block
+//! is marked clean when the plan ran if it was not changed since its
+//! commit. Checkpoints happen when the log lacks room for the next commit
+//! (a full journal forces a checkpoint instead of failing), when it is
+//! half full at a timer tick, under memory pressure, and at unmount.
+//!
+//! # Revoke and reuse
+//!
+//! A block freed (`on_block_freed`) while a copy of it is in the live log
+//! gets a revoke record in the running transaction, so that replay never
+//! writes the stale copy over whatever the block holds next (a freed
+//! metadata block reallocated as file data is the classic case). A block
+//! freed by a transaction is not reallocated (`can_allocate`) until that
+//! transaction's commit is durable, so no new owner's data can reach it
+//! while a crash could still bring the old owner back.
+//!
+//! # needs_recovery
+//!
+//! As the kernel does, the ext4 `needs_recovery` flag is on while the file
+//! system is mounted writable with a live log: the first commit of a mount
+//! writes the superblock with the flag set before its commit block can be
+//! durable, every logged or checkpointed copy of the superblock carries it,
+//! and a clean unmount (everything checkpointed, `s_start = 0`) clears it
+//! last. Without it the kernel would discard an ordo log at mount.
+//!
+//! # Recovery
+//!
+//! See [`crate::recovery`]: scan, revoke, replay, idempotent.
+//!
+//! # Test-only fault
+//!
+//! `ORDO_FAULT=commit_no_flush` in the environment when the protocol is
+//! built drops the flush before the commit block, so that a commit block
+//! can be durable before its transaction: the crash explorer must catch
+//! it.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
+
+use super::{DataMode, Io, Protocol, ProtocolEnv, RecoveryReport, WriteBackReason};
+use crate::error::{FsError, Result};
+use crate::recovery::{self, JournalMap};
+use crate::update::{DataWrite, HandleInfo, Ino, Update};
+
+/// A fault injected on purpose, for proving that the crash explorer can
+/// fail. Never set in normal use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Omit the flush between a transaction's blocks and its commit block.
+    CommitNoFlush,
+}
+
+impl Fault {
+    /// The fault named by `ORDO_FAULT`, if any.
+    pub fn from_env() -> Option<Fault> {
+        match std::env::var("ORDO_FAULT").ok().as_deref() {
+            Some("commit_no_flush") => Some(Fault::CommitNoFlush),
+            _ => None,
+        }
+    }
+}
+
+/// What recovery learned about the journal, handed to the protocol built
+/// right after it on the same thread (the protocol itself never reads the
+/// device).
+#[derive(Clone)]
+struct Handoff {
+    uuid: [u8; 16],
+    journal_runs: Vec<(u32, u64, u32)>,
+    journal_sb: JournalSuperblock,
+    /// The block holding the primary ext4 superblock, as on disk.
+    super_block_image: Vec<u8>,
+}
+
+thread_local! {
+    static HANDOFF: RefCell<Option<Handoff>> = const { RefCell::new(None) };
+}
+
+/// Mount-time recovery for `mode=journal`: replay the log, then remember
+/// the journal superblock for [`JournalProtocol::new`].
+pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryReport> {
+    let runs = if env.journal_runs.is_empty() {
+        None
+    } else {
+        Some(env.journal_runs.as_slice())
+    };
+    let (report, state) = recovery::recover_full(dev, runs)?;
+    let Some((journal_sb, map)) = state else {
+        return Err(FsError::Invalid(
+            "mode=journal needs an image with a journal (has_journal)".into(),
+        ));
+    };
+    let bs = dev.block_size();
+    let mut super_block_image = vec![0u8; bs as usize];
+    dev.read(
+        recovery::super_block_nr(bs),
+        &mut super_block_image,
+        BlockClass::Super,
+    )?;
+    HANDOFF.with(|h| {
+        *h.borrow_mut() = Some(Handoff {
+            uuid: env.uuid,
+            journal_runs: map.runs().to_vec(),
+            journal_sb,
+            super_block_image,
+        })
+    });
+    Ok(report)
+}
+
+/// The running transaction.
+#[derive(Default)]
+struct Running {
+    tid: u32,
+    /// Blocks to log (metadata; data too with data=journal).
+    logged: BTreeSet<u64>,
+    /// File-data blocks to write home (ordered / writeback).
+    data: BTreeSet<u64>,
+    /// Blocks to revoke.
+    revoked: BTreeSet<u64>,
+    /// Blocks freed by this transaction (not reusable until it is durable).
+    freed: BTreeSet<u64>,
+}
+
+impl Running {
+    fn is_empty(&self) -> bool {
+        self.logged.is_empty()
+            && self.data.is_empty()
+            && self.revoked.is_empty()
+            && self.freed.is_empty()
+    }
+}
+
+/// A committed copy waiting for its checkpoint.
+struct Committed {
+    copy: Arc<Vec<u8>>,
+    /// Cache generation of the block when the copy was taken.
+    generation: u64,
+    class: BlockClass,
+}
+
+/// Counters for `ordo info` and benchmarks.
+#[derive(Default, Clone, Copy)]
+struct Stats {
+    commits: u64,
+    log_blocks: u64,
+    copies: u64,
+    escaped: u64,
+    revoke_records: u64,
+    checkpoints: u64,
+    checkpoint_blocks: u64,
+    forced_checkpoints: u64,
+    flushes: u64,
+    fua_writes: u64,
+    ordered_data_blocks: u64,
+}
+
+/// The `mode=journal` protocol.
+pub struct JournalProtocol {
+    data_mode: DataMode,
+    fault: Option<Fault>,
+    bs: u32,
+    map: JournalMap,
+    fmt: JournalFormat,
+    /// The journal superblock as ordo last wrote it (or found it).
+    sb: JournalSuperblock,
+    /// Whether the on-disk journal superblock says what `sb` says.
+    sb_on_disk: bool,
+    /// The on-disk superblock block from recovery, to set needs_recovery
+    /// at the first commit.
+    super_image: Option<Vec<u8>>,
+    /// needs_recovery is set on disk (or planned before any commit block).
+    recover_flag_set: bool,
+    super_block: u64,
+    /// Log geometry: [first, last).
+    first: u32,
+    last: u32,
+    /// Next log block to write.
+    head: u32,
+    /// Log blocks in use between the tail and the head.
+    used: u32,
+    /// Id of the oldest transaction in the live log (the tail's).
+    tail_tid: u32,
+    /// Largest transaction, in log blocks.
+    max_txn_blocks: u32,
+    running: Running,
+    /// Blocks whose latest copy is in the live log, with that transaction.
+    in_log: BTreeMap<u64, u32>,
+    /// Latest committed copy of every block not yet checkpointed.
+    committed: BTreeMap<u64, Committed>,
+    /// Freed blocks not reusable until the freeing transaction is durable.
+    freed_pending: BTreeMap<u64, u32>,
+    /// Commit plans made but not yet run.
+    in_flight: BTreeSet<u32>,
+    /// A plan failed: the journal is aborted, as jbd2 does after an I/O error.
+    aborted: bool,
+    /// Built without recovery's hand-over: the on-disk journal state is
+    /// unknown, so nothing may be committed.
+    inert: bool,
+    stats: Stats,
+}
+
+impl JournalProtocol {
+    /// Build the protocol for a mount. A writable mount runs [`recover`]
+    /// on the same thread first: it hands over the journal superblock the
+    /// protocol continues from (the protocol never reads the device). A
+    /// protocol built without it (a read-only mount) refuses to commit.
+    pub fn new(env: &ProtocolEnv) -> Result<Self> {
+        let handoff = HANDOFF
+            .with(|h| h.borrow_mut().take())
+            .filter(|h| h.uuid == env.uuid);
+        let fault = Fault::from_env();
+        match handoff {
+            Some(h) => {
+                let mut env = env.clone();
+                if env.journal_runs.is_empty() {
+                    env.journal_runs = h.journal_runs;
+                }
+                Self::with_state(&env, h.journal_sb, Some(h.super_block_image), fault)
+            }
+            None => {
+                if env.journal_runs.is_empty() {
+                    return Err(FsError::Invalid(
+                        "mode=journal needs an image with a journal (has_journal)".into(),
+                    ));
+                }
+                let len = JournalMap::new(env.journal_runs.clone()).len_blocks;
+                let sb = JournalSuperblock::new_internal(env.block_size, len, env.uuid);
+                let mut p = Self::with_state(env, sb, None, fault)?;
+                p.inert = true;
+                Ok(p)
+            }
+        }
+    }
+
+    fn with_state(
+        env: &ProtocolEnv,
+        mut sb: JournalSuperblock,
+        super_image: Option<Vec<u8>>,
+        fault: Option<Fault>,
+    ) -> Result<Self> {
+        let map = JournalMap::new(env.journal_runs.clone());
+        if sb.start != 0 {
+            return Err(FsError::Invalid(
+                "mode=journal: the journal was not recovered".into(),
+            ));
+        }
+        let bs = env.block_size;
+        let super_block = recovery::super_block_nr(bs);
+        let fs_64bit = super_image
+            .as_ref()
+            .map(|img| {
+                let off = recovery::super_offset(bs) + recovery::sb_off::FEATURE_INCOMPAT;
+                u32::from_le_bytes(img[off..off + 4].try_into().expect("4"))
+                    & recovery::EXT4_INCOMPAT_64BIT
+                    != 0
+            })
+            .unwrap_or(false);
+        // The features ordo writes with, as the kernel sets them at mount:
+        // checksums v3 with metadata_csum, 64-bit tags with a 64-bit file
+        // system, and revoke.
+        let before = (sb.feature_compat, sb.feature_incompat, sb.checksum_type);
+        sb.v2 = true;
+        sb.feature_compat &= !jbd2::FEATURE_COMPAT_CHECKSUM;
+        sb.feature_incompat &= !(jbd2::FEATURE_INCOMPAT_CSUM_V2
+            | jbd2::FEATURE_INCOMPAT_CSUM_V3
+            | jbd2::FEATURE_INCOMPAT_ASYNC_COMMIT);
+        sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_REVOKE;
+        if env.metadata_csum {
+            sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_CSUM_V3;
+            sb.checksum_type = jbd2::CHECKSUM_TYPE_CRC32C;
+        } else {
+            sb.checksum_type = 0;
+        }
+        if fs_64bit || env.block_count > u32::MAX as u64 {
+            sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_64BIT;
+        }
+        let sb_on_disk = before == (sb.feature_compat, sb.feature_incompat, sb.checksum_type);
+        let first = sb.first;
+        let last = sb.log_end();
+        if last <= first + 8 || sb.maxlen > map.len_blocks {
+            return Err(FsError::Invalid(format!(
+                "journal log [{first}, {last}) of {} mapped blocks is too small",
+                map.len_blocks
+            )));
+        }
+        let fmt = sb.format();
+        let recover_flag_set = super_image
+            .as_ref()
+            .map(|img| {
+                let off = recovery::super_offset(bs) + recovery::sb_off::FEATURE_INCOMPAT;
+                u32::from_le_bytes(img[off..off + 4].try_into().expect("4"))
+                    & recovery::EXT4_INCOMPAT_RECOVER
+                    != 0
+            })
+            .unwrap_or(false);
+        let tid = sb.sequence;
+        Ok(JournalProtocol {
+            data_mode: env.data_mode,
+            fault,
+            bs,
+            fmt,
+            first,
+            last,
+            head: first,
+            used: 0,
+            tail_tid: tid,
+            max_txn_blocks: ((last - first) / 4).max(8),
+            running: Running {
+                tid,
+                ..Default::default()
+            },
+            sb,
+            sb_on_disk,
+            super_image,
+            recover_flag_set,
+            super_block,
+            map,
+            in_log: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            freed_pending: BTreeMap::new(),
+            in_flight: BTreeSet::new(),
+            aborted: false,
+            inert: false,
+            stats: Stats::default(),
+        })
+    }
+
+    fn log_len(&self) -> u32 {
+        self.last - self.first
+    }
+
+    fn advance(&self, b: u32) -> u32 {
+        if b + 1 >= self.last {
+            self.first
+        } else {
+            b + 1
+        }
+    }
+
+    /// Log blocks a transaction of `copies` copies and `revokes` revoke
+    /// records takes.
+    fn txn_blocks(&self, copies: usize, revokes: usize) -> u32 {
+        let d = copies.div_ceil(self.fmt.tags_per_descriptor());
+        let r = revokes.div_ceil(self.fmt.records_per_revoke());
+        (d + copies + r + 1) as u32
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.aborted {
+            Err(FsError::Io(std::io::Error::other(
+                "the journal was aborted after a failed write",
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn flush(&mut self, io: &mut Io) {
+        io.flush();
+        self.stats.flushes += 1;
+    }
+
+    /// Plan a journal-superblock write (tail, sequence, features).
+    fn write_journal_super(&mut self, io: &mut Io, fua: bool) {
+        let p = self.map.phys(0).expect("journal block 0 is mapped");
+        let data = Arc::new(self.sb.encode());
+        let flags = if fua {
+            self.stats.fua_writes += 1;
+            WriteFlags::fua(BlockClass::Journal)
+        } else {
+            WriteFlags::new(BlockClass::Journal)
+        };
+        io.write_raw(p, data, flags);
+        self.stats.log_blocks += 1;
+        self.sb_on_disk = true;
+    }
+
+    /// Append log blocks (already encoded, in log order starting at
+    /// `start`), one write per physically contiguous run.
+    fn write_log(&mut self, io: &mut Io, start: u32, blocks: Vec<Arc<Vec<u8>>>) {
+        let bs = self.bs as usize;
+        let mut lb = start;
+        let mut run_start: Option<(u64, Vec<u8>)> = None;
+        let mut expected_next = 0u64;
+        for img in blocks {
+            let p = self.map.phys(lb).expect("log block is mapped");
+            match &mut run_start {
+                Some((_, buf)) if p == expected_next && buf.len() < (1 << 20) => {
+                    buf.extend_from_slice(&img);
+                }
+                _ => {
+                    if let Some((at, buf)) = run_start.take() {
+                        io.write_raw(at, Arc::new(buf), WriteFlags::new(BlockClass::Journal));
+                    }
+                    let mut buf = Vec::with_capacity(bs * 8);
+                    buf.extend_from_slice(&img);
+                    run_start = Some((p, buf));
+                }
+            }
+            expected_next = p + 1;
+            lb = self.advance(lb);
+            self.stats.log_blocks += 1;
+        }
+        if let Some((at, buf)) = run_start.take() {
+            io.write_raw(at, Arc::new(buf), WriteFlags::new(BlockClass::Journal));
+        }
+    }
+
+    /// Write every committed copy home, flush, and move the tail to the
+    /// head (the log is empty afterwards).
+    fn checkpoint(&mut self, io: &mut Io) {
+        if self.committed.is_empty() && self.used == 0 {
+            return;
+        }
+        let committed = std::mem::take(&mut self.committed);
+        for (block, c) in committed {
+            let mut data = c.copy;
+            if block == self.super_block {
+                // A committed superblock copy already carries needs_recovery.
+                debug_assert!(self.recover_flag_set);
+            }
+            if io.cache.generation(block) == c.generation && io.cache.is_dirty(block) {
+                // Pin so the core marks it clean once the copy is home.
+                io.cache.pin(block);
+                io.plan.pinned.push((block, c.generation));
+            }
+            io.write_raw(block, std::mem::take(&mut data), WriteFlags::new(c.class));
+            self.stats.checkpoint_blocks += 1;
+        }
+        self.flush(io);
+        self.in_log.clear();
+        self.used = 0;
+        self.tail_tid = self.running.tid;
+        self.sb.start = self.head;
+        self.sb.sequence = self.running.tid;
+        self.write_journal_super(io, true);
+        self.stats.checkpoints += 1;
+    }
+
+    /// The image to log for `block`: the cached one (the superblock with
+    /// needs_recovery set), escaped; returns (copy, escaped, generation, class).
+    fn take_copy(&mut self, io: &Io, block: u64) -> Option<(Arc<Vec<u8>>, u64, BlockClass)> {
+        let snap = io.snapshot(block)?;
+        let gen = io.generation(block);
+        let class = io.class_of(block);
+        if block == self.super_block {
+            let mut img = (*snap).clone();
+            recovery::set_recover_flag(&mut img, self.bs, true);
+            return Some((Arc::new(img), gen, class));
+        }
+        Some((snap, gen, class))
+    }
+
+    /// Commit the running transaction (and checkpoint first when the log
+    /// lacks room). `durable_data` writes writeback-mode data before the
+    /// commit (fsync / sync) instead of after it.
+    fn commit(&mut self, io: &mut Io, durable_data: bool) -> Result<()> {
+        self.check_alive()?;
+        if self.running.is_empty() {
+            if durable_data && !self.in_flight.is_empty() {
+                // An earlier commit is still queued: the caller's promise
+                // needs it; a flush after it in plan order suffices.
+                self.flush(io);
+            }
+            return Ok(());
+        }
+        if self.inert {
+            return Err(FsError::Invalid(
+                "mode=journal: protocol::recover must run before protocol::build on a writable mount"
+                    .into(),
+            ));
+        }
+        let tid = self.running.tid;
+        self.sweep_unreported(io);
+        // Blocks to log, with their committed copies taken now.
+        let mut copies: Vec<(u64, Arc<Vec<u8>>, u64, BlockClass)> = Vec::new();
+        let logged = std::mem::take(&mut self.running.logged);
+        let mut data: BTreeSet<u64> = std::mem::take(&mut self.running.data);
+        for b in logged {
+            if let Some((copy, gen, class)) = self.take_copy(io, b) {
+                copies.push((b, copy, gen, class));
+            }
+        }
+        let revoked: Vec<u64> = std::mem::take(&mut self.running.revoked)
+            .into_iter()
+            .collect();
+        // A transaction larger than the whole log cannot be atomic; with
+        // data=journal, move file data out of the log (ordered instead).
+        let max = self.log_len() - 1;
+        if self.txn_blocks(copies.len(), revoked.len()) > max {
+            copies.retain(|c| {
+                if c.3 == BlockClass::Data {
+                    data.insert(c.0);
+                    false
+                } else {
+                    true
+                }
+            });
+            if self.txn_blocks(copies.len(), revoked.len()) > max {
+                self.aborted = true;
+                return Err(FsError::Errno(libc::ENOSPC));
+            }
+        }
+        let need = self.txn_blocks(copies.len(), revoked.len());
+        if self.used + need > self.log_len() - 1 {
+            // A full journal forces a checkpoint instead of failing.
+            self.stats.forced_checkpoints += 1;
+            self.checkpoint(io);
+        }
+        // needs_recovery must be durable before any commit block is.
+        if !self.recover_flag_set {
+            match self.super_image.take() {
+                Some(mut img) => {
+                    recovery::set_recover_flag(&mut img, self.bs, true);
+                    io.write_raw(
+                        self.super_block,
+                        Arc::new(img),
+                        WriteFlags::new(BlockClass::Super),
+                    );
+                }
+                None => {
+                    if let Some((img, _, _)) = self.take_copy(io, self.super_block) {
+                        if !io.is_dirty(self.super_block) {
+                            io.write_raw(self.super_block, img, WriteFlags::new(BlockClass::Super));
+                        }
+                    }
+                }
+            }
+            self.recover_flag_set = true;
+        }
+        if self.used == 0 && (self.sb.start != self.head || self.sb.sequence != tid) {
+            // An empty log starts here: the tail moves to this transaction.
+            self.sb.start = self.head;
+            self.sb.sequence = tid;
+            self.tail_tid = tid;
+            self.sb_on_disk = false;
+        }
+        if !self.sb_on_disk {
+            self.write_journal_super(io, false);
+        }
+        // Ordered data goes home before the commit block can be durable.
+        let data_first = match self.data_mode {
+            DataMode::Ordered | DataMode::Journal => true,
+            DataMode::Writeback => durable_data,
+        };
+        if data_first {
+            for &b in &data {
+                if io.is_dirty(b) {
+                    io.write_home(b, false);
+                    self.stats.ordered_data_blocks += 1;
+                }
+            }
+        }
+        // Descriptors and copies.
+        let start = self.head;
+        let mut log: Vec<Arc<Vec<u8>>> = Vec::with_capacity(need as usize);
+        let per = self.fmt.tags_per_descriptor();
+        for chunk in copies.chunks(per) {
+            let mut tags = Vec::with_capacity(chunk.len());
+            let mut imgs = Vec::with_capacity(chunk.len());
+            for (b, copy, _, _) in chunk {
+                let mut escaped = false;
+                let img = if copy.len() >= 4 && copy[..4] == jbd2::JBD2_MAGIC.to_be_bytes() {
+                    let mut e = (**copy).clone();
+                    escaped = jbd2::escape(&mut e);
+                    self.stats.escaped += 1;
+                    Arc::new(e)
+                } else {
+                    copy.clone()
+                };
+                let checksum = if self.fmt.csum_v2or3() {
+                    self.fmt.tag_checksum(tid, &img)
+                } else {
+                    0
+                };
+                tags.push(BlockTag {
+                    blocknr: *b,
+                    escaped,
+                    deleted: false,
+                    checksum,
+                });
+                imgs.push(img);
+            }
+            log.push(Arc::new(jbd2::encode_descriptor(&self.fmt, tid, &tags)));
+            log.extend(imgs);
+        }
+        for chunk in revoked.chunks(self.fmt.records_per_revoke()) {
+            log.push(Arc::new(jbd2::encode_revoke(&self.fmt, tid, chunk)));
+            self.stats.revoke_records += chunk.len() as u64;
+        }
+        let body = log.len() as u32;
+        self.write_log(io, start, log);
+        let mut commit_at = start;
+        for _ in 0..body {
+            commit_at = self.advance(commit_at);
+        }
+        if self.fault != Some(Fault::CommitNoFlush) {
+            self.flush(io);
+        }
+        let now = crate::types::Timespec::now();
+        let commit = jbd2::encode_commit(&self.fmt, tid, now.sec.max(0) as u64, now.nsec, None);
+        let p = self.map.phys(commit_at).expect("log block is mapped");
+        io.write_raw(p, Arc::new(commit), WriteFlags::fua(BlockClass::Journal));
+        self.stats.fua_writes += 1;
+        self.stats.log_blocks += 1;
+        if !data_first {
+            for &b in &data {
+                if io.is_dirty(b) {
+                    io.write_home(b, false);
+                }
+            }
+        }
+        self.head = self.advance(commit_at);
+        self.used += need;
+        debug_assert_eq!(need, body + 1);
+        // Bookkeeping: the copies await their checkpoint.
+        for (b, copy, generation, class) in copies {
+            self.in_log.insert(b, tid);
+            self.committed.insert(
+                b,
+                Committed {
+                    copy,
+                    generation,
+                    class,
+                },
+            );
+            self.stats.copies += 1;
+        }
+        // Blocks this transaction freed: never checkpoint their old copies
+        // (a later checkpoint runs after this commit is durable).
+        for b in std::mem::take(&mut self.running.freed) {
+            self.committed.remove(&b);
+            self.freed_pending.insert(b, tid);
+        }
+        io.set_tag(tid as u64 + 1);
+        self.in_flight.insert(tid);
+        self.stats.commits += 1;
+        self.running = Running {
+            tid: tid.wrapping_add(1),
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    /// Dirty blocks the running transaction does not know about: file
+    /// data written without a report, metadata changed without an update.
+    /// The core reports every change, so this finds nothing in a correct
+    /// core; it keeps a missed report from becoming a lost write.
+    fn sweep_unreported(&mut self, io: &Io) {
+        for b in io.dirty_blocks() {
+            if self.running.logged.contains(&b) || self.running.data.contains(&b) {
+                continue;
+            }
+            let awaiting_checkpoint = self
+                .committed
+                .get(&b)
+                .is_some_and(|c| c.generation == io.generation(b));
+            if awaiting_checkpoint {
+                continue;
+            }
+            if io.class_of(b) == BlockClass::Data && self.data_mode != DataMode::Journal {
+                self.running.data.insert(b);
+            } else {
+                self.running.logged.insert(b);
+            }
+        }
+    }
+
+    fn running_blocks(&self) -> u32 {
+        self.txn_blocks(self.running.logged.len(), self.running.revoked.len())
+    }
+
+    /// Clean unmount: commit, checkpoint, mark the log empty, clear
+    /// needs_recovery.
+    fn unmount(&mut self, io: &mut Io) -> Result<()> {
+        self.commit(io, true)?;
+        if self.stats.commits == 0 {
+            // Nothing was logged this mount: the image is as recovery left it.
+            return Ok(());
+        }
+        self.checkpoint(io);
+        self.sb.start = 0;
+        self.sb.sequence = self.running.tid;
+        self.write_journal_super(io, true);
+        if self.recover_flag_set {
+            let img = io
+                .snapshot(self.super_block)
+                .map(|s| (*s).clone())
+                .or_else(|| self.super_image.clone());
+            if let Some(mut img) = img {
+                recovery::set_recover_flag(&mut img, self.bs, false);
+                let gen = io.generation(self.super_block);
+                if io.cache.is_dirty(self.super_block) {
+                    io.cache.pin(self.super_block);
+                    io.plan.pinned.push((self.super_block, gen));
+                }
+                io.write_raw(
+                    self.super_block,
+                    Arc::new(img),
+                    WriteFlags::fua(BlockClass::Super),
+                );
+                self.stats.fua_writes += 1;
+            }
+            self.recover_flag_set = false;
+        }
+        Ok(())
+    }
+}
+
+impl Protocol for JournalProtocol {
+    fn name(&self) -> &'static str {
+        "journal"
+    }
+
+    fn on_update(&mut self, u: &Update, _h: &HandleInfo) {
+        self.running.logged.insert(u.block);
+    }
+
+    fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
+        match self.data_mode {
+            DataMode::Journal => {
+                self.running.logged.insert(w.pblk);
+            }
+            DataMode::Ordered | DataMode::Writeback => {
+                self.running.data.insert(w.pblk);
+            }
+        }
+    }
+
+    fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
+        let was_logged = self.running.logged.remove(&block);
+        self.running.data.remove(&block);
+        if was_logged || self.in_log.contains_key(&block) {
+            self.running.revoked.insert(block);
+        }
+        self.running.freed.insert(block);
+    }
+
+    fn on_handle_end(&mut self, _h: &HandleInfo, io: &mut Io) -> Result<()> {
+        if self.running_blocks() >= self.max_txn_blocks {
+            self.commit(io, false)?;
+        }
+        Ok(())
+    }
+
+    fn fsync(&mut self, _ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
+        self.commit(io, true)
+    }
+
+    fn sync(&mut self, io: &mut Io) -> Result<()> {
+        self.commit(io, true)
+    }
+
+    fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
+        match reason {
+            WriteBackReason::Timer => {
+                self.commit(io, false)?;
+                if self.used > self.log_len() / 2 {
+                    self.checkpoint(io);
+                }
+                Ok(())
+            }
+            WriteBackReason::Pressure => {
+                self.commit(io, true)?;
+                self.checkpoint(io);
+                Ok(())
+            }
+            WriteBackReason::Unmount => self.unmount(io),
+        }
+    }
+
+    fn can_allocate(&self, block: u64) -> bool {
+        !self.running.freed.contains(&block) && !self.freed_pending.contains_key(&block)
+    }
+
+    fn plan_done(&mut self, tag: u64, ok: bool) {
+        if !ok {
+            self.aborted = true;
+            return;
+        }
+        if tag == 0 {
+            return;
+        }
+        let tid = (tag - 1) as u32;
+        self.in_flight.remove(&tid);
+        // Every commit up to tid is durable (plans run in order).
+        self.freed_pending.retain(|_, t| jbd2::tid_gt(*t, tid));
+    }
+
+    fn stats(&self) -> Vec<(String, u64)> {
+        let s = self.stats;
+        vec![
+            ("commits".into(), s.commits),
+            ("log_blocks_written".into(), s.log_blocks),
+            ("copies_logged".into(), s.copies),
+            ("copies_escaped".into(), s.escaped),
+            ("revoke_records".into(), s.revoke_records),
+            ("checkpoints".into(), s.checkpoints),
+            ("forced_checkpoints".into(), s.forced_checkpoints),
+            ("checkpoint_blocks".into(), s.checkpoint_blocks),
+            ("ordered_data_blocks".into(), s.ordered_data_blocks),
+            ("flushes_planned".into(), s.flushes),
+            ("fua_writes_planned".into(), s.fua_writes),
+            ("log_used_blocks".into(), self.used as u64),
+            ("log_blocks".into(), self.log_len() as u64),
+            ("running_tid".into(), self.running.tid as u64),
+        ]
+    }
+}

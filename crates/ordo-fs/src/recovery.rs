@@ -1,0 +1,919 @@
+//! JBD2 journal recovery: scan, revoke, replay.
+//!
+//! What mount does after a crash, what `ordo fsck` reports, and what the
+//! crash explorer runs on every crash state. It works on a bare device,
+//! before the core is up, so it reads the few ext4 fields it needs itself
+//! (superblock, inode 8 or the `s_jnl_blocks` backup of its extent root).
+//!
+//! The three passes are the kernel's (`fs/jbd2/recovery.c`), which e2fsck
+//! shares:
+//!
+//! 1. **Scan** from `s_start`, expecting transaction `s_sequence`, then
+//!    `s_sequence + 1`, ...: every block of a transaction must carry the
+//!    magic and the expected id; descriptor and revoke blocks must pass
+//!    their tail checksum, every copy its tag checksum, the commit block its
+//!    own checksum (v2/v3), or the v1 CRC32 over the transaction. The log
+//!    ends at the first block that is not the next piece of a valid
+//!    transaction. A transaction without a valid commit block does not
+//!    count. Ordo is stricter than the kernel in one place: a copy whose
+//!    tag checksum fails ends the log before its transaction (the kernel
+//!    skips just that block); both only differ on images no crash of a
+//!    correct writer produces, and replaying a transaction minus a block
+//!    would never be consistent anyway.
+//! 2. **Revoke**: collect every revoke record of the valid transactions
+//!    with the latest id that revoked it.
+//! 3. **Replay**: a copy of block B in transaction T is written home unless
+//!    B was revoked by a transaction >= T; later copies win. Escaped copies
+//!    get their magic back.
+//!
+//! Then: flush; mark the log empty (`s_start = 0`, `s_sequence` = the
+//! first id after the log plus one, as e2fsck does, so no stale commit
+//! block can ever match); flush; clear ext4's `needs_recovery` flag; flush.
+//!
+//! **Idempotent**: replay only writes home locations outside the journal,
+//! from log blocks it never modifies, so a crash anywhere in recovery leaves
+//! either the same log to replay again (the journal superblock still says
+//! `s_start != 0`) or an empty log and, at worst, a `needs_recovery` flag
+//! that the next recovery clears.
+//!
+//! **Bounded**: the scan visits at most the log's length in blocks; a
+//! corrupted superblock, descriptor or commit block ends the log (and is
+//! reported) instead of failing the mount, except a journal superblock that
+//! cannot be trusted at all, which is an error naming the field, as it is
+//! for the kernel.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+use ordo_format::jbd2::{self, BlockHeader, BlockType, JournalSuperblock};
+
+use crate::error::{FsError, Result};
+use crate::protocol::RecoveryReport;
+
+/// ext4 `s_feature_compat`: has a journal.
+pub(crate) const EXT4_COMPAT_HAS_JOURNAL: u32 = 0x4;
+/// ext4 `s_feature_incompat`: the journal needs recovery.
+pub(crate) const EXT4_INCOMPAT_RECOVER: u32 = 0x4;
+/// ext4 `s_feature_incompat`: 64-bit block numbers.
+pub(crate) const EXT4_INCOMPAT_64BIT: u32 = 0x80;
+/// ext4 `s_feature_ro_compat`: metadata checksums.
+pub(crate) const EXT4_RO_COMPAT_METADATA_CSUM: u32 = 0x400;
+/// The journal's inode number.
+pub const JOURNAL_INO: u32 = 8;
+
+const EXT4_SUPER_MAGIC: u16 = 0xEF53;
+const EXT4_EXTENTS_FL: u32 = 0x80000;
+const EXT4_EXT_MAGIC: u16 = 0xF30A;
+/// `s_jnl_backup_type` value: `s_jnl_blocks` holds a copy of the journal
+/// inode's `i_block` and size.
+pub(crate) const EXT3_JNL_BACKUP_BLOCKS: u8 = 1;
+
+fn le16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+/// Offsets of the ext4 superblock fields recovery needs (the 1024-byte
+/// superblock, not the block holding it).
+pub(crate) mod sb_off {
+    pub const FIRST_DATA_BLOCK: usize = 0x14;
+    pub const LOG_BLOCK_SIZE: usize = 0x18;
+    pub const MAGIC: usize = 0x38;
+    pub const INODE_SIZE: usize = 0x58;
+    pub const FEATURE_COMPAT: usize = 0x5C;
+    pub const FEATURE_INCOMPAT: usize = 0x60;
+    pub const FEATURE_RO_COMPAT: usize = 0x64;
+    pub const JOURNAL_INUM: usize = 0xE0;
+    pub const JOURNAL_DEV: usize = 0xE4;
+    pub const JNL_BACKUP_TYPE: usize = 0xFD;
+    pub const DESC_SIZE: usize = 0xFE;
+    pub const JNL_BLOCKS: usize = 0x10C;
+    pub const CHECKSUM: usize = 0x3FC;
+}
+
+/// The block holding the primary ext4 superblock (byte offset 1024).
+pub(crate) fn super_block_nr(block_size: u32) -> u64 {
+    1024 / block_size as u64
+}
+
+/// Byte offset of the superblock within [`super_block_nr`].
+pub(crate) fn super_offset(block_size: u32) -> usize {
+    (1024 % block_size) as usize
+}
+
+/// Recompute `s_checksum` of a 1024-byte ext4 superblock when it has
+/// `metadata_csum`.
+pub(crate) fn reseal_ext4_super(sb: &mut [u8]) {
+    if le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM != 0 {
+        let c = jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]);
+        sb[sb_off::CHECKSUM..sb_off::CHECKSUM + 4].copy_from_slice(&c.to_le_bytes());
+    }
+}
+
+/// Set or clear `needs_recovery` in a block image holding the primary
+/// superblock, resealing it. Returns whether anything changed.
+pub(crate) fn set_recover_flag(block_image: &mut [u8], block_size: u32, on: bool) -> bool {
+    let off = super_offset(block_size);
+    let sb = &mut block_image[off..off + 1024];
+    let old = le32(sb, sb_off::FEATURE_INCOMPAT);
+    let new = if on {
+        old | EXT4_INCOMPAT_RECOVER
+    } else {
+        old & !EXT4_INCOMPAT_RECOVER
+    };
+    if new == old {
+        return false;
+    }
+    sb[sb_off::FEATURE_INCOMPAT..sb_off::FEATURE_INCOMPAT + 4].copy_from_slice(&new.to_le_bytes());
+    reseal_ext4_super(sb);
+    true
+}
+
+/// The ext4 superblock fields recovery uses.
+#[derive(Clone, Debug)]
+pub(crate) struct Ext4Super {
+    pub block_size: u32,
+    pub first_data_block: u32,
+    pub inode_size: u16,
+    pub compat: u32,
+    pub incompat: u32,
+    pub journal_inum: u32,
+    pub journal_dev: u32,
+    pub jnl_backup_type: u8,
+    pub desc_size: u16,
+    /// `s_jnl_blocks`: 15 words of `i_block`, then `i_size_high`, `i_size`.
+    pub jnl_blocks: [u32; 17],
+}
+
+impl Ext4Super {
+    /// Read and parse the primary superblock of `dev`.
+    pub(crate) fn read(dev: &dyn BlockDevice) -> Result<(Ext4Super, Vec<u8>)> {
+        let bs = dev.block_size();
+        let blk = super_block_nr(bs);
+        let mut buf = vec![0u8; bs as usize];
+        dev.read(blk, &mut buf, BlockClass::Super)?;
+        let off = super_offset(bs);
+        let s = &buf[off..off + 1024];
+        if le16(s, sb_off::MAGIC) != EXT4_SUPER_MAGIC {
+            return Err(FsError::corrupt(
+                blk,
+                "superblock s_magic",
+                format!("{:#06x}, expected 0xef53", le16(s, sb_off::MAGIC)),
+            ));
+        }
+        let log = le32(s, sb_off::LOG_BLOCK_SIZE);
+        if log > 6 || 1024u32 << log != bs {
+            return Err(FsError::corrupt(
+                blk,
+                "superblock s_log_block_size",
+                format!("{log} does not match the device block size {bs}"),
+            ));
+        }
+        let mut jnl_blocks = [0u32; 17];
+        for (i, w) in jnl_blocks.iter_mut().enumerate() {
+            *w = le32(s, sb_off::JNL_BLOCKS + 4 * i);
+        }
+        let sup = Ext4Super {
+            block_size: bs,
+            first_data_block: le32(s, sb_off::FIRST_DATA_BLOCK),
+            inode_size: le16(s, sb_off::INODE_SIZE),
+            compat: le32(s, sb_off::FEATURE_COMPAT),
+            incompat: le32(s, sb_off::FEATURE_INCOMPAT),
+            journal_inum: le32(s, sb_off::JOURNAL_INUM),
+            journal_dev: le32(s, sb_off::JOURNAL_DEV),
+            jnl_backup_type: s[sb_off::JNL_BACKUP_TYPE],
+            desc_size: le16(s, sb_off::DESC_SIZE),
+            jnl_blocks,
+        };
+        Ok((sup, buf))
+    }
+
+    pub(crate) fn has_journal(&self) -> bool {
+        self.compat & EXT4_COMPAT_HAS_JOURNAL != 0
+    }
+
+    pub(crate) fn needs_recovery(&self) -> bool {
+        self.incompat & EXT4_INCOMPAT_RECOVER != 0
+    }
+}
+
+/// The journal inode's blocks as (logical, physical, length) runs, read
+/// from an extent root (`i_block`, 60 bytes). Depth 0 is parsed in place;
+/// a depth-1 tree reads its leaves from `dev`.
+fn runs_from_extent_root(
+    dev: &dyn BlockDevice,
+    i_block: &[u8],
+    what: &'static str,
+    at_block: u64,
+) -> Result<Vec<(u32, u64, u32)>> {
+    let mut runs = Vec::new();
+    parse_extent_node(dev, i_block, what, at_block, 2, &mut runs)?;
+    runs.sort_unstable();
+    Ok(runs)
+}
+
+fn parse_extent_node(
+    dev: &dyn BlockDevice,
+    node: &[u8],
+    what: &'static str,
+    at_block: u64,
+    depth_budget: u32,
+    runs: &mut Vec<(u32, u64, u32)>,
+) -> Result<()> {
+    if le16(node, 0) != EXT4_EXT_MAGIC {
+        return Err(FsError::corrupt(
+            at_block,
+            what,
+            format!("extent header magic {:#06x}", le16(node, 0)),
+        ));
+    }
+    let entries = le16(node, 2) as usize;
+    let depth = le16(node, 6) as u32;
+    if 12 + entries * 12 > node.len() || depth > depth_budget {
+        return Err(FsError::corrupt(
+            at_block,
+            what,
+            format!("{entries} entries at depth {depth} do not fit"),
+        ));
+    }
+    for i in 0..entries {
+        let e = &node[12 + 12 * i..24 + 12 * i];
+        if depth == 0 {
+            let lblk = le32(e, 0);
+            let mut len = le16(e, 4) as u32;
+            if len > 32768 {
+                // An unwritten extent: the journal never has one, but read
+                // it the way ext4 does.
+                len -= 32768;
+            }
+            let pblk = ((le16(e, 6) as u64) << 32) | le32(e, 8) as u64;
+            if len > 0 {
+                runs.push((lblk, pblk, len));
+            }
+        } else {
+            let leaf = ((le16(e, 8) as u64) << 32) | le32(e, 4) as u64;
+            if leaf >= dev.block_count() {
+                return Err(FsError::corrupt(
+                    at_block,
+                    what,
+                    format!("index points at block {leaf} past the end"),
+                ));
+            }
+            let mut buf = vec![0u8; dev.block_size() as usize];
+            dev.read(leaf, &mut buf, BlockClass::ExtentTree)?;
+            parse_extent_node(dev, &buf, what, leaf, depth - 1, runs)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the journal lives: the journal inode's extents, read from inode 8
+/// (or, when its extent root is unreadable, from the `s_jnl_blocks`
+/// backup). `Ok(None)` when the image has no internal journal.
+pub fn locate_journal(dev: &dyn BlockDevice) -> Result<Option<Vec<(u32, u64, u32)>>> {
+    let (sup, _) = Ext4Super::read(dev)?;
+    locate_with(dev, &sup)
+}
+
+fn locate_with(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Option<Vec<(u32, u64, u32)>>> {
+    if !sup.has_journal() {
+        return Ok(None);
+    }
+    if sup.journal_inum == 0 {
+        if sup.journal_dev != 0 {
+            return Err(FsError::Unsupported("external journal device".into()));
+        }
+        return Ok(None);
+    }
+    let sb_blk = super_block_nr(sup.block_size);
+    match runs_from_inode(dev, sup) {
+        Ok(runs) if !runs.is_empty() => Ok(Some(runs)),
+        first_err => {
+            if sup.jnl_backup_type == EXT3_JNL_BACKUP_BLOCKS {
+                let mut i_block = [0u8; 60];
+                for i in 0..15 {
+                    i_block[4 * i..4 * i + 4].copy_from_slice(&sup.jnl_blocks[i].to_le_bytes());
+                }
+                let runs = runs_from_extent_root(dev, &i_block, "superblock s_jnl_blocks", sb_blk)?;
+                if !runs.is_empty() {
+                    return Ok(Some(runs));
+                }
+            }
+            match first_err {
+                Err(e) => Err(e),
+                Ok(_) => Err(FsError::corrupt(
+                    sb_blk,
+                    "journal inode i_block",
+                    "the journal has no blocks",
+                )),
+            }
+        }
+    }
+}
+
+fn runs_from_inode(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Vec<(u32, u64, u32)>> {
+    let bs = sup.block_size as u64;
+    let gdt_block = sup.first_data_block as u64 + 1;
+    let mut gd = vec![0u8; bs as usize];
+    dev.read(gdt_block, &mut gd, BlockClass::GroupMeta)?;
+    // Inode 8 is in group 0: the first descriptor.
+    let mut itable = le32(&gd, 8) as u64;
+    if sup.incompat & EXT4_INCOMPAT_64BIT != 0 && sup.desc_size >= 64 {
+        itable |= (le32(&gd, 0x28) as u64) << 32;
+    }
+    let isize = if sup.inode_size == 0 {
+        128
+    } else {
+        sup.inode_size as u64
+    };
+    let ino = sup.journal_inum as u64;
+    let byte = (ino - 1) * isize;
+    let blk = itable + byte / bs;
+    if blk >= dev.block_count() || !(128..=bs).contains(&isize) {
+        return Err(FsError::corrupt(
+            gdt_block,
+            "group 0 bg_inode_table",
+            format!("inode table at {itable} with inode size {isize}"),
+        ));
+    }
+    let mut buf = vec![0u8; bs as usize];
+    dev.read(blk, &mut buf, BlockClass::InodeTable)?;
+    let off = (byte % bs) as usize;
+    let inode = &buf[off..off + 128];
+    if le32(inode, 0x20) & EXT4_EXTENTS_FL == 0 {
+        return Err(FsError::Unsupported(
+            "journal inode mapped by indirect blocks".into(),
+        ));
+    }
+    runs_from_extent_root(dev, &inode[0x28..0x28 + 60], "journal inode i_block", blk)
+}
+
+/// The journal's logical-to-physical map.
+#[derive(Clone, Debug)]
+pub struct JournalMap {
+    runs: Vec<(u32, u64, u32)>,
+    /// Blocks in the journal (sum of the runs).
+    pub len_blocks: u32,
+}
+
+impl JournalMap {
+    /// A map over (logical, physical, length) runs.
+    pub fn new(mut runs: Vec<(u32, u64, u32)>) -> Self {
+        runs.sort_unstable();
+        let len_blocks = runs.iter().map(|r| r.0 + r.2).max().unwrap_or(0);
+        JournalMap { runs, len_blocks }
+    }
+    /// The physical block of journal block `lblk`.
+    pub fn phys(&self, lblk: u32) -> Option<u64> {
+        self.runs
+            .iter()
+            .find(|r| lblk >= r.0 && lblk < r.0 + r.2)
+            .map(|r| r.1 + (lblk - r.0) as u64)
+    }
+    /// Whether physical block `pblk` belongs to the journal.
+    pub fn contains_phys(&self, pblk: u64) -> bool {
+        self.runs
+            .iter()
+            .any(|r| pblk >= r.1 && pblk < r.1 + r.2 as u64)
+    }
+    /// The runs.
+    pub fn runs(&self) -> &[(u32, u64, u32)] {
+        &self.runs
+    }
+}
+
+fn read_jblock(dev: &dyn BlockDevice, map: &JournalMap, lblk: u32, buf: &mut [u8]) -> Result<u64> {
+    let p = map.phys(lblk).ok_or_else(|| {
+        FsError::corrupt(
+            0,
+            "journal inode extents",
+            format!("journal block {lblk} is not mapped"),
+        )
+    })?;
+    dev.read(p, buf, BlockClass::Journal)?;
+    Ok(p)
+}
+
+/// Read and validate the journal superblock.
+pub fn read_journal_super(dev: &dyn BlockDevice, map: &JournalMap) -> Result<JournalSuperblock> {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    let p = read_jblock(dev, map, 0, &mut buf)?;
+    let sb = JournalSuperblock::decode(&buf, dev.block_size()).map_err(|e| e.at(p))?;
+    if sb.maxlen > map.len_blocks {
+        return Err(FsError::corrupt(
+            p,
+            "jbd2 superblock s_maxlen",
+            format!(
+                "{} blocks, but the journal inode maps {}",
+                sb.maxlen, map.len_blocks
+            ),
+        ));
+    }
+    Ok(sb)
+}
+
+/// One copy in a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggedBlock {
+    /// Home block.
+    pub home: u64,
+    /// Journal block holding the copy.
+    pub log_block: u32,
+    /// The copy is escaped.
+    pub escaped: bool,
+}
+
+/// One committed transaction found by the scan.
+#[derive(Clone, Debug)]
+pub struct ScannedTransaction {
+    /// Transaction id.
+    pub tid: u32,
+    /// Journal block of its first block.
+    pub start: u32,
+    /// Its copies, in log order.
+    pub blocks: Vec<LoggedBlock>,
+    /// Blocks it revoked.
+    pub revoked: Vec<u64>,
+    /// Commit time (seconds).
+    pub commit_sec: u64,
+}
+
+/// What the scan pass found.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    /// The journal superblock.
+    pub sb: JournalSuperblock,
+    /// Committed transactions, oldest first.
+    pub transactions: Vec<ScannedTransaction>,
+    /// The first transaction id after the log.
+    pub end_tid: u32,
+    /// Journal block where the log ends (the next transaction would start).
+    pub end_block: u32,
+    /// Why the log ended where it did.
+    pub end: LogEnd,
+}
+
+/// Why the scan stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogEnd {
+    /// The journal is clean (`s_start == 0`).
+    Clean,
+    /// A block without the magic or with another transaction id: the normal
+    /// end of a log.
+    Normal,
+    /// A transaction was cut short (its commit block is missing) or a block
+    /// failed validation: the log was torn or corrupted there. Everything
+    /// before is replayed.
+    Damaged {
+        /// Transaction that was dropped.
+        tid: u32,
+        /// Journal block where the problem is.
+        block: u32,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl fmt::Display for LogEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogEnd::Clean => write!(f, "clean"),
+            LogEnd::Normal => write!(f, "end of log"),
+            LogEnd::Damaged { tid, block, reason } => write!(
+                f,
+                "transaction {tid} dropped at journal block {block}: {reason}"
+            ),
+        }
+    }
+}
+
+/// Pass 1: find the committed transactions.
+pub fn scan(dev: &dyn BlockDevice, map: &JournalMap) -> Result<Scan> {
+    let sb = read_journal_super(dev, map)?;
+    let mut out = Scan {
+        transactions: Vec::new(),
+        end_tid: sb.sequence,
+        end_block: sb.start,
+        end: LogEnd::Clean,
+        sb,
+    };
+    if out.sb.start == 0 {
+        out.end_block = out.sb.first;
+        return Ok(out);
+    }
+    let sb = &out.sb;
+    let fmt = sb.format();
+    let first = sb.first;
+    let last = sb.log_end();
+    let log_len = last - first;
+    let bs = dev.block_size() as usize;
+    let dev_blocks = dev.block_count();
+    let wrap = |b: u32| if b >= last { b - log_len } else { b };
+    let mut buf = vec![0u8; bs];
+    let mut data = vec![0u8; bs];
+    let mut next = sb.start;
+    let mut tid = sb.sequence;
+    let mut visited: u64 = 0;
+    let mut chksum_seen = false;
+    let end;
+    'txns: loop {
+        let txn_start = next;
+        let mut txn = ScannedTransaction {
+            tid,
+            start: txn_start,
+            blocks: Vec::new(),
+            revoked: Vec::new(),
+            commit_sec: 0,
+        };
+        let mut crc32_sum: u32 = !0;
+        let damaged = move |block: u32, reason: String| LogEnd::Damaged { tid, block, reason };
+        loop {
+            if visited >= log_len as u64 {
+                end = damaged(next, "the log wraps onto itself".into());
+                break 'txns;
+            }
+            let here = next;
+            read_jblock(dev, map, here, &mut buf)?;
+            visited += 1;
+            next = wrap(here + 1);
+            let hdr = match BlockHeader::decode(&buf) {
+                Ok(Some(h)) if h.sequence == tid => h,
+                Ok(_) => {
+                    end = if txn.blocks.is_empty() && txn.revoked.is_empty() && here == txn_start {
+                        LogEnd::Normal
+                    } else {
+                        damaged(here, "no commit block".into())
+                    };
+                    break 'txns;
+                }
+                Err(e) => {
+                    end = damaged(here, e.to_string());
+                    break 'txns;
+                }
+            };
+            match hdr.blocktype {
+                BlockType::Descriptor => {
+                    if !fmt.verify_tail(&buf) {
+                        end = damaged(here, "descriptor block checksum".into());
+                        break 'txns;
+                    }
+                    let tags = match jbd2::decode_descriptor(&fmt, &buf) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            end = damaged(here, e.to_string());
+                            break 'txns;
+                        }
+                    };
+                    if fmt.csum_v1() {
+                        crc32_sum = jbd2::crc32_be(crc32_sum, &buf);
+                    }
+                    for tag in tags {
+                        if visited >= log_len as u64 {
+                            end = damaged(next, "the log wraps onto itself".into());
+                            break 'txns;
+                        }
+                        let at = next;
+                        read_jblock(dev, map, at, &mut data)?;
+                        visited += 1;
+                        next = wrap(at + 1);
+                        if !jbd2::verify_tag(&fmt, &tag, tid, &data) {
+                            end = damaged(
+                                at,
+                                format!("checksum of the copy of block {}", tag.blocknr),
+                            );
+                            break 'txns;
+                        }
+                        if tag.blocknr >= dev_blocks || map.contains_phys(tag.blocknr) {
+                            end = damaged(
+                                here,
+                                format!("tag names block {} outside the file system", tag.blocknr),
+                            );
+                            break 'txns;
+                        }
+                        if fmt.csum_v1() {
+                            crc32_sum = jbd2::crc32_be(crc32_sum, &data);
+                        }
+                        txn.blocks.push(LoggedBlock {
+                            home: tag.blocknr,
+                            log_block: at,
+                            escaped: tag.escaped,
+                        });
+                    }
+                }
+                BlockType::Revoke => {
+                    if !fmt.verify_tail(&buf) {
+                        end = damaged(here, "revoke block checksum".into());
+                        break 'txns;
+                    }
+                    match jbd2::decode_revoke(&fmt, &buf) {
+                        Ok(r) => txn.revoked.extend(r),
+                        Err(e) => {
+                            end = damaged(here, e.to_string());
+                            break 'txns;
+                        }
+                    }
+                }
+                BlockType::Commit => {
+                    if !jbd2::verify_commit(&fmt, &buf) {
+                        end = damaged(here, "commit block checksum".into());
+                        break 'txns;
+                    }
+                    let c = jbd2::decode_commit(&fmt, &buf).map_err(|e| e.at(here as u64))?;
+                    if fmt.csum_v1() {
+                        if c.chksum_type == jbd2::COMMIT_CHKSUM_TYPE_CRC32
+                            && c.chksum_size == jbd2::COMMIT_CHKSUM_SIZE_CRC32
+                            && c.chksum == crc32_sum
+                        {
+                            chksum_seen = true;
+                        } else if !(c.chksum_type == 0
+                            && c.chksum_size == 0
+                            && c.chksum == 0
+                            && !chksum_seen)
+                        {
+                            end = damaged(here, "commit block CRC32 of the transaction".into());
+                            break 'txns;
+                        }
+                    }
+                    txn.commit_sec = c.commit_sec;
+                    out.transactions.push(txn);
+                    tid = tid.wrapping_add(1);
+                    out.end_tid = tid;
+                    out.end_block = next;
+                    continue 'txns;
+                }
+                other => {
+                    end = damaged(here, format!("unexpected {other:?} block in the log"));
+                    break 'txns;
+                }
+            }
+        }
+    }
+    out.end = end;
+    Ok(out)
+}
+
+/// Passes 2 and 3 without writing: the final image of every home block the
+/// log would replay, as (home block, journal block, escaped), ascending by
+/// home block, and the number of copies skipped because of revokes.
+pub fn replay_plan(scan: &Scan) -> (Vec<LoggedBlock>, u64) {
+    let mut revoked: BTreeMap<u64, u32> = BTreeMap::new();
+    for t in &scan.transactions {
+        for &b in &t.revoked {
+            let e = revoked.entry(b).or_insert(t.tid);
+            if jbd2::tid_gt(t.tid, *e) {
+                *e = t.tid;
+            }
+        }
+    }
+    let mut last: BTreeMap<u64, LoggedBlock> = BTreeMap::new();
+    let mut skipped = 0;
+    for t in &scan.transactions {
+        for b in &t.blocks {
+            if let Some(&rt) = revoked.get(&b.home) {
+                if jbd2::tid_geq(rt, t.tid) {
+                    skipped += 1;
+                    continue;
+                }
+            }
+            last.insert(b.home, *b);
+        }
+    }
+    (last.into_values().collect(), skipped)
+}
+
+/// Recover the journal of the image on `dev`: locate it (or use `runs`
+/// when the caller already knows them), replay, mark it empty, clear
+/// `needs_recovery`. Does nothing on an image without a journal.
+pub fn recover_device(
+    dev: &dyn BlockDevice,
+    runs: Option<&[(u32, u64, u32)]>,
+) -> Result<RecoveryReport> {
+    Ok(recover_full(dev, runs)?.0)
+}
+
+/// [`recover_device`], also returning the journal superblock as it is
+/// after recovery (for the protocol that starts next).
+pub(crate) fn recover_full(
+    dev: &dyn BlockDevice,
+    runs: Option<&[(u32, u64, u32)]>,
+) -> Result<(RecoveryReport, Option<(JournalSuperblock, JournalMap)>)> {
+    let mut report = RecoveryReport::default();
+    let (sup, _) = Ext4Super::read(dev)?;
+    let runs = match runs {
+        Some(r) if !r.is_empty() => r.to_vec(),
+        _ => match locate_with(dev, &sup)? {
+            Some(r) => r,
+            None => {
+                report.lines.push("no journal".into());
+                return Ok((report, None));
+            }
+        },
+    };
+    let map = JournalMap::new(runs);
+    let scan = scan(dev, &map)?;
+    let bs = dev.block_size() as usize;
+    let mut sb = scan.sb.clone();
+    if sb.errno != 0 {
+        report.lines.push(format!(
+            "journal: the file system recorded error {}",
+            sb.errno
+        ));
+    }
+    if sb.start != 0 {
+        let (blocks, skipped) = replay_plan(&scan);
+        let mut buf = vec![0u8; bs];
+        for b in &blocks {
+            read_jblock(dev, &map, b.log_block, &mut buf)?;
+            if b.escaped {
+                jbd2::unescape(&mut buf);
+            }
+            dev.write(b.home, &buf, WriteFlags::new(BlockClass::Other))?;
+        }
+        dev.flush()?;
+        report.replayed = scan.transactions.len() as u64;
+        report.blocks_written = blocks.len() as u64;
+        if let (Some(f), Some(l)) = (scan.transactions.first(), scan.transactions.last()) {
+            report.lines.push(format!(
+                "journal: replayed transactions {}..={} ({} blocks, {} revoked copies skipped)",
+                f.tid,
+                l.tid,
+                blocks.len(),
+                skipped
+            ));
+        } else {
+            report
+                .lines
+                .push("journal: no committed transaction to replay".into());
+        }
+        if let LogEnd::Damaged { .. } = scan.end {
+            report.lines.push(format!("journal: {}", scan.end));
+        }
+        // As e2fsck: restart the log after the last id plus one, so that no
+        // commit block left in the log can ever match.
+        sb.start = 0;
+        sb.sequence = scan.end_tid.wrapping_add(1);
+        let mut jbuf = vec![0u8; bs];
+        let p = read_jblock(dev, &map, 0, &mut jbuf)?;
+        sb.encode_into(&mut jbuf);
+        dev.write(p, &jbuf, WriteFlags::new(BlockClass::Journal))?;
+        dev.flush()?;
+        report.blocks_written += 1;
+    }
+    // Re-read: the replay may have rewritten the superblock block itself.
+    let (sup_now, mut image) = Ext4Super::read(dev)?;
+    if sup_now.needs_recovery() {
+        set_recover_flag(&mut image, dev.block_size(), false);
+        dev.write(
+            super_block_nr(dev.block_size()),
+            &image,
+            WriteFlags::new(BlockClass::Super),
+        )?;
+        dev.flush()?;
+        report.blocks_written += 1;
+        report
+            .lines
+            .push("journal: cleared needs_recovery".to_string());
+    }
+    let _ = sup;
+    Ok((report, Some((sb, map))))
+}
+
+/// The journal state `ordo info` and `ordo fsck` show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalState {
+    /// Journal inode.
+    pub inode: u32,
+    /// Blocks in the journal (`s_maxlen`).
+    pub blocks: u32,
+    /// Journal block size.
+    pub block_size: u32,
+    /// First log block.
+    pub first: u32,
+    /// Log tail (`s_start`; 0 = empty).
+    pub start: u32,
+    /// Expected first transaction id.
+    pub sequence: u32,
+    /// Journal feature names (`journal_64bit`, `journal_checksum_v3`, ...).
+    pub features: Vec<&'static str>,
+    /// Fast-commit blocks.
+    pub fast_commit_blocks: u32,
+    /// ext4 `needs_recovery`.
+    pub needs_recovery: bool,
+    /// Committed transactions a recovery would replay.
+    pub live_transactions: u32,
+    /// Blocks those transactions would write home.
+    pub live_blocks: u64,
+    /// Damage found at the end of the log, if any.
+    pub damage: Option<String>,
+    /// `s_errno`.
+    pub errno: i32,
+}
+
+impl JournalState {
+    /// Whether a recovery is due (what e2fsck reports as "recovering journal").
+    pub fn needs_replay(&self) -> bool {
+        self.start != 0
+    }
+}
+
+impl fmt::Display for JournalState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Journal inode:            {}", self.inode)?;
+        writeln!(
+            f,
+            "Journal features:         {}",
+            if self.features.is_empty() {
+                "(none)".to_string()
+            } else {
+                self.features.join(" ")
+            }
+        )?;
+        writeln!(
+            f,
+            "Total journal size:       {}k",
+            self.blocks as u64 * self.block_size as u64 / 1024
+        )?;
+        writeln!(f, "Total journal blocks:     {}", self.blocks)?;
+        writeln!(f, "Journal first block:      {}", self.first)?;
+        writeln!(f, "Journal sequence:         {:#010x}", self.sequence)?;
+        writeln!(f, "Journal start:            {}", self.start)?;
+        if self.fast_commit_blocks > 0 {
+            writeln!(f, "Fast commit length:       {}", self.fast_commit_blocks)?;
+        }
+        writeln!(
+            f,
+            "Needs recovery:           {}{}",
+            if self.needs_recovery { "yes" } else { "no" },
+            if self.needs_replay() {
+                format!(
+                    " ({} transactions, {} blocks to replay)",
+                    self.live_transactions, self.live_blocks
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        if let Some(d) = &self.damage {
+            writeln!(f, "Journal damage:           {d}")?;
+        }
+        if self.errno != 0 {
+            writeln!(f, "Journal errno:            {}", self.errno)?;
+        }
+        Ok(())
+    }
+}
+
+fn feature_names(sb: &JournalSuperblock) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if sb.feature_compat & jbd2::FEATURE_COMPAT_CHECKSUM != 0 {
+        v.push("journal_checksum");
+    }
+    let i = sb.feature_incompat;
+    for (bit, name) in [
+        (jbd2::FEATURE_INCOMPAT_REVOKE, "journal_incompat_revoke"),
+        (jbd2::FEATURE_INCOMPAT_64BIT, "journal_64bit"),
+        (jbd2::FEATURE_INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
+        (jbd2::FEATURE_INCOMPAT_CSUM_V2, "journal_checksum_v2"),
+        (jbd2::FEATURE_INCOMPAT_CSUM_V3, "journal_checksum_v3"),
+        (jbd2::FEATURE_INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
+    ] {
+        if i & bit != 0 {
+            v.push(name);
+        }
+    }
+    v
+}
+
+/// The journal state of the image on `dev`, read-only. `Ok(None)` when the
+/// image has no journal.
+pub fn journal_state(dev: &dyn BlockDevice) -> Result<Option<JournalState>> {
+    let (sup, _) = Ext4Super::read(dev)?;
+    let Some(runs) = locate_with(dev, &sup)? else {
+        return Ok(None);
+    };
+    let map = JournalMap::new(runs);
+    let scan = scan(dev, &map)?;
+    let (blocks, _) = replay_plan(&scan);
+    Ok(Some(JournalState {
+        inode: sup.journal_inum,
+        blocks: scan.sb.maxlen,
+        block_size: scan.sb.block_size,
+        first: scan.sb.first,
+        start: scan.sb.start,
+        sequence: scan.sb.sequence,
+        features: feature_names(&scan.sb),
+        fast_commit_blocks: scan.sb.fast_commit_blocks(),
+        needs_recovery: sup.needs_recovery(),
+        live_transactions: scan.transactions.len() as u32,
+        live_blocks: blocks.len() as u64,
+        damage: match &scan.end {
+            LogEnd::Damaged { .. } => Some(scan.end.to_string()),
+            _ => None,
+        },
+        errno: scan.sb.errno,
+    }))
+}

@@ -1,0 +1,689 @@
+//! The state behind the file-system lock, and the one function every
+//! metadata mutation goes through.
+//!
+//! [`Core::modify`] is the update interface as the core sees it: it applies
+//! bytes to a cached block image, records the old and new bytes with their
+//! meaning as an [`Update`], bumps the block's generation, marks it dirty and
+//! hands the update to the protocol. Nothing else in the core changes a
+//! metadata byte, so no protocol can miss a change.
+//!
+//! Checksums are not recomputed on every field change: a change only marks
+//! its structure (inode, directory block, extent block, bitmap, group
+//! descriptor, superblock) as needing a new checksum, and [`Core::seal`]
+//! recomputes each one once, as an update of kind `Checksum`, when the
+//! handle ends. A block image therefore only ever leaves the cache with
+//! valid checksums. Protocols that write *older* images of a block (the sync
+//! protocol's intermediate writes, soft updates' rollbacks) recompute them
+//! through [`Sealer`], which knows what each block holds.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use ordo_dev::{BlockClass, BlockDevice};
+use ordo_format::Superblock;
+
+use crate::cache::BufferCache;
+use crate::error::{errno, FsError, Result};
+use crate::layout::{self, gd, le16, le32, put16, put32};
+use crate::protocol::{Io, IoPlan, Protocol, Sealer, WriteBackReason};
+use crate::types::Timespec;
+use crate::update::{HandleInfo, Ino, InodeField, OpKind, Update, UpdateKind};
+
+/// Room kept free below the cache bound for what one operation handle may
+/// add (a write handle covers at most 1 MiB of data plus its metadata).
+pub(crate) const PRESSURE_HEADROOM_BYTES: u64 = 4 << 20;
+
+/// What a block holds, for checksum recomputation of block images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A directory leaf block of `ino` (seeded by its generation).
+    Dir { ino: Ino, generation: u32 },
+    /// An extent-tree block of `ino`.
+    Extent { ino: Ino, generation: u32 },
+}
+
+/// Static locations of one block group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupLoc {
+    pub block_bitmap: u64,
+    pub inode_bitmap: u64,
+    pub inode_table: u64,
+}
+
+/// What [`Sealer`] needs, kept apart from the cache so that a protocol can
+/// borrow both.
+pub(crate) struct SealCtx {
+    pub csum: bool,
+    pub csum_seed: u32,
+    pub block_size: u32,
+    pub inode_size: u32,
+    pub inodes_per_group: u32,
+    pub desc_size: u32,
+    pub groups: u32,
+    pub gdt_first: u64,
+    pub gdt_blocks: u64,
+    pub sb_block: u64,
+    pub sb_offset: usize,
+    pub uuid: [u8; 16],
+    pub group_crc16: bool,
+    /// Inode-table start block -> group.
+    pub itables: BTreeMap<u64, u32>,
+    pub itable_blocks: u64,
+    pub owners: HashMap<u64, Owner>,
+}
+
+impl SealCtx {
+    /// The per-inode checksum seed.
+    pub fn ino_seed(&self, ino: Ino, generation: u32) -> u32 {
+        ordo_format::csum::inode_csum_seed(self.csum_seed, ino, generation)
+    }
+
+    /// Recompute the checksum of the inode at `off` of an inode-table image.
+    pub fn inode_csum(&self, ino: Ino, raw: &[u8]) -> u32 {
+        let generation = le32(raw, layout::ino::GENERATION);
+        let mut c = self.ino_seed(ino, generation);
+        let isz = self.inode_size as usize;
+        c = layout::ext4_crc(c, &raw[..layout::ino::CHECKSUM_LO]);
+        c = layout::ext4_crc(c, &[0, 0]);
+        c = layout::ext4_crc(c, &raw[layout::ino::CHECKSUM_LO + 2..128]);
+        if isz > 128 {
+            let extra = le16(raw, layout::ino::EXTRA_ISIZE) as usize;
+            let has_hi = extra >= 4;
+            if has_hi {
+                c = layout::ext4_crc(c, &raw[128..layout::ino::CHECKSUM_HI]);
+                c = layout::ext4_crc(c, &[0, 0]);
+                c = layout::ext4_crc(c, &raw[layout::ino::CHECKSUM_HI + 2..isz]);
+            } else {
+                c = layout::ext4_crc(c, &raw[128..isz]);
+            }
+        }
+        c
+    }
+
+    /// Checksum of a directory leaf block (over everything but the tail).
+    pub fn dir_csum(&self, ino: Ino, generation: u32, image: &[u8]) -> u32 {
+        let n = image.len() - layout::dirent::TAIL_LEN;
+        layout::ext4_crc(self.ino_seed(ino, generation), &image[..n])
+    }
+
+    /// Checksum of an extent block: over the header and `eh_max` entries.
+    pub fn extent_csum(&self, ino: Ino, generation: u32, image: &[u8]) -> Option<(usize, u32)> {
+        let max = le16(image, 4) as usize;
+        let end = 12 + 12 * max;
+        if end + 4 > image.len() {
+            return None;
+        }
+        Some((
+            end,
+            layout::ext4_crc(self.ino_seed(ino, generation), &image[..end]),
+        ))
+    }
+
+    /// Group descriptor checksum of group `group` whose descriptor is `desc`.
+    pub fn gd_csum(&self, group: u32, desc: &[u8]) -> u16 {
+        let ds = self.desc_size as usize;
+        if self.group_crc16 {
+            let mut c = ordo_format::csum::crc16(0xFFFF, &self.uuid);
+            c = ordo_format::csum::crc16(c, &group.to_le_bytes());
+            c = ordo_format::csum::crc16(c, &desc[..gd::CHECKSUM]);
+            if ds > gd::CHECKSUM + 2 {
+                c = ordo_format::csum::crc16(c, &desc[gd::CHECKSUM + 2..ds]);
+            }
+            return c;
+        }
+        let mut c = layout::ext4_crc(self.csum_seed, &group.to_le_bytes());
+        c = layout::ext4_crc(c, &desc[..gd::CHECKSUM]);
+        c = layout::ext4_crc(c, &[0, 0]);
+        if ds > gd::CHECKSUM + 2 {
+            c = layout::ext4_crc(c, &desc[gd::CHECKSUM + 2..ds]);
+        }
+        (c & 0xFFFF) as u16
+    }
+
+    fn itable_group(&self, block: u64) -> Option<(u32, u64)> {
+        let (&start, &g) = self.itables.range(..=block).next_back()?;
+        (block < start + self.itable_blocks).then_some((g, block - start))
+    }
+}
+
+impl Sealer for SealCtx {
+    fn reseal(&self, block: u64, image: &mut [u8]) {
+        if block == self.sb_block {
+            if self.csum {
+                let sb = &mut image[self.sb_offset..self.sb_offset + 1024];
+                let c = layout::ext4_crc(!0, &sb[..layout::sb::CHECKSUM]);
+                put32(sb, layout::sb::CHECKSUM, c);
+            }
+            return;
+        }
+        if block >= self.gdt_first && block < self.gdt_first + self.gdt_blocks {
+            if !(self.csum || self.group_crc16) {
+                return;
+            }
+            let ds = self.desc_size as usize;
+            let per = self.block_size as usize / ds;
+            for i in 0..per {
+                let g = (block - self.gdt_first) as usize * per + i;
+                if g >= self.groups as usize {
+                    break;
+                }
+                let c = self.gd_csum(g as u32, &image[i * ds..(i + 1) * ds]);
+                put16(&mut image[i * ds..], gd::CHECKSUM, c);
+            }
+            return;
+        }
+        if !self.csum {
+            return;
+        }
+        if let Some((g, rel)) = self.itable_group(block) {
+            let isz = self.inode_size as usize;
+            let per = self.block_size as usize / isz;
+            for i in 0..per {
+                let index = rel * per as u64 + i as u64;
+                let ino = g as u64 * self.inodes_per_group as u64 + index + 1;
+                let raw = &image[i * isz..(i + 1) * isz];
+                if raw.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let c = self.inode_csum(ino as Ino, raw);
+                let raw = &mut image[i * isz..(i + 1) * isz];
+                put16(raw, layout::ino::CHECKSUM_LO, c as u16);
+                if isz > 128 && le16(raw, layout::ino::EXTRA_ISIZE) >= 4 {
+                    put16(raw, layout::ino::CHECKSUM_HI, (c >> 16) as u16);
+                }
+            }
+            return;
+        }
+        match self.owners.get(&block) {
+            Some(Owner::Dir { ino, generation }) => {
+                let n = image.len();
+                if le16(image, n - 12 + 4) == 12 && image[n - 12 + 7] == layout::dirent::TAIL_FT
+                {
+                    let c = self.dir_csum(*ino, *generation, image);
+                    put32(image, n - 4, c);
+                }
+            }
+            Some(Owner::Extent { ino, generation }) => {
+                if let Some((at, c)) = self.extent_csum(*ino, *generation, image) {
+                    put32(image, at, c);
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// Checksums to recompute at the end of the handle.
+#[derive(Default)]
+struct PendingCsum {
+    inodes: BTreeSet<Ino>,
+    dir_blocks: BTreeSet<u64>,
+    extent_blocks: BTreeSet<u64>,
+    block_bitmaps: BTreeSet<u32>,
+    inode_bitmaps: BTreeSet<u32>,
+    groups: BTreeSet<u32>,
+    superblock: bool,
+}
+
+/// Per-directory in-memory name index (see `dir.rs`).
+pub(crate) use crate::dir::DirIndex;
+
+/// Everything behind the file-system lock.
+pub(crate) struct Core {
+    pub dev: Arc<dyn BlockDevice>,
+    pub sbi: Superblock,
+    pub bs: u32,
+    pub groups: Vec<GroupLoc>,
+    pub cache: BufferCache,
+    pub proto: Box<dyn Protocol>,
+    pub seal: SealCtx,
+    pub read_only: bool,
+    pub handle: HandleInfo,
+    pub in_handle: bool,
+    next_handle_id: u64,
+    pending: PendingCsum,
+    /// Directory name indexes, built on first access.
+    pub dirs: HashMap<Ino, DirIndex>,
+    /// Open-handle counts (unlinked inodes live until the last release).
+    pub open_counts: HashMap<Ino, u32>,
+    /// Rotor for directory placement.
+    pub dir_rotor: u32,
+    /// Pseudo-random state for inode generations.
+    pub gen_state: u64,
+    /// Plans made while the lock was held, waiting to be executed.
+    pub plans: Vec<IoPlan>,
+}
+
+impl Core {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        sbi: Superblock,
+        groups: Vec<GroupLoc>,
+        cache: BufferCache,
+        proto: Box<dyn Protocol>,
+        seal: SealCtx,
+        read_only: bool,
+    ) -> Core {
+        let bs = sbi.block_size();
+        let seed = Timespec::now();
+        Core {
+            dev,
+            sbi,
+            bs,
+            groups,
+            cache,
+            proto,
+            seal,
+            read_only,
+            handle: HandleInfo {
+                id: 0,
+                op: OpKind::Internal,
+                stream: 0,
+                inodes: Vec::new(),
+            },
+            in_handle: false,
+            next_handle_id: 1,
+            pending: PendingCsum::default(),
+            dirs: HashMap::new(),
+            open_counts: HashMap::new(),
+            dir_rotor: 0,
+            gen_state: (seed.sec as u64) ^ ((seed.nsec as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15,
+            plans: Vec::new(),
+        }
+    }
+
+    // ----- blocks -----
+
+    /// The cached image of `block`, reading it from the device on a miss.
+    pub fn read_block(&mut self, block: u64, class: BlockClass) -> Result<Arc<Vec<u8>>> {
+        if block >= self.sbi.blocks_count {
+            return Err(FsError::corrupt(
+                block,
+                "block number",
+                format!("beyond the end of the device ({} blocks)", self.sbi.blocks_count),
+            ));
+        }
+        if self.cache.get(block).is_none() {
+            let mut buf = vec![0u8; self.bs as usize];
+            self.dev.read(block, &mut buf, class)?;
+            self.cache.insert_clean(block, class, buf);
+        }
+        Ok(self.cache.snapshot(block).expect("just cached"))
+    }
+
+    /// Make sure `block` is cached (for a following [`Core::modify`]).
+    pub fn ensure(&mut self, block: u64, class: BlockClass) -> Result<()> {
+        self.read_block(block, class).map(|_| ())
+    }
+
+    /// The one function through which metadata changes: apply `bytes` at
+    /// `offset` of cached `block`, and report the change as an update of
+    /// meaning `kind` on the current handle. The block must be cached.
+    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8], kind: UpdateKind) {
+        assert!(self.in_handle, "metadata change outside an operation handle");
+        assert!(!self.read_only, "metadata change on a read-only mount");
+        let old = self.cache.modify(block, offset, bytes);
+        if old == bytes {
+            return;
+        }
+        let u = Update {
+            block,
+            range: offset as u32..(offset + bytes.len()) as u32,
+            old,
+            new: bytes.to_vec(),
+            kind,
+        };
+        self.proto.on_update(&u, &self.handle);
+    }
+
+    /// Install a freshly allocated block's whole first image (nothing on
+    /// disk is valid there), reported as one update of meaning `kind`.
+    pub fn init_block(&mut self, block: u64, class: BlockClass, image: &[u8], kind: UpdateKind) {
+        assert!(self.in_handle && !self.read_only);
+        self.cache
+            .insert_new(block, class, vec![0u8; self.bs as usize]);
+        self.modify(block, 0, image, kind);
+    }
+
+    // ----- handles -----
+
+    /// Open the operation handle of one public call.
+    pub fn begin(&mut self, op: OpKind) {
+        assert!(!self.in_handle, "nested operation handle");
+        self.handle = HandleInfo {
+            id: self.next_handle_id,
+            op,
+            stream: 0,
+            inodes: Vec::new(),
+        };
+        self.next_handle_id += 1;
+        self.in_handle = true;
+    }
+
+    /// Note that the handle touched `ino`.
+    pub fn touch_inode(&mut self, ino: Ino) {
+        if !self.handle.inodes.contains(&ino) {
+            self.handle.inodes.push(ino);
+        }
+    }
+
+    /// Close the handle: recompute checksums, let the protocol plan, and
+    /// queue its plan.
+    pub fn end(&mut self) -> Result<()> {
+        assert!(self.in_handle);
+        if !self.read_only {
+            self.seal();
+        }
+        let mut plan = IoPlan::default();
+        let r = {
+            let Core {
+                proto,
+                cache,
+                handle,
+                seal,
+                ..
+            } = self;
+            let mut io = Io::with_sealer(cache, &mut plan, seal);
+            proto.on_handle_end(handle, &mut io)
+        };
+        self.in_handle = false;
+        if !plan.is_empty() {
+            self.plans.push(plan);
+        }
+        r
+    }
+
+    /// Ask the protocol for a plan outside any handle (fsync, sync,
+    /// write-back).
+    pub fn plan_with(
+        &mut self,
+        f: impl FnOnce(&mut dyn Protocol, &mut Io) -> Result<()>,
+    ) -> Result<()> {
+        assert!(!self.in_handle);
+        let mut plan = IoPlan::default();
+        let r = {
+            let Core {
+                proto, cache, seal, ..
+            } = self;
+            let mut io = Io::with_sealer(cache, &mut plan, seal);
+            f(proto.as_mut(), &mut io)
+        };
+        if !plan.is_empty() {
+            self.plans.push(plan);
+        }
+        r
+    }
+
+    /// After a plan ran: unpin, mark clean, tell the protocol.
+    pub fn plan_finished(&mut self, plan: &IoPlan, ok: bool) {
+        for &(block, gen) in &plan.pinned {
+            self.cache.unpin(block);
+            if ok {
+                self.cache.mark_clean_if(block, gen);
+            }
+        }
+        self.proto.plan_done(plan.tag, ok);
+    }
+
+    /// Enforce the memory bound: evict clean blocks; if that is not enough,
+    /// ask the protocol to write back (the plan runs after the lock is
+    /// released, and eviction happens again when it finished).
+    pub fn relieve_pressure(&mut self) -> Result<()> {
+        self.cache.note_peak();
+        let bound = self.cache.bound_bytes();
+        // Act before the bound is reached: one operation handle may add up
+        // to `PRESSURE_HEADROOM_BYTES` before the next check.
+        let high = bound - (bound / 4).min(PRESSURE_HEADROOM_BYTES);
+        if self.cache.cached_bytes() <= high {
+            return Ok(());
+        }
+        self.cache.evict_to(high - high / 8);
+        if self.cache.cached_bytes() > high && self.cache.dirty_count() > 0 && !self.read_only {
+            self.plan_with(|p, io| p.write_back(WriteBackReason::Pressure, io))?;
+        }
+        Ok(())
+    }
+
+    // ----- checksum bookkeeping -----
+
+    pub fn csum_inode(&mut self, ino: Ino) {
+        self.pending.inodes.insert(ino);
+    }
+    pub fn csum_dir_block(&mut self, block: u64) {
+        self.pending.dir_blocks.insert(block);
+    }
+    pub fn csum_extent_block(&mut self, block: u64) {
+        self.pending.extent_blocks.insert(block);
+    }
+    pub fn csum_block_bitmap(&mut self, group: u32) {
+        self.pending.block_bitmaps.insert(group);
+        self.pending.groups.insert(group);
+    }
+    pub fn csum_inode_bitmap(&mut self, group: u32) {
+        self.pending.inode_bitmaps.insert(group);
+        self.pending.groups.insert(group);
+    }
+    pub fn csum_superblock(&mut self) {
+        self.pending.superblock = true;
+    }
+
+    /// Recompute every pending checksum, each as a `Checksum` update.
+    pub fn seal(&mut self) {
+        let p = std::mem::take(&mut self.pending);
+        let csum = self.seal.csum;
+        if csum {
+            for ino in p.inodes {
+                let (block, off) = self.inode_loc(ino);
+                if self.ensure(block, BlockClass::InodeTable).is_err() {
+                    continue;
+                }
+                let img = self.cache.snapshot(block).expect("cached");
+                let isz = self.seal.inode_size as usize;
+                let raw = &img[off..off + isz];
+                let c = self.seal.inode_csum(ino, raw);
+                let has_hi = isz > 128 && le16(raw, layout::ino::EXTRA_ISIZE) >= 4;
+                drop(img);
+                self.modify(
+                    block,
+                    off + layout::ino::CHECKSUM_LO,
+                    &(c as u16).to_le_bytes(),
+                    UpdateKind::Checksum,
+                );
+                if has_hi {
+                    self.modify(
+                        block,
+                        off + layout::ino::CHECKSUM_HI,
+                        &((c >> 16) as u16).to_le_bytes(),
+                        UpdateKind::Checksum,
+                    );
+                }
+            }
+            for block in p.dir_blocks.into_iter().chain(p.extent_blocks) {
+                let Some(img) = self.cache.snapshot(block) else {
+                    continue;
+                };
+                let mut copy = img.to_vec();
+                drop(img);
+                self.seal.reseal(block, &mut copy);
+                let n = copy.len();
+                match self.seal.owners.get(&block) {
+                    Some(Owner::Dir { .. }) => {
+                        self.modify(block, n - 4, &copy[n - 4..], UpdateKind::Checksum)
+                    }
+                    Some(Owner::Extent { .. }) => {
+                        if let Some((at, _)) = self.seal.extent_csum(0, 0, &copy) {
+                            let v = copy[at..at + 4].to_vec();
+                            self.modify(block, at, &v, UpdateKind::Checksum);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            for g in p.block_bitmaps {
+                let loc = self.groups[g as usize];
+                if let Ok(img) = self.read_block(loc.block_bitmap, BlockClass::GroupMeta) {
+                    let n = (self.sbi.clusters_per_group / 8) as usize;
+                    let c = layout::ext4_crc(self.seal.csum_seed, &img[..n.min(img.len())]);
+                    drop(img);
+                    self.set_gd16(g, gd::BLOCK_BITMAP_CSUM_LO, c as u16, UpdateKind::Checksum);
+                    if self.seal.desc_size >= 64 {
+                        self.set_gd16(
+                            g,
+                            gd::BLOCK_BITMAP_CSUM_HI,
+                            (c >> 16) as u16,
+                            UpdateKind::Checksum,
+                        );
+                    }
+                }
+            }
+            for g in p.inode_bitmaps {
+                let loc = self.groups[g as usize];
+                if let Ok(img) = self.read_block(loc.inode_bitmap, BlockClass::GroupMeta) {
+                    let n = (self.sbi.inodes_per_group / 8) as usize;
+                    let c = layout::ext4_crc(self.seal.csum_seed, &img[..n.min(img.len())]);
+                    drop(img);
+                    self.set_gd16(g, gd::INODE_BITMAP_CSUM_LO, c as u16, UpdateKind::Checksum);
+                    if self.seal.desc_size >= 64 {
+                        self.set_gd16(
+                            g,
+                            gd::INODE_BITMAP_CSUM_HI,
+                            (c >> 16) as u16,
+                            UpdateKind::Checksum,
+                        );
+                    }
+                }
+            }
+        }
+        if csum || self.seal.group_crc16 {
+            for g in p.groups {
+                let (block, off) = self.gd_loc(g);
+                if let Ok(img) = self.read_block(block, BlockClass::GroupMeta) {
+                    let ds = self.seal.desc_size as usize;
+                    let c = self.seal.gd_csum(g, &img[off..off + ds]);
+                    drop(img);
+                    self.modify(
+                        block,
+                        off + gd::CHECKSUM,
+                        &c.to_le_bytes(),
+                        UpdateKind::Checksum,
+                    );
+                }
+            }
+        }
+        if csum && p.superblock {
+            let block = self.seal.sb_block;
+            let off = self.seal.sb_offset;
+            if let Ok(img) = self.read_block(block, BlockClass::Super) {
+                let c = layout::ext4_crc(!0, &img[off..off + layout::sb::CHECKSUM]);
+                drop(img);
+                self.modify(
+                    block,
+                    off + layout::sb::CHECKSUM,
+                    &c.to_le_bytes(),
+                    UpdateKind::Checksum,
+                );
+            }
+        }
+    }
+
+    // ----- superblock and group descriptors -----
+
+    /// Read a superblock field (little-endian u32) from the cached image.
+    pub fn sb32(&mut self, field: usize) -> Result<u32> {
+        let img = self.read_block(self.seal.sb_block, BlockClass::Super)?;
+        Ok(le32(&img, self.seal.sb_offset + field))
+    }
+
+    /// Change a superblock field.
+    pub fn set_sb(&mut self, field: usize, bytes: &[u8], kind: UpdateKind) -> Result<()> {
+        self.ensure(self.seal.sb_block, BlockClass::Super)?;
+        let off = self.seal.sb_offset + field;
+        self.modify(self.seal.sb_block, off, bytes, kind);
+        self.csum_superblock();
+        Ok(())
+    }
+
+    /// Block and byte offset of group `g`'s descriptor.
+    pub fn gd_loc(&self, g: u32) -> (u64, usize) {
+        let ds = self.seal.desc_size as u64;
+        let byte = g as u64 * ds;
+        (
+            self.seal.gdt_first + byte / self.bs as u64,
+            (byte % self.bs as u64) as usize,
+        )
+    }
+
+    /// The raw descriptor of group `g`.
+    pub fn gd_raw(&mut self, g: u32) -> Result<Vec<u8>> {
+        let (block, off) = self.gd_loc(g);
+        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        Ok(img[off..off + self.seal.desc_size as usize].to_vec())
+    }
+
+    /// A 16-bit descriptor field.
+    pub fn gd16(&mut self, g: u32, field: usize) -> Result<u16> {
+        Ok(le16(&self.gd_raw(g)?, field))
+    }
+
+    /// A 32-bit counter split over lo (16 bits) and hi (16 bits) fields.
+    pub fn gd_count(&mut self, g: u32, lo: usize, hi: usize) -> Result<u32> {
+        let raw = self.gd_raw(g)?;
+        let mut v = le16(&raw, lo) as u32;
+        if self.seal.desc_size >= 64 {
+            v |= (le16(&raw, hi) as u32) << 16;
+        }
+        Ok(v)
+    }
+
+    /// Change a 16-bit descriptor field.
+    pub fn set_gd16(&mut self, g: u32, field: usize, v: u16, kind: UpdateKind) {
+        let (block, off) = self.gd_loc(g);
+        if self.ensure(block, BlockClass::GroupMeta).is_err() {
+            return;
+        }
+        self.modify(block, off + field, &v.to_le_bytes(), kind);
+        self.pending.groups.insert(g);
+    }
+
+    /// Change a split lo/hi counter of a descriptor.
+    pub fn set_gd_count(&mut self, g: u32, lo: usize, hi: usize, v: u32, kind: UpdateKind) {
+        self.set_gd16(g, lo, v as u16, kind.clone());
+        if self.seal.desc_size >= 64 {
+            self.set_gd16(g, hi, (v >> 16) as u16, kind);
+        }
+    }
+
+    // ----- inodes (location) -----
+
+    /// Block and byte offset of inode `ino` in its inode table.
+    pub fn inode_loc(&self, ino: Ino) -> (u64, usize) {
+        let ipg = self.sbi.inodes_per_group;
+        let g = ((ino - 1) / ipg) as usize;
+        let index = ((ino - 1) % ipg) as u64;
+        let byte = index * self.seal.inode_size as u64;
+        (
+            self.groups[g].inode_table + byte / self.bs as u64,
+            (byte % self.bs as u64) as usize,
+        )
+    }
+
+    /// Check that `ino` is a valid inode number.
+    pub fn check_ino(&self, ino: Ino) -> Result<()> {
+        if ino == 0 || ino > self.sbi.inodes_count {
+            return Err(errno(libc::ENOENT));
+        }
+        Ok(())
+    }
+
+    /// A fresh inode generation number.
+    pub fn next_generation(&mut self) -> u32 {
+        // xorshift64*
+        let mut x = self.gen_state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.gen_state = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+    }
+}

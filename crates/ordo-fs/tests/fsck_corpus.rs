@@ -1,0 +1,633 @@
+//! `ordo fsck` against `e2fsck -fn` over a corpus of corrupted images.
+//!
+//! Base images come from `mkfs.ext4` and from ordo's own mkfs, populated by
+//! the kernel through a loop mount (files, directories, fast and slow
+//! symlinks, hard links, a FIFO, a device node, a sparse file, unwritten
+//! extents, a fragmented file with an extent tree block, and a directory
+//! large enough to be an htree). Each case copies a base image, corrupts it
+//! (targeted, or seeded random byte flips in metadata blocks), and asserts
+//! that both checkers agree on clean versus not clean. Where ordo calls
+//! every problem benign, the benign repair must leave an image that
+//! `e2fsck -fn` passes; where it finds something unsafe, the repair must
+//! not write a byte.
+//!
+//! Intentional disagreements: none are expected. Three things are reported
+//! without being errors, exactly as `e2fsck -fn` does (it answers "no" or
+//! warns, and exits 0): superblock free counts, uninit flags on an image
+//! without group checksums, and a journal that needs recovery (checked
+//! without replay).
+
+mod fsck_common;
+
+use std::path::{Path, PathBuf};
+
+use fsck_common::*;
+use ordo_dev::FileDevice;
+use ordo_fs::fsck::{check, FsckOptions, Severity};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+struct Outcome {
+    label: String,
+    e2fsck_clean: bool,
+    e2fsck_rc: i32,
+    ordo_clean: bool,
+    ordo_summary: String,
+    e2fsck_out: String,
+}
+
+/// Run both checkers on `img`; if ordo finds only benign problems, repair a
+/// copy and require e2fsck to pass it; if it finds unsafe ones, require the
+/// repair to leave the image untouched.
+fn judge(label: &str, img: &Path) -> Outcome {
+    let (e_clean, e_rc, e_out) = e2fsck_clean(img);
+    let dev = open(img, false);
+    let res = check(&dev, &FsckOptions::default());
+    drop(dev);
+    let (ordo_clean, summary) = match &res {
+        Ok(r) => (
+            r.is_clean(),
+            r.problems
+                .iter()
+                .take(6)
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join("\n    "),
+        ),
+        Err(e) => (false, format!("operational error: {e}")),
+    };
+    if let Ok(r) = &res {
+        let copy = img.with_extension("repair.img");
+        std::fs::copy(img, &copy).unwrap();
+        let before = digest(&copy);
+        let dev = open(&copy, true);
+        let rep = check(
+            &dev,
+            &FsckOptions {
+                repair_benign: true,
+                ..FsckOptions::default()
+            },
+        )
+        .expect("second check runs");
+        drop(dev);
+        if r.journal_needs_recovery {
+            assert!(
+                rep.repairs.is_empty() && digest(&copy) == before,
+                "{label}: the benign repair wrote to an image whose journal needs recovery"
+            );
+        } else if r.has_unsafe() {
+            assert!(
+                rep.repairs.is_empty() && digest(&copy) == before,
+                "{label}: the benign repair wrote to an image with unsafe problems"
+            );
+            assert!(rep.unsafe_remains(), "{label}: unsafe problems vanished");
+        } else if r.has_errors() {
+            let (clean_after, _, out) = e2fsck_clean(&copy);
+            assert!(
+                clean_after,
+                "{label}: after the benign repair e2fsck still complains:\n{out}\nordo found:\n    {summary}\nrepairs: {:?}",
+                rep.repairs
+            );
+            assert!(
+                !rep.errors_remain(),
+                "{label}: ordo's re-check after repair still finds {:?}",
+                rep.remaining
+            );
+            assert_eq!(rep.exit_code(), 1, "{label}: repaired image exit code");
+        }
+        std::fs::remove_file(&copy).ok();
+    }
+    Outcome {
+        label: label.to_string(),
+        e2fsck_clean: e_clean,
+        e2fsck_rc: e_rc,
+        ordo_clean,
+        ordo_summary: summary,
+        e2fsck_out: e_out,
+    }
+}
+
+type Corruption = Box<dyn Fn(&Path)>;
+
+/// The targeted corruptions, each a named function of an image.
+fn targeted() -> Vec<(&'static str, Corruption)> {
+    let mut v: Vec<(&'static str, Corruption)> = Vec::new();
+    v.push(("clean", Box::new(|_| {})));
+    v.push((
+        "block bitmap bit cleared",
+        Box::new(|img| {
+            let b = blocks_of(img, "/a/b/big")[3];
+            debugfs(img, &format!("freeb {b}"));
+        }),
+    ));
+    v.push((
+        "block bitmap bit set on a free block",
+        Box::new(|img| {
+            let bs = block_size(img);
+            let last = std::fs::metadata(img).unwrap().len() / bs - 10;
+            debugfs(img, &format!("setb {last}"));
+        }),
+    ));
+    v.push((
+        "inode bitmap bit cleared",
+        Box::new(|img| {
+            debugfs(img, "freei /empty");
+        }),
+    ));
+    v.push((
+        "group free blocks count, checksum recomputed",
+        Box::new(|img| {
+            debugfs(img, "set_bg 0 free_blocks_count 17");
+            debugfs(img, "set_bg 0 checksum calc");
+        }),
+    ));
+    v.push((
+        "group free inodes count, checksum recomputed",
+        Box::new(|img| {
+            debugfs(img, "set_bg 0 free_inodes_count 3");
+            debugfs(img, "set_bg 0 checksum calc");
+        }),
+    ));
+    v.push((
+        "group directories count, checksum recomputed",
+        Box::new(|img| {
+            debugfs(img, "set_bg 0 used_dirs_count 1");
+            debugfs(img, "set_bg 0 checksum calc");
+        }),
+    ));
+    v.push((
+        "group descriptor checksum",
+        Box::new(|img| {
+            debugfs(img, "set_bg 0 free_blocks_count 17");
+        }),
+    ));
+    v.push((
+        "superblock free blocks count (not an error)",
+        Box::new(|img| {
+            debugfs(img, "ssv free_blocks_count 100");
+        }),
+    ));
+    v.push((
+        "superblock free inodes count (not an error)",
+        Box::new(|img| {
+            debugfs(img, "ssv free_inodes_count 100");
+        }),
+    ));
+    v.push((
+        "superblock state not clean (not an error)",
+        Box::new(|img| {
+            debugfs(img, "ssv state 0");
+        }),
+    ));
+    v.push((
+        "bad inode checksum",
+        Box::new(|img| {
+            let (b, off) = inode_pos(img, "/a/f1");
+            let bs = block_size(img);
+            xor_byte(img, b * bs + off + 0x08, 0x40); // i_atime
+        }),
+    ));
+    v.push((
+        "link count +1",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 links_count 3");
+        }),
+    ));
+    v.push((
+        "link count -1",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 links_count 1");
+        }),
+    ));
+    v.push((
+        "directory link count +1",
+        Box::new(|img| {
+            debugfs(img, "sif /a links_count 4");
+        }),
+    ));
+    v.push((
+        "directory link count -1",
+        Box::new(|img| {
+            debugfs(img, "sif /a links_count 2");
+        }),
+    ));
+    v.push((
+        "entry pointing to a free inode",
+        Box::new(|img| {
+            let ino = inode_of(img, "/c/sl");
+            debugfs(img, &format!("clri <{ino}>"));
+            debugfs(img, &format!("freei <{ino}>"));
+        }),
+    ));
+    v.push((
+        "leaked inode (entry removed, inode kept)",
+        Box::new(|img| {
+            debugfs(img, "unlink /empty");
+        }),
+    ));
+    v.push((
+        "one of two hard links removed (count too high)",
+        Box::new(|img| {
+            debugfs(img, "unlink /c/hl");
+        }),
+    ));
+    v.push((
+        "extra hard link entry (count too low)",
+        Box::new(|img| {
+            debugfs(img, "link /a/f1 /c/hl2");
+        }),
+    ));
+    v.push((
+        "directory linked twice",
+        Box::new(|img| {
+            debugfs(img, "link /a/b /c/b2");
+        }),
+    ));
+    v.push((
+        "extent pointing outside the file system",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 block[5] 4000000000");
+        }),
+    ));
+    v.push((
+        "two files sharing a block",
+        Box::new(|img| {
+            let b = blocks_of(img, "/a/b/big")[0];
+            let ino = inode_of(img, "/c/longsl");
+            debugfs(img, &format!("sif <{ino}> block[5] {b}"));
+        }),
+    ));
+    v.push((
+        "extent pointing at the inode table",
+        Box::new(|img| {
+            let (b, _) = inode_pos(img, "/a/f1");
+            debugfs(img, &format!("sif /a/f1 block[5] {b}"));
+        }),
+    ));
+    v.push((
+        "extent length zero",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 block[4] 0");
+        }),
+    ));
+    v.push((
+        "extent header magic in the inode",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 block[0] 0x12345678");
+        }),
+    ));
+    v.push((
+        "broken rec_len",
+        Box::new(|img| {
+            let b = blocks_of(img, "/c")[0];
+            let bs = block_size(img);
+            patch(img, b * bs + 12 + 4, &[13, 0]); // ".." rec_len
+        }),
+    ));
+    v.push((
+        "rec_len past the block end",
+        Box::new(|img| {
+            let b = blocks_of(img, "/a")[0];
+            let bs = block_size(img);
+            patch(img, b * bs + 4, &[0xF0, 0x7F]);
+        }),
+    ));
+    v.push((
+        "bad dir tail checksum",
+        Box::new(|img| {
+            let b = blocks_of(img, "/c")[0];
+            let bs = block_size(img);
+            xor_byte(img, b * bs + bs - 2, 0x10);
+        }),
+    ));
+    v.push((
+        "bad name byte in a directory",
+        Box::new(|img| {
+            let b = blocks_of(img, "/a")[0];
+            let bs = block_size(img);
+            // Third entry's first name byte becomes '/'.
+            patch(img, b * bs + 24 + 8, b"/");
+        }),
+    ));
+    v.push((
+        "zeroed inode table block",
+        Box::new(|img| {
+            let (b, _) = inode_pos(img, "/a/f1");
+            let bs = block_size(img);
+            patch(img, b * bs, &vec![0u8; bs as usize]);
+        }),
+    ));
+    v.push((
+        "superblock magic",
+        Box::new(|img| {
+            patch(img, 1024 + 0x38, &[0, 0]);
+        }),
+    ));
+    v.push((
+        "superblock checksum",
+        Box::new(|img| {
+            xor_byte(img, 1024 + 0x3FC, 0xFF);
+        }),
+    ));
+    v.push((
+        "i_size of a directory",
+        Box::new(|img| {
+            debugfs(img, "sif /c size 7");
+        }),
+    ));
+    v.push((
+        "i_blocks of a file",
+        Box::new(|img| {
+            debugfs(img, "sif /a/b/big blocks 8");
+        }),
+    ));
+    v.push((
+        "file type bits invalid",
+        Box::new(|img| {
+            debugfs(img, "sif /empty mode 0170644");
+        }),
+    ));
+    v.push((
+        "file type mismatch with the entry",
+        Box::new(|img| {
+            debugfs(img, "sif /empty mode 0020644");
+        }),
+    ));
+    v.push((
+        "i_dtime on a live inode",
+        Box::new(|img| {
+            debugfs(img, "sif /a/f1 dtime 12345");
+        }),
+    ));
+    v.push((
+        "deleted inode with zero dtime",
+        Box::new(|img| {
+            let ino = inode_of(img, "/empty");
+            debugfs(img, "unlink /empty");
+            debugfs(img, &format!("sif <{ino}> links_count 0"));
+            debugfs(img, &format!("freei <{ino}>"));
+        }),
+    ));
+    v.push((
+        "fast symlink size",
+        Box::new(|img| {
+            debugfs(img, "sif /c/sl size 3");
+        }),
+    ));
+    v.push((
+        "extent tree block magic",
+        Box::new(|img| {
+            if let Some(b) = extent_tree_block(img, "/frag") {
+                let bs = block_size(img);
+                patch(img, b * bs, &[0, 0]);
+            }
+        }),
+    ));
+    v.push((
+        "extent tree block checksum",
+        Box::new(|img| {
+            if let Some(b) = extent_tree_block(img, "/frag") {
+                let bs = block_size(img);
+                xor_byte(img, b * bs + 12 + 4, 0x01);
+            }
+        }),
+    ));
+    v.push((
+        "orphan list head on a live inode (not an error)",
+        Box::new(|img| {
+            let ino = inode_of(img, "/a/f1");
+            debugfs(img, &format!("ssv last_orphan {ino}"));
+        }),
+    ));
+    v.push((
+        "directory '..' wrong",
+        Box::new(|img| {
+            let b = blocks_of(img, "/a/b")[0];
+            let bs = block_size(img);
+            let root = 2u32.to_le_bytes();
+            patch(img, b * bs + 12, &root);
+        }),
+    ));
+    v.push((
+        "htree index entry block out of range",
+        Box::new(|img| {
+            let b = blocks_of(img, "/d")[0];
+            let bs = block_size(img);
+            patch(img, b * bs + 0x20 + 4, &9999u32.to_le_bytes());
+        }),
+    ));
+    v.push((
+        "group 0 marked BLOCK_UNINIT while in use",
+        Box::new(|img| {
+            debugfs(img, "set_bg 0 flags 2");
+            debugfs(img, "set_bg 0 checksum calc");
+        }),
+    ));
+    v.push((
+        "needs_recovery flag set (journal not replayed)",
+        Box::new(|img| {
+            debugfs(img, "feature needs_recovery");
+        }),
+    ));
+    v.push((
+        "root inode not a directory",
+        Box::new(|img| {
+            debugfs(img, "sif <2> mode 0100755");
+        }),
+    ));
+    v
+}
+
+fn mkfs_ext4(opts: &'static str, size: &'static str) -> impl FnOnce(&Path) {
+    move |img: &Path| {
+        must(&format!(
+            "mkfs.ext4 -q -F {opts} {} {size}",
+            img.display()
+        ));
+    }
+}
+
+fn mkfs_ordo(img: &Path) {
+    use ordo_fs::mkfs::{mkfs, MkfsOptions};
+    let dev = FileDevice::create(img, 32 << 20, 4096).expect("create image");
+    mkfs(
+        &dev,
+        &MkfsOptions {
+            size_bytes: 32 << 20,
+            assume_zeroed: true,
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("ordo mkfs");
+}
+
+#[test]
+fn fsck_agrees_with_e2fsck_over_a_corrupted_corpus() {
+    assert!(is_root(), "this test needs root (loop mounts); run as root");
+    let dir = tempfile::tempdir().unwrap();
+    let bases: Vec<(&str, PathBuf)> = vec![
+        (
+            "ext4-1k",
+            make_base(
+                dir.path(),
+                "ext4-1k",
+                mkfs_ext4("-b 1024 -O ^has_journal,^resize_inode", "16M"),
+            ),
+        ),
+        (
+            "ext4-4k",
+            make_base(
+                dir.path(),
+                "ext4-4k",
+                mkfs_ext4("-b 4096 -O ^has_journal,^resize_inode", "64M"),
+            ),
+        ),
+        (
+            "ext4-4k-nocsum",
+            make_base(
+                dir.path(),
+                "ext4-4k-nocsum",
+                mkfs_ext4("-b 4096 -O ^has_journal,^resize_inode,^metadata_csum", "32M"),
+            ),
+        ),
+        ("ordo-mkfs", make_base(dir.path(), "ordo-mkfs", mkfs_ordo)),
+        // Debian's default: journal, resize inode, everything else.
+        (
+            "ext4-default",
+            make_base(dir.path(), "ext4-default", mkfs_ext4("", "32M")),
+        ),
+    ];
+    let mut outcomes = Vec::new();
+    // Clean bases first: both must call them clean.
+    for (name, img) in &bases {
+        let o = judge(&format!("{name}: clean base"), img);
+        assert!(
+            o.e2fsck_clean && o.ordo_clean,
+            "{}: base image not clean (e2fsck rc {}, ordo: {})\n{}",
+            o.label,
+            o.e2fsck_rc,
+            o.ordo_summary,
+            o.e2fsck_out
+        );
+    }
+    // Targeted corruptions on the two checksummed kernel bases and ordo's.
+    for (name, base) in &bases {
+        for (label, corrupt) in targeted() {
+            let img = dir.path().join("case.img");
+            std::fs::copy(base, &img).unwrap();
+            corrupt(&img);
+            outcomes.push(judge(&format!("{name}: {label}"), &img));
+        }
+    }
+    // Seeded random byte flips in metadata blocks.
+    let seed: u64 = std::env::var("ORDO_FSCK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_f5c6);
+    println!("random corruption seed: {seed} (set ORDO_FSCK_SEED to replay)");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for (name, base) in &bases {
+        let meta = metadata_blocks(base);
+        let bs = block_size(base);
+        for k in 0..15 {
+            let img = dir.path().join("case.img");
+            std::fs::copy(base, &img).unwrap();
+            let mut what = Vec::new();
+            let flips = rng.gen_range(1..=3);
+            for _ in 0..flips {
+                let b = meta[rng.gen_range(0..meta.len())];
+                let off = rng.gen_range(0..bs);
+                let mask: u8 = rng.gen_range(1..=255);
+                xor_byte(&img, b * bs + off, mask);
+                what.push(format!("block {b} byte {off} ^{mask:#04x}"));
+            }
+            outcomes.push(judge(
+                &format!("{name}: random #{k} ({})", what.join(", ")),
+                &img,
+            ));
+        }
+    }
+    let mut disagreements = Vec::new();
+    let mut not_clean = 0;
+    for o in &outcomes {
+        if !o.e2fsck_clean {
+            not_clean += 1;
+        }
+        let mark = if o.e2fsck_clean == o.ordo_clean {
+            "agree"
+        } else {
+            "DISAGREE"
+        };
+        println!(
+            "{mark:8} e2fsck {} ordo {}  {}",
+            if o.e2fsck_clean { "clean" } else { "errors" },
+            if o.ordo_clean { "clean" } else { "errors" },
+            o.label
+        );
+        if o.e2fsck_clean != o.ordo_clean {
+            disagreements.push(format!(
+                "{}: e2fsck rc {} / ordo {}\n  ordo: {}\n  e2fsck: {}",
+                o.label,
+                o.e2fsck_rc,
+                if o.ordo_clean { "clean" } else { "errors" },
+                o.ordo_summary,
+                o.e2fsck_out
+                    .lines()
+                    .filter(|l| !l.starts_with("Pass ") && !l.starts_with("e2fsck 1"))
+                    .take(12)
+                    .collect::<Vec<_>>()
+                    .join("\n    ")
+            ));
+        }
+    }
+    println!(
+        "{} images, {} not clean for e2fsck, {} disagreements",
+        outcomes.len(),
+        not_clean,
+        disagreements.len()
+    );
+    assert!(outcomes.len() >= 50, "corpus too small: {}", outcomes.len());
+    assert!(
+        not_clean * 2 > outcomes.len(),
+        "most corruptions should be detected: {not_clean} of {}",
+        outcomes.len()
+    );
+    assert!(
+        disagreements.is_empty(),
+        "ordo fsck and e2fsck -fn disagree on {} images:\n{}",
+        disagreements.len(),
+        disagreements.join("\n\n")
+    );
+}
+
+/// A problem's message names the block and the field, and the severities
+/// follow the benign / unsafe split.
+#[test]
+fn problems_name_block_and_field() {
+    assert!(is_root(), "this test needs root (loop mounts); run as root");
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_base(
+        dir.path(),
+        "names",
+        mkfs_ext4("-b 4096 -O ^has_journal,^resize_inode", "32M"),
+    );
+    debugfs(&img, "sif /a/f1 links_count 1");
+    let b = blocks_of(&img, "/c")[0];
+    xor_byte(&img, b * 4096 + 4096 - 2, 0x10);
+    let dev = open(&img, false);
+    let r = check(&dev, &FsckOptions::default()).unwrap();
+    let link = r
+        .problems
+        .iter()
+        .find(|p| p.message.contains("i_links_count"))
+        .expect("link count problem reported");
+    assert_eq!(link.severity, Severity::Unsafe);
+    let tail = r
+        .problems
+        .iter()
+        .find(|p| p.message.contains("det_checksum"))
+        .expect("dir tail checksum reported");
+    assert_eq!(tail.block, Some(b));
+    assert!(tail.message.contains(&format!("block {b}")));
+    assert_eq!(r.exit_code(), 4);
+}

@@ -1,0 +1,298 @@
+//! The journal protocol, driven directly (see `journal_common/harness.rs`):
+//! fsync promises survive every crash the write-cache model produces,
+//! transactions are atomic, revoked blocks are not replayed over new data,
+//! a full log forces checkpoints and wraps, unmount leaves a clean image,
+//! flushes per commit are what ordering needs, and an ordo journal left
+//! unrecovered is replayed by e2fsck (and the kernel) to the image ordo's
+//! own recovery gives.
+
+mod journal_common;
+
+use journal_common::harness::Harness;
+use journal_common::*;
+
+use ordo_dev::{BlockDevice, CrashPolicy};
+use ordo_fs::protocol::DataMode;
+use ordo_fs::recovery;
+
+fn image(dir: &std::path::Path, size: &str, bs: u32) -> std::path::PathBuf {
+    let img = dir.join("j.img");
+    mkfs(&img, size, bs, &[]);
+    img
+}
+
+/// Free blocks of a fresh 64 MiB / 4 KiB image (the journal is near the
+/// middle; 9000.. is free).
+const FREE: u64 = 9000;
+
+fn policies() -> Vec<CrashPolicy> {
+    vec![
+        CrashPolicy::lose_all(),
+        CrashPolicy::keep_all(),
+        CrashPolicy::default(),
+        CrashPolicy {
+            keep_probability: 0.5,
+            torn_probability: 0.3,
+            sector_bytes: 512,
+        },
+    ]
+}
+
+#[test]
+fn fsync_promises_survive_every_crash_in_every_data_mode() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    for mode in [DataMode::Ordered, DataMode::Writeback, DataMode::Journal] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = image(dir.path(), "64M", 4096);
+        let mut h = Harness::new(&img, mode);
+        for round in 0..6u8 {
+            h.meta(&[FREE, FREE + 1 + round as u64], 0x10 + round);
+            h.meta_with_magic(FREE + 20);
+            h.data(FREE + 40 + round as u64, 0xA0 + round, true);
+            h.data(FREE + 60, 0xB0 + round, false);
+            h.fsync();
+            // Unsynced changes after the promise.
+            h.meta(&[FREE], 0x70 + round);
+            h.data(FREE + 60, 0xC0 + round, false);
+            for seed in 0..8 {
+                for p in policies() {
+                    let dev = h.crash_and_recover(seed, p);
+                    h.check_promises(&dev, true).unwrap_or_else(|e| {
+                        panic!("{mode:?} round {round} seed {seed} {p:?}: {e}")
+                    });
+                }
+            }
+        }
+        assert!(h.stat("commits") >= 6);
+        assert!(h.stat("copies_escaped") >= 1);
+    }
+}
+
+#[test]
+fn transactions_are_atomic() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Journal);
+    let blocks: Vec<u64> = (FREE..FREE + 30).collect();
+    let mut versions = vec![vec![0u8; 30]];
+    for v in 1..=5u8 {
+        // One handle changes all 30 blocks; each timer tick commits it.
+        h.meta(&blocks, v);
+        h.timer();
+        versions.push(vec![v; 30]);
+    }
+    for seed in 0..32 {
+        for p in policies() {
+            let dev = h.crash_and_recover(seed, p);
+            let seen: Vec<u8> = blocks
+                .iter()
+                .map(|&b| Harness::block_of(&dev, b)[7])
+                .collect();
+            assert!(
+                versions.contains(&seen),
+                "seed {seed} {p:?}: a mix of transactions: {seen:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_revoked_block_is_not_replayed_over_new_data() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    let b = FREE + 5;
+    h.meta(&[b], 0x33); // logged as metadata in T1
+    h.fsync();
+    h.free(b); // revoked in T2
+    assert!(
+        !h.proto.can_allocate(b),
+        "not reusable before T2 is durable"
+    );
+    h.fsync();
+    assert!(h.proto.can_allocate(b), "reusable once T2 is durable");
+    h.data(b, 0x99, true); // reallocated as file data, written home in order
+    h.fsync();
+    assert!(h.stat("revoke_records") >= 1);
+    assert_eq!(h.stat("checkpoints"), 0, "the old copy is still in the log");
+    for seed in 0..8 {
+        for p in policies() {
+            let dev = h.crash_and_recover(seed, p);
+            assert_eq!(Harness::block_of(&dev, b)[0], 0x99, "seed {seed} {p:?}");
+        }
+    }
+    // e2fsck agrees.
+    let crashed = h.crash(0, CrashPolicy::lose_all());
+    let path = dir.path().join("revoke.img");
+    std::fs::write(&path, crashed.to_image()).unwrap();
+    let (ordo, e2) = recover_both(&path, dir.path());
+    assert_eq!(read_block(&e2, b, 4096)[0], 0x99);
+    assert_same_as_e2fsck(&ordo, &e2);
+}
+
+#[test]
+fn a_full_log_forces_checkpoints_and_wraps() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 16 MiB, 1 KiB blocks: a 1024-block journal.
+    let img = dir.path().join("w.img");
+    mkfs(&img, "16M", 1024, &[]);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    let base = 12000;
+    for round in 0..40u64 {
+        let blocks: Vec<u64> = (0..60).map(|i| base + (round * 7 + i) % 200).collect();
+        h.meta(&blocks, round as u8 + 1);
+        h.fsync();
+        if round % 9 == 0 {
+            for p in policies() {
+                let dev = h.crash_and_recover(round, p);
+                h.check_promises(&dev, false)
+                    .unwrap_or_else(|e| panic!("round {round} {p:?}: {e}"));
+            }
+        }
+    }
+    assert!(h.stat("forced_checkpoints") >= 2, "{:?}", h.proto.stats());
+    let dev = h.crash_and_recover(1, CrashPolicy::default());
+    h.check_promises(&dev, false).unwrap();
+}
+
+#[test]
+fn pressure_commits_and_checkpoints() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    h.meta(&[FREE, FREE + 1], 0x44);
+    h.pressure();
+    assert_eq!(h.stat("checkpoints"), 1);
+    assert!(
+        h.cache.dirty_blocks().is_empty(),
+        "checkpointed blocks are clean"
+    );
+    // Home locations hold the data without any replay.
+    let crashed = h.crash(0, CrashPolicy::lose_all());
+    assert_eq!(Harness::block_of(&crashed, FREE)[0], 0x44);
+}
+
+#[test]
+fn one_flush_and_one_fua_per_commit() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    h.meta(&[FREE], 1);
+    h.fsync(); // first commit also writes both superblocks
+    let before = h.dev.counters();
+    for i in 0..10u64 {
+        h.data(FREE + 100 + i, 7, true);
+        h.meta(&[FREE + 1, FREE + 2, FREE + 3], i as u8);
+        h.fsync();
+    }
+    let d = h.dev.counters().since(&before);
+    let t = d.total();
+    assert_eq!(d.flushes, 10, "one flush per commit");
+    assert_eq!(t.fua_writes, 10, "one FUA commit block per commit");
+    // Per commit: the data block, then descriptor and copies in one write
+    // (two where the log crosses a gap between the journal's extents), then
+    // the commit block.
+    let data = d.class(ordo_dev::BlockClass::Data);
+    let journal = d.class(ordo_dev::BlockClass::Journal);
+    assert_eq!((data.writes, data.write_bytes), (10, 10 * 4096), "{d:?}");
+    let gaps = h.env.journal_runs.len() as u64 - 1;
+    assert!(journal.writes >= 20 && journal.writes <= 20 + gaps, "{d:?}");
+    assert_eq!(journal.write_bytes, 10 * 5 * 4096, "{d:?}");
+    assert_eq!(
+        t.writes,
+        data.writes + journal.writes,
+        "nothing else is written"
+    );
+}
+
+#[test]
+fn unmount_leaves_a_clean_image() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Journal);
+    h.meta(&[FREE, FREE + 1], 3);
+    h.fsync();
+    h.data(FREE + 2, 4, true);
+    // Mounted: needs_recovery is on disk.
+    let mid = h.crash(0, CrashPolicy::lose_all());
+    let st = recovery::journal_state(&mid).unwrap().unwrap();
+    assert!(st.needs_recovery && st.needs_replay(), "{st}");
+    assert!(st.features.contains(&"journal_checksum_v3"), "{st}");
+    h.unmount();
+    let done = h.crash(0, CrashPolicy::lose_all());
+    let st = recovery::journal_state(&done).unwrap().unwrap();
+    assert!(!st.needs_recovery && !st.needs_replay(), "{st}");
+    assert_eq!(Harness::block_of(&done, FREE + 2)[0], 4);
+    let path = dir.path().join("clean.img");
+    std::fs::write(&path, done.to_image()).unwrap();
+    assert_fsck_clean(&path);
+}
+
+#[test]
+fn ordo_journal_is_replayed_by_e2fsck_and_the_kernel_like_ordo() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    for bs in [4096u32, 1024] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("o.img");
+        mkfs(&img, "64M", bs, &[]);
+        let free = if bs == 4096 { FREE } else { 40000 };
+        let mut h = Harness::new(&img, DataMode::Journal);
+        for r in 0..5u8 {
+            h.meta(&[free + r as u64, free + 10], r + 1);
+            h.meta_with_magic(free + 11);
+            h.data(free + 20 + r as u64, 0xD0 + r, true);
+            h.fsync();
+        }
+        h.free(free + 2);
+        h.fsync();
+        // Crash with everything since the last flush lost: the journal is
+        // live and the home blocks were never written.
+        let crashed = h.crash(0, CrashPolicy::lose_all());
+        let path = dir.path().join("crashed.img");
+        std::fs::write(&path, crashed.to_image()).unwrap();
+        let (ordo, e2) = recover_both(&path, dir.path());
+        assert_eq!(read_block(&ordo, free + 10, bs)[0], 5);
+        assert_eq!(
+            read_block(&ordo, free + 11, bs)[..4],
+            0xC03B_3998u32.to_be_bytes()
+        );
+        assert_same_as_e2fsck(&ordo, &e2);
+        assert_fsck_clean(&ordo);
+        if let Some(ctx) = LoopCtx::new() {
+            let kernel = dir.path().join("by-kernel.img");
+            std::fs::copy(&path, &kernel).unwrap();
+            ctx.mount_and_unmount(&kernel);
+            for b in (free..free + 12).chain(free + 20..free + 25) {
+                assert_eq!(
+                    read_block(&kernel, b, bs),
+                    read_block(&ordo, b, bs),
+                    "block {b} after the kernel's replay"
+                );
+            }
+            assert_fsck_clean(&kernel);
+        }
+        let _ = crashed.block_size();
+    }
+}

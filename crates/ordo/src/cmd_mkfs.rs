@@ -1,0 +1,119 @@
+//! `ordo mkfs IMAGE --size SIZE [-b BS] [-O FEATURES] [-L LABEL] [-N INODES]`.
+
+use std::path::PathBuf;
+
+use std::os::unix::fs::FileTypeExt;
+
+use clap::Args;
+use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
+use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
+
+use crate::options::parse_size;
+
+#[derive(Args, Debug)]
+pub struct MkfsArgs {
+    /// The image file (created sparse when missing) or block device.
+    pub image: PathBuf,
+    /// Size of the file system, e.g. 64M or 2G (default: the size of an
+    /// existing image or device).
+    #[arg(short = 's', long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Block size in bytes: 1024, 2048 or 4096.
+    #[arg(short = 'b', long = "block-size", default_value_t = 4096)]
+    pub block_size: u32,
+    /// Features, as mke2fs -O: a comma-separated list, "^name" turns one off.
+    #[arg(short = 'O', long = "features")]
+    pub features: Option<String>,
+    /// Volume label (at most 16 bytes).
+    #[arg(short = 'L', long)]
+    pub label: Option<String>,
+    /// Number of inodes (default: one per 16 KiB).
+    #[arg(short = 'N', long = "inodes")]
+    pub inodes: Option<u32>,
+}
+
+fn make(a: &MkfsArgs) -> Result<String, String> {
+    let name = a.image.display();
+    let features = match &a.features {
+        Some(spec) => parse_features(spec, DEFAULT_FEATURES).map_err(|e| e.to_string())?,
+        None => DEFAULT_FEATURES,
+    };
+    if let Some(label) = &a.label {
+        if label.len() > 16 {
+            return Err(format!("label '{label}' is longer than 16 bytes"));
+        }
+    }
+    let existing = std::fs::metadata(&a.image).ok();
+    let is_block_device = existing
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device());
+    let (dev, fresh) = match (&existing, a.size) {
+        (None, None) => {
+            return Err(format!(
+                "{name} does not exist: give --size to create it (e.g. --size 1G)"
+            ))
+        }
+        (None, Some(size)) => (
+            FileDevice::create(&a.image, size, a.block_size).map_err(|e| e.to_string())?,
+            true,
+        ),
+        (Some(m), Some(size)) if !is_block_device && m.len() < size => (
+            FileDevice::create(&a.image, size, a.block_size).map_err(|e| e.to_string())?,
+            false,
+        ),
+        (Some(_), _) => (
+            FileDevice::open(&a.image, a.block_size, OpenOptions::read_write())
+                .map_err(|e| e.to_string())?,
+            false,
+        ),
+    };
+    let opts = MkfsOptions {
+        size_bytes: a.size.unwrap_or(0),
+        block_size: a.block_size,
+        inodes_count: a.inodes,
+        features,
+        label: a.label.clone().unwrap_or_default(),
+        assume_zeroed: fresh,
+        ..MkfsOptions::default()
+    };
+    let report = mkfs(&dev, &opts).map_err(|e| format!("{name}: {e}"))?;
+    dev.flush().map_err(|e| format!("{name}: flush: {e}"))?;
+    let uuid: String = report.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(
+        "{name}: ext4 file system of {} blocks of {} bytes ({} MiB), {} groups, \
+         {} inodes ({} per group), {} blocks free\n\
+         UUID {}-{}-{}-{}-{}\nfeatures: {}\njournal: {}\n",
+        report.blocks_count,
+        report.block_size,
+        report.blocks_count * u64::from(report.block_size) >> 20,
+        report.groups_count,
+        report.inodes_count,
+        report.inodes_per_group,
+        report.free_blocks,
+        &uuid[0..8],
+        &uuid[8..12],
+        &uuid[12..16],
+        &uuid[16..20],
+        &uuid[20..32],
+        report.features.names().join(" "),
+        if report.journal_blocks == 0 {
+            "none".to_string()
+        } else {
+            format!("{} blocks", report.journal_blocks)
+        }
+    ))
+}
+
+/// Run `ordo mkfs`; returns the exit code.
+pub fn run(a: &MkfsArgs) -> u8 {
+    match make(a) {
+        Ok(summary) => {
+            print!("{summary}");
+            0
+        }
+        Err(e) => {
+            eprintln!("ordo mkfs: {e}");
+            1
+        }
+    }
+}

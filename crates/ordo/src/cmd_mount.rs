@@ -1,0 +1,162 @@
+//! `ordo mount IMAGE MOUNTPOINT [-o OPTIONS]`.
+//!
+//! Order matters here: every option and both paths are checked before the
+//! image is opened, the image is locked before it is read, and the process
+//! stays in the foreground so that the end of the FUSE session (whatever
+//! caused it: `fusermount3 -u`, Ctrl-C, SIGTERM) is followed by
+//! `Fs::unmount`, which leaves the image durable and clean.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use ordo_dev::{BlockDevice, DevError, FileDevice, OpenOptions};
+use ordo_fs::Fs;
+use ordo_fuse::MountConfig;
+
+use crate::options::{parse_mount_options, ParsedMount, KNOWN_OPTIONS};
+use crate::superblock::SuperblockView;
+
+/// mount(8)'s exit code for a usage error.
+pub const EXIT_USAGE: u8 = 1;
+/// mount(8)'s exit code for a failed mount.
+pub const EXIT_MOUNT_FAILED: u8 = 32;
+
+#[derive(Args, Debug)]
+#[command(after_help = format!("Options (-o, comma-separated): {KNOWN_OPTIONS}"))]
+pub struct MountArgs {
+    /// The image file or block device.
+    pub image: PathBuf,
+    /// An existing, empty directory.
+    pub mountpoint: PathBuf,
+    /// Mount options, e.g. -o mode=sync,commit=5 (may be repeated).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+}
+
+/// Why a mount did not happen.
+enum Refusal {
+    Usage(String),
+    Failed(String),
+}
+
+/// The checks that need no image: the paths exist and the mountpoint is
+/// an empty directory.
+fn check_paths(image: &Path, mountpoint: &Path) -> Result<(), String> {
+    match std::fs::metadata(image) {
+        Ok(m) if m.is_dir() => return Err(format!("{}: is a directory, not an image", image.display())),
+        Ok(_) => {}
+        Err(e) => return Err(format!("{}: {e}", image.display())),
+    }
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if !m.is_dir() => {
+            return Err(format!(
+                "mountpoint {}: not a directory",
+                mountpoint.display()
+            ))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("mountpoint {}: {e}", mountpoint.display())),
+    }
+    let mut entries = std::fs::read_dir(mountpoint)
+        .map_err(|e| format!("mountpoint {}: {e}", mountpoint.display()))?;
+    if entries.next().is_some() {
+        return Err(format!(
+            "mountpoint {}: directory is not empty",
+            mountpoint.display()
+        ));
+    }
+    Ok(())
+}
+
+fn open_image(image: &Path, parsed: &ParsedMount) -> Result<Arc<Fs>, String> {
+    let sb = SuperblockView::read(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let opts = if parsed.fs.read_only {
+        OpenOptions::read_only()
+    } else {
+        OpenOptions::read_write()
+    };
+    let dev = FileDevice::open(image, sb.block_size, opts).map_err(|e| match e {
+        DevError::InUse { .. } => format!("{e} (is it mounted already?)"),
+        e => e.to_string(),
+    })?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let fs = Fs::mount(dev, parsed.fs.clone())
+        .map_err(|e| format!("{}: cannot mount: {e}", image.display()))?;
+    Ok(Arc::new(fs))
+}
+
+fn mount(a: &MountArgs) -> Result<(), Refusal> {
+    let parsed = parse_mount_options(&a.options).map_err(Refusal::Usage)?;
+    check_paths(&a.image, &a.mountpoint).map_err(Refusal::Failed)?;
+    let fs = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
+    let config = MountConfig {
+        threads: parsed.threads,
+        allow_other: true,
+        read_only: parsed.fs.read_only,
+        attr_ttl: parsed.attr_ttl,
+        fsname: "ordo".to_string(),
+    };
+    let session = match ordo_fuse::mount(fs.clone(), &a.mountpoint, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            // The image was opened: close it cleanly before giving up.
+            let msg = format!("{}: FUSE mount failed: {e}", a.mountpoint.display());
+            return Err(Refusal::Failed(match finish(fs) {
+                Ok(()) => msg,
+                Err(u) => format!("{msg}; {u}"),
+            }));
+        }
+    };
+    let mut session = session;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = a.mountpoint.clone();
+    if let Err(e) = ctrlc::set_handler(move || {
+        if let Err(e) = unmounter.unmount() {
+            eprintln!("ordo mount: unmounting {}: {e}", mountpoint.display());
+        }
+    }) {
+        eprintln!("ordo mount: cannot handle Ctrl-C/SIGTERM: {e}");
+    }
+    eprintln!(
+        "ordo: {} mounted on {} (mode={}{}, {} threads); unmount with: fusermount3 -u {}",
+        a.image.display(),
+        a.mountpoint.display(),
+        parsed.fs.mode.name(),
+        if parsed.fs.read_only { ",ro" } else { "" },
+        parsed.threads,
+        a.mountpoint.display()
+    );
+    let served = session.run();
+    let unmounted = finish(fs);
+    if let Err(e) = &served {
+        eprintln!("ordo mount: FUSE session ended with an error: {e}");
+    }
+    unmounted.map_err(Refusal::Failed)?;
+    served.map_err(|e| Refusal::Failed(e.to_string()))
+}
+
+/// Unmount the file system once every FUSE worker has let go of it.
+fn finish(fs: Arc<Fs>) -> Result<(), String> {
+    match Arc::try_unwrap(fs) {
+        Ok(fs) => fs
+            .unmount()
+            .map_err(|e| format!("unmount failed, image may need fsck: {e}")),
+        Err(_) => Err("file system still in use after the FUSE session ended".to_string()),
+    }
+}
+
+/// Run `ordo mount`; returns the exit code.
+pub fn run(a: &MountArgs) -> u8 {
+    match mount(a) {
+        Ok(()) => 0,
+        Err(Refusal::Usage(m)) => {
+            eprintln!("ordo mount: {m}");
+            EXIT_USAGE
+        }
+        Err(Refusal::Failed(m)) => {
+            eprintln!("ordo mount: {m}");
+            EXIT_MOUNT_FAILED
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Parsing of `ordo mount -o` options and of sizes ("64M", "2G").
+//!
+//! Every option is checked before anything is opened, so a typo never
+//! touches an image: like mount(8), an unknown or conflicting option is a
+//! usage error.
+
+use std::time::Duration;
+
+use ordo_fs::{DataMode, MountOptions, ProtocolKind};
+
+/// A parsed `-o` list: the library's mount options and how the kernel
+/// mount is served.
+#[derive(Clone, Debug)]
+pub struct ParsedMount {
+    /// What `Fs::mount` gets.
+    pub fs: MountOptions,
+    /// Worker threads serving FUSE requests.
+    pub threads: usize,
+    /// How long the kernel caches attributes and names.
+    pub attr_ttl: Duration,
+}
+
+/// The options `ordo mount -o` accepts, for messages.
+pub const KNOWN_OPTIONS: &str = "mode=async|sync|journal|fast_commit, data=ordered|writeback|journal, \
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS";
+
+/// Parse a size: a number of bytes with an optional suffix K, M, G or T
+/// (powers of 1024; a trailing "B" or "iB" is accepted: "64M", "64MiB").
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("ib"))
+        .or_else(|| t.strip_suffix('B'))
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size '{s}' (expected e.g. 4096, 64M, 2G)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+/// Parse a comma-separated `-o` list (several `-o` are joined first).
+pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
+    let mut fs = MountOptions {
+        background: true,
+        ..MountOptions::default()
+    };
+    let mut threads = 4usize;
+    let mut attr_ttl = Duration::from_secs(1);
+    let mut mode: Option<ProtocolKind> = None;
+    let mut data: Option<DataMode> = None;
+    let mut ro: Option<bool> = None;
+    for opt in lists.iter().flat_map(|l| l.split(',')) {
+        let opt = opt.trim();
+        if opt.is_empty() {
+            continue;
+        }
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        let need = |v: Option<&str>| -> Result<String, String> {
+            match v {
+                Some(v) if !v.is_empty() => Ok(v.to_string()),
+                _ => Err(format!("option '{key}' needs a value ({key}=...)")),
+            }
+        };
+        let refuse_value = |v: Option<&str>| -> Result<(), String> {
+            match v {
+                None => Ok(()),
+                Some(_) => Err(format!("option '{key}' takes no value")),
+            }
+        };
+        match key {
+            "mode" => {
+                let k: ProtocolKind = need(value)?.parse()?;
+                if mode.is_some_and(|m| m != k) {
+                    return Err(format!(
+                        "conflicting options: mode={} and mode={}",
+                        mode.unwrap().name(),
+                        k.name()
+                    ));
+                }
+                mode = Some(k);
+            }
+            "data" => {
+                let d: DataMode = need(value)?.parse()?;
+                if data.is_some_and(|x| x != d) {
+                    return Err("conflicting options: data= given twice with different values"
+                        .to_string());
+                }
+                data = Some(d);
+            }
+            "ro" | "rw" => {
+                refuse_value(value)?;
+                let want = key == "ro";
+                if ro.is_some_and(|r| r != want) {
+                    return Err("conflicting options: ro and rw".to_string());
+                }
+                ro = Some(want);
+            }
+            "commit" => {
+                let secs: u64 = need(value)?
+                    .parse()
+                    .map_err(|_| format!("commit= needs whole seconds, got '{opt}'"))?;
+                if secs == 0 || secs > 24 * 3600 {
+                    return Err(format!("commit={secs}: must be 1..86400 seconds"));
+                }
+                fs.commit_interval_ms = secs * 1000;
+            }
+            "cache" => {
+                let bytes = parse_size(&need(value)?)?;
+                if bytes < (1 << 20) {
+                    return Err(format!("cache={bytes}: must be at least 1M"));
+                }
+                fs.cache_bytes = bytes;
+            }
+            "threads" => {
+                let n: usize = need(value)?
+                    .parse()
+                    .map_err(|_| format!("threads= needs a number, got '{opt}'"))?;
+                if !(1..=64).contains(&n) {
+                    return Err(format!("threads={n}: must be 1..64"));
+                }
+                threads = n;
+            }
+            "attr_timeout" => {
+                let secs: f64 = need(value)?
+                    .parse()
+                    .map_err(|_| format!("attr_timeout= needs seconds, got '{opt}'"))?;
+                if !(0.0..=3600.0).contains(&secs) {
+                    return Err(format!("attr_timeout={secs}: must be 0..3600 seconds"));
+                }
+                attr_ttl = Duration::from_secs_f64(secs);
+            }
+            _ => {
+                return Err(format!(
+                    "unknown mount option '{opt}' (known: {KNOWN_OPTIONS})"
+                ))
+            }
+        }
+    }
+    fs.mode = mode.unwrap_or(ProtocolKind::Async);
+    if let Some(d) = data {
+        if !matches!(fs.mode, ProtocolKind::Journal | ProtocolKind::FastCommit) {
+            return Err(format!(
+                "conflicting options: data= applies to mode=journal or mode=fast_commit, not mode={}",
+                fs.mode.name()
+            ));
+        }
+        fs.data = d;
+    }
+    fs.read_only = ro.unwrap_or(false);
+    Ok(ParsedMount {
+        fs,
+        threads,
+        attr_ttl,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<ParsedMount, String> {
+        parse_mount_options(&[s.to_string()])
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn defaults_are_async_rw_with_background_commit() {
+        let p = parse("").unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::Async);
+        assert!(!p.fs.read_only);
+        assert!(p.fs.background);
+        assert_eq!(p.fs.commit_interval_ms, 5000);
+    }
+
+    #[test]
+    fn every_known_option_parses() {
+        let p = parse("mode=journal,data=writeback,ro,commit=7,cache=64M,threads=2,attr_timeout=0")
+            .unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::Journal);
+        assert_eq!(p.fs.data, DataMode::Writeback);
+        assert!(p.fs.read_only);
+        assert_eq!(p.fs.commit_interval_ms, 7000);
+        assert_eq!(p.fs.cache_bytes, 64 << 20);
+        assert_eq!(p.threads, 2);
+        assert_eq!(p.attr_ttl, Duration::ZERO);
+    }
+
+    #[test]
+    fn unknown_and_conflicting_options_are_refused() {
+        assert!(parse("bogus").unwrap_err().contains("unknown mount option"));
+        assert!(parse("mode=nope").is_err());
+        assert!(parse("ro,rw").unwrap_err().contains("conflicting"));
+        assert!(parse("mode=sync,mode=async")
+            .unwrap_err()
+            .contains("conflicting"));
+        assert!(parse("mode=async,data=journal")
+            .unwrap_err()
+            .contains("conflicting"));
+        assert!(parse("commit=0").is_err());
+        assert!(parse("commit").is_err());
+        assert!(parse("ro=1").is_err());
+        assert!(parse("cache=12").is_err());
+    }
+
+    #[test]
+    fn several_lists_are_joined() {
+        let p = parse_mount_options(&["mode=sync".into(), "ro".into()]).unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::Sync);
+        assert!(p.fs.read_only);
+        assert!(parse_mount_options(&["ro".into(), "rw".into()]).is_err());
+    }
+}

@@ -1,0 +1,862 @@
+//! The differential test: the same seeded sequences of system calls on the
+//! kernel's ext4 (a loop mount of a fresh `mkfs.ext4` image) and on ordo
+//! (an `ordo mount` of a fresh `ordo mkfs` image), comparing what each
+//! call returns (value or errno) and, after every call, the state of every
+//! path the sequence can touch: type, mode, link count, owner, size,
+//! contents, symlink targets, directory entries and explicitly set times.
+//!
+//! Some calls run as an unprivileged user (a forked child that drops to
+//! uid/gid 1000 or 65534) so that EACCES and EPERM, sticky and setgid
+//! directories and the suid/sgid clearing rules are compared too; renames
+//! and links between the two mounts give EXDEV.
+//!
+//! What is deliberately not compared is listed, with the reason, in the
+//! README ("Divergences from the kernel's ext4"): `st_blocks` and `st_ino`
+//! (allocation policy), and times the file system sets itself ("now" is
+//! not the same instant on both sides; times set explicitly are compared
+//! to the nanosecond).
+
+mod common;
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::*;
+
+/// The test's xorshift generator: deterministic per seed, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len() as u64) as usize]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn long_name(c: char, len: usize) -> String {
+    std::iter::repeat_n(c, len).collect()
+}
+
+/// Every path a sequence may name (relative to the test directory).
+fn paths() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "a", "b", "c", "d1", "d2", "d1/a", "d1/b", "d1/s", "d1/s/a", "d1/s/b", "d2/a", "d2/d3",
+        "d2/d3/a", "a/x", "lnk", "d1/lnk", "loop1", "loop2", "d1/s/new", "d2/d3/new",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push(long_name('m', 255));
+    v.push(long_name('n', 256));
+    v.push(format!("d1/{}", long_name('m', 255)));
+    v
+}
+
+const SYMLINK_TARGETS: &[&str] = &["a", "d1", "d1/s", "../a", "loop1", "loop2", "nonexistent", "d2/d3/a"];
+const MODES: &[u32] = &[
+    0o644, 0o600, 0o755, 0o777, 0o700, 0o000, 0o1777, 0o2775, 0o4755, 0o6755, 0o2755, 0o666, 0o444,
+];
+const USERS: &[(u32, u32)] = &[(1000, 1000), (65534, 65534), (1000, 65534)];
+
+#[derive(Clone, Debug)]
+enum Time {
+    Now,
+    Omit,
+    At(i64, i64),
+}
+
+/// A path argument: in the test directory of the side running the call,
+/// or in the other side's (for EXDEV).
+#[derive(Clone, Debug)]
+struct P {
+    rel: String,
+    other: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Creat(P, u32),
+    OpenExcl(P, u32),
+    Open(P, i32),
+    Mkdir(P, u32),
+    Unlink(P),
+    Rmdir(P),
+    Rename(P, P, u32),
+    Link(P, P),
+    Symlink(String, P),
+    Readlink(P),
+    Truncate(P, i64),
+    Chmod(P, u32),
+    Chown(P, u32, u32),
+    Utimens(P, Time, Time),
+    Write(P, i64, usize, u8),
+    Read(P, i64, usize),
+    Fallocate(P, i32, i64, i64),
+    Seek(P, i64, i32),
+    Stat(P),
+}
+
+/// One step: a call, run by root or by an unprivileged (uid, gid).
+#[derive(Clone, Debug)]
+struct Step {
+    op: Op,
+    user: Option<(u32, u32)>,
+}
+
+fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
+    // Directories are made mostly under directory-like names and files
+    // under the others, so that sequences build trees deep enough for
+    // most calls to succeed (and still try every name now and then).
+    const DIR_NAMES: &[&str] = &["d1", "d2", "d1/s", "d2/d3"];
+    let p = |rng: &mut Rng| P {
+        rel: rng.pick(names).clone(),
+        other: false,
+    };
+    let dir_p = |rng: &mut Rng| {
+        if rng.chance(75) {
+            P {
+                rel: rng.pick(DIR_NAMES).to_string(),
+                other: false,
+            }
+        } else {
+            p(rng)
+        }
+    };
+    let file_p = |rng: &mut Rng| loop {
+        let c = p(rng);
+        if !DIR_NAMES.contains(&c.rel.as_str()) || rng.chance(10) {
+            break c;
+        }
+    };
+    let off = |rng: &mut Rng| -> i64 {
+        match rng.below(4) {
+            0 => 0,
+            1 => rng.below(8192) as i64,
+            2 => (rng.below(64) * 4096) as i64,
+            _ => rng.below(1 << 20) as i64,
+        }
+    };
+    let len = |rng: &mut Rng| -> usize {
+        match rng.below(3) {
+            0 => rng.below(100) as usize + 1,
+            1 => rng.below(8192) as usize + 1,
+            _ => rng.below(65536) as usize + 1,
+        }
+    };
+    let time = |rng: &mut Rng| -> Time {
+        match rng.below(5) {
+            0 => Time::Now,
+            1 => Time::Omit,
+            _ => Time::At(
+                788_918_400 + rng.below(400_000_000) as i64,
+                rng.below(1_000_000_000) as i64,
+            ),
+        }
+    };
+    let op = match rng.below(22) {
+        0 | 1 => Op::Creat(file_p(rng), *rng.pick(MODES)),
+        2 => Op::OpenExcl(file_p(rng), *rng.pick(MODES)),
+        3 => Op::Open(
+            p(rng),
+            *rng.pick(&[
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                libc::O_WRONLY,
+                libc::O_RDWR | libc::O_NOFOLLOW,
+                libc::O_RDONLY,
+                libc::O_WRONLY | libc::O_TRUNC,
+                libc::O_RDONLY | libc::O_CREAT,
+            ]),
+        ),
+        4 | 5 => Op::Mkdir(dir_p(rng), *rng.pick(MODES)),
+        6 => Op::Unlink(p(rng)),
+        7 => Op::Rmdir(p(rng)),
+        8 | 9 => {
+            let a = p(rng);
+            let mut b = p(rng);
+            if rng.chance(5) {
+                b.other = true;
+            }
+            let flags = *rng.pick(&[
+                0,
+                0,
+                libc::RENAME_NOREPLACE,
+                libc::RENAME_EXCHANGE,
+                libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE,
+            ]);
+            Op::Rename(a, b, flags)
+        }
+        10 => {
+            let a = p(rng);
+            let mut b = p(rng);
+            if rng.chance(10) {
+                b.other = true;
+            }
+            Op::Link(a, b)
+        }
+        11 => {
+            let target = match rng.below(10) {
+                0 => long_name('t', 59),
+                1 => long_name('t', 60),
+                2 => long_name('t', 61),
+                3 => long_name('u', 1000),
+                _ => rng.pick(SYMLINK_TARGETS).to_string(),
+            };
+            Op::Symlink(target, file_p(rng))
+        }
+        12 => Op::Readlink(p(rng)),
+        13 => Op::Truncate(p(rng), if rng.chance(10) { -1 } else { off(rng) }),
+        14 => Op::Chmod(p(rng), *rng.pick(MODES)),
+        15 => {
+            let (u, g) = *rng.pick(&[(0, 0), (1000, 1000), (65534, 65534), (1000, 65534), (0, 1000)]);
+            Op::Chown(p(rng), u, g)
+        }
+        16 => Op::Utimens(p(rng), time(rng), time(rng)),
+        17 | 18 => Op::Write(file_p(rng), off(rng), len(rng), rng.below(256) as u8),
+        19 => Op::Read(p(rng), off(rng), len(rng)),
+        20 => {
+            let mode = *rng.pick(&[
+                0,
+                libc::FALLOC_FL_KEEP_SIZE,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            ]);
+            Op::Fallocate(p(rng), mode, off(rng), len(rng) as i64)
+        }
+        _ => {
+            if rng.chance(50) {
+                Op::Seek(p(rng), off(rng), *rng.pick(&[libc::SEEK_DATA, libc::SEEK_HOLE]))
+            } else {
+                Op::Stat(p(rng))
+            }
+        }
+    };
+    let user = if rng.chance(25) {
+        Some(*rng.pick(USERS))
+    } else {
+        None
+    };
+    Step { op, user }
+}
+
+/// One side of the comparison: the test directory and the other side's.
+struct Side {
+    name: &'static str,
+    dir: PathBuf,
+    other_dir: PathBuf,
+    /// Times at or after this are "set by the file system now".
+    recent_sec: i64,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn errname(e: i32) -> String {
+    let n = match e {
+        libc::ENOENT => "ENOENT",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::EISDIR => "EISDIR",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::EXDEV => "EXDEV",
+        libc::ENXIO => "ENXIO",
+        libc::EBADF => "EBADF",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EMLINK => "EMLINK",
+        libc::EROFS => "EROFS",
+        libc::EIO => "EIO",
+        _ => return format!("errno {e}"),
+    };
+    n.to_string()
+}
+
+fn fnv(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl Side {
+    fn path(&self, p: &P) -> CString {
+        let base = if p.other { &self.other_dir } else { &self.dir };
+        CString::new(format!("{}/{}", base.display(), p.rel)).unwrap()
+    }
+
+    fn time_desc(&self, sec: i64, nsec: i64) -> String {
+        if sec >= self.recent_sec {
+            "now".to_string()
+        } else {
+            format!("{sec}.{nsec:09}")
+        }
+    }
+
+    /// `lstat` fields that ext4 defines and ordo must reproduce.
+    fn stat_desc(&self, path: &CString, with_atime: bool) -> String {
+        // SAFETY: stat is plain data; lstat writes into it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: path is NUL-terminated; st is a valid out-pointer.
+        let r = unsafe { libc::lstat(path.as_ptr(), &mut st) };
+        if r != 0 {
+            return format!("lstat {}", errname(errno()));
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        let mut s = format!(
+            "mode {:o} nlink {} uid {} gid {} size {} mtime {}",
+            st.st_mode, st.st_nlink, st.st_uid, st.st_gid, st.st_size,
+            self.time_desc(st.st_mtime, st.st_mtime_nsec)
+        );
+        if with_atime {
+            let _ = write!(s, " atime {}", self.time_desc(st.st_atime, st.st_atime_nsec));
+        }
+        let _ = write!(s, " ctime {}", self.time_desc(st.st_ctime, st.st_ctime_nsec));
+        if kind == libc::S_IFDIR {
+            if let Ok(rd) = std::fs::read_dir(std::ffi::OsStr::new(path.to_str().unwrap())) {
+                let mut names: Vec<String> = rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                let _ = write!(s, " entries [{}]", names.join(","));
+            }
+        } else if kind == libc::S_IFREG {
+            match std::fs::read(path.to_str().unwrap()) {
+                Ok(d) => {
+                    let _ = write!(s, " data {:016x}", fnv(&d));
+                }
+                Err(e) => {
+                    let _ = write!(s, " data {}", errname(e.raw_os_error().unwrap_or(0)));
+                }
+            }
+        } else if kind == libc::S_IFLNK {
+            if let Ok(t) = std::fs::read_link(path.to_str().unwrap()) {
+                let _ = write!(s, " target {}", t.display());
+            }
+        }
+        s
+    }
+
+    /// Run one call; the result is `ok ...` or the errno's name.
+    fn call(&self, op: &Op) -> String {
+        fn res(r: libc::c_long) -> Result<libc::c_long, String> {
+            if r < 0 {
+                Err(errname(errno()))
+            } else {
+                Ok(r)
+            }
+        }
+        let open = |p: &P, flags: i32, mode: u32| -> Result<i32, String> {
+            let c = self.path(p);
+            // SAFETY: NUL-terminated path.
+            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+            res(fd as libc::c_long).map(|f| f as i32)
+        };
+        let close = |fd: i32| {
+            // SAFETY: fd was opened above.
+            unsafe { libc::close(fd) };
+        };
+        let r: Result<String, String> = (|| match op {
+            Op::Creat(p, mode) => {
+                let fd = open(p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, *mode)?;
+                close(fd);
+                Ok(String::new())
+            }
+            Op::OpenExcl(p, mode) => {
+                let fd = open(p, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, *mode)?;
+                close(fd);
+                Ok(String::new())
+            }
+            Op::Open(p, flags) => {
+                let fd = open(p, *flags, 0o640)?;
+                close(fd);
+                Ok(String::new())
+            }
+            Op::Mkdir(p, mode) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::mkdir(self.path(p).as_ptr(), *mode) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Unlink(p) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::unlink(self.path(p).as_ptr()) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Rmdir(p) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::rmdir(self.path(p).as_ptr()) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Rename(a, b, flags) => {
+                let (ca, cb) = (self.path(a), self.path(b));
+                // SAFETY: renameat2 with NUL-terminated paths.
+                res(unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        ca.as_ptr(),
+                        libc::AT_FDCWD,
+                        cb.as_ptr(),
+                        *flags,
+                    )
+                })?;
+                Ok(String::new())
+            }
+            Op::Link(a, b) => {
+                let (ca, cb) = (self.path(a), self.path(b));
+                // SAFETY: NUL-terminated paths.
+                res(unsafe { libc::link(ca.as_ptr(), cb.as_ptr()) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Symlink(target, p) => {
+                let t = CString::new(target.as_str()).unwrap();
+                // SAFETY: NUL-terminated paths.
+                res(unsafe { libc::symlink(t.as_ptr(), self.path(p).as_ptr()) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Readlink(p) => {
+                let mut buf = vec![0u8; 8192];
+                // SAFETY: buf has buf.len() bytes.
+                let n = res(unsafe {
+                    libc::readlink(self.path(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+                } as libc::c_long)?;
+                Ok(format!("{}", String::from_utf8_lossy(&buf[..n as usize])))
+            }
+            Op::Truncate(p, len) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::truncate(self.path(p).as_ptr(), *len) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Chmod(p, mode) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::chmod(self.path(p).as_ptr(), *mode) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Chown(p, u, g) => {
+                // SAFETY: NUL-terminated path.
+                res(unsafe { libc::lchown(self.path(p).as_ptr(), *u, *g) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::Utimens(p, at, mt) => {
+                let ts = |t: &Time| match t {
+                    Time::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+                    Time::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+                    Time::At(s, n) => libc::timespec { tv_sec: *s, tv_nsec: *n },
+                };
+                let times = [ts(at), ts(mt)];
+                // SAFETY: two valid timespecs, NUL-terminated path.
+                res(unsafe {
+                    libc::utimensat(
+                        libc::AT_FDCWD,
+                        self.path(p).as_ptr(),
+                        times.as_ptr(),
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                } as libc::c_long)?;
+                // Explicit times are compared to the nanosecond here, and
+                // atime only when this call set it (see README: atime).
+                Ok(self.stat_desc(&self.path(p), matches!(at, Time::At(..))))
+            }
+            Op::Write(p, off, len, seed) => {
+                let fd = open(p, libc::O_WRONLY, 0)?;
+                let data: Vec<u8> = (0..*len).map(|i| seed.wrapping_add((i % 253) as u8)).collect();
+                // SAFETY: data has len bytes; fd is open.
+                let r = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), *off) };
+                let r = res(r as libc::c_long);
+                close(fd);
+                Ok(format!("{}", r?))
+            }
+            Op::Read(p, off, len) => {
+                let fd = open(p, libc::O_RDONLY, 0)?;
+                let mut buf = vec![0u8; *len];
+                // SAFETY: buf has len bytes; fd is open.
+                let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), *off) };
+                let r = res(r as libc::c_long);
+                close(fd);
+                let n = r? as usize;
+                Ok(format!("{n} {:016x}", fnv(&buf[..n])))
+            }
+            Op::Fallocate(p, mode, off, len) => {
+                let fd = open(p, libc::O_WRONLY, 0)?;
+                // SAFETY: fd is open.
+                let r = unsafe { libc::fallocate(fd, *mode, *off, *len) };
+                let r = res(r as libc::c_long);
+                close(fd);
+                r?;
+                Ok(String::new())
+            }
+            Op::Seek(p, off, whence) => {
+                let fd = open(p, libc::O_RDONLY, 0)?;
+                // SAFETY: stat is plain data; fd is open.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                unsafe { libc::fstat(fd, &mut st) };
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    // Directory offsets are ext4's htree cookies, which a
+                    // FUSE directory does not have (see README).
+                    close(fd);
+                    return Ok("directory: not compared".to_string());
+                }
+                // Where the kernel's ext4 finds data and holes inside
+                // unwritten (fallocated) extents depends on which pages its
+                // cache holds, and this test's own reads fill it: write
+                // back and drop the cache first, so that extents decide,
+                // as they do for ordo.
+                // SAFETY: fd is open.
+                unsafe {
+                    libc::fdatasync(fd);
+                    libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+                }
+                // SAFETY: fd is open.
+                let r = unsafe { libc::lseek(fd, *off, *whence) };
+                let r = res(r as libc::c_long);
+                close(fd);
+                Ok(format!("{}", r?))
+            }
+            Op::Stat(p) => Ok(self.stat_desc(&self.path(p), false)),
+        })();
+        match r {
+            Ok(s) if s.is_empty() => "ok".to_string(),
+            Ok(s) => format!("ok {s}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Run one step, as root here or as the step's user in a forked child.
+    fn run(&self, step: &Step) -> String {
+        let Some((uid, gid)) = step.user else {
+            return self.call(&step.op);
+        };
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a two-element array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+        // SAFETY: the child only makes system calls, formats a string and
+        // exits with _exit; glibc's fork keeps malloc usable in the child.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: plain system calls in the child.
+            unsafe {
+                libc::close(fds[0]);
+                let ok = libc::setgroups(0, std::ptr::null()) == 0
+                    && libc::setgid(gid) == 0
+                    && libc::setuid(uid) == 0;
+                let out = if ok {
+                    self.call(&step.op)
+                } else {
+                    "cannot drop privileges".to_string()
+                };
+                libc::write(fds[1], out.as_ptr().cast(), out.len());
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: closing our copy of the write end.
+        unsafe { libc::close(fds[1]) };
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: buf is valid for its length.
+            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+        // SAFETY: closing the read end; reaping our child.
+        unsafe {
+            libc::close(fds[0]);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// The state of every path, one line each.
+    fn snapshot(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .map(|n| {
+                let p = P {
+                    rel: n.clone(),
+                    other: false,
+                };
+                format!("{n}: {}", self.stat_desc(&self.path(&p), false))
+            })
+            .collect()
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.len() > 120 {
+        format!("{}...", &s[..120])
+    } else {
+        s.to_string()
+    }
+}
+
+fn run_sequence(kernel: &Side, ordo: &Side, seed: u64, steps: usize, names: &[String]) {
+    let mut rng = Rng::new(seed);
+    let mut history: Vec<String> = Vec::new();
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in 0..steps {
+        let step = gen_step(&mut rng, names);
+        let k = kernel.run(&step);
+        let o = ordo.run(&step);
+        let class = k.split(' ').next().unwrap_or("").to_string();
+        *outcomes.entry(class).or_default() += 1;
+        history.push(format!("#{i} {:?} -> {}", step, short(&k)));
+        let context = || {
+            let from = history.len().saturating_sub(25);
+            history[from..].join("\n")
+        };
+        assert_eq!(
+            k, o,
+            "seed {seed} step {i}: {step:?}\n  {}: {k}\n  {}: {o}\nlast steps:\n{}",
+            kernel.name, ordo.name, context()
+        );
+        let ks = kernel.snapshot(names);
+        let os = ordo.snapshot(names);
+        for (a, b) in ks.iter().zip(os.iter()) {
+            assert_eq!(
+                a, b,
+                "seed {seed} after step {i}: {step:?}\n  {}: {a}\n  {}: {b}\nlast steps:\n{}",
+                kernel.name, ordo.name, context()
+            );
+        }
+    }
+    eprintln!("differential: seed {seed}: outcomes {outcomes:?}");
+}
+
+fn now_sec() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Modes in the sequences are exact: no umask (both sides get the same).
+fn no_umask() {
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0) };
+}
+
+fn prepare(dir: &Path) {
+    std::fs::create_dir(dir).unwrap();
+    // A world-writable, non-sticky top directory, so that unprivileged
+    // steps can create (and the generated chmods can take rights away).
+    sh(dir, "chmod 0777 .");
+}
+
+#[test]
+fn syscall_sequences_match_the_kernels_ext4() {
+    require_loop_devices();
+    no_umask();
+    let s = Scratch::new();
+    let kimg = s.path("kernel.img");
+    let out = run("truncate", &["-s", "128M", kimg.to_str().unwrap()]);
+    assert!(out.status.success());
+    let out = run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-I", "256", kimg.to_str().unwrap()]);
+    assert!(out.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr));
+    let oimg = s.path("ordo.img");
+    mkfs(&oimg, "128M");
+    let kmp = s.mkdir("k");
+    let omp = s.mkdir("o");
+    // A mount point must be traversable by the unprivileged users.
+    sh(s.dir.path(), "chmod 0755 .");
+    let km = KernelMount::start(&kimg, &kmp, "");
+    let om = OrdoMount::start(&oimg, &omp, "");
+
+    let names = paths();
+    let seeds: Vec<u64> = match std::env::var("ORDO_DIFF_SEED") {
+        Ok(s) => vec![s.parse().expect("ORDO_DIFF_SEED is a number")],
+        Err(_) => vec![1, 2, 3, 4, 5, 6],
+    };
+    let steps: usize = std::env::var("ORDO_DIFF_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(250);
+    for seed in seeds {
+        eprintln!("differential: seed {seed}, {steps} steps");
+        let kdir = kmp.join(format!("t{seed}"));
+        let odir = omp.join(format!("t{seed}"));
+        prepare(&kdir);
+        prepare(&odir);
+        let recent_sec = now_sec() - 2;
+        let kernel = Side {
+            name: "kernel ext4",
+            dir: kdir.clone(),
+            other_dir: odir.clone(),
+            recent_sec,
+        };
+        let ordo = Side {
+            name: "ordo",
+            dir: odir.clone(),
+            other_dir: kdir.clone(),
+            recent_sec,
+        };
+        run_sequence(&kernel, &ordo, seed, steps, &names);
+    }
+    km.stop();
+    om.stop_ok();
+    assert_e2fsck_clean(&oimg);
+    assert_e2fsck_clean(&kimg);
+}
+
+/// Sequences written by hand for the cases a random sequence reaches
+/// rarely: each error the kernel's ext4 gives, once.
+#[test]
+fn error_cases_match_the_kernels_ext4() {
+    require_loop_devices();
+    no_umask();
+    let s = Scratch::new();
+    let kimg = s.path("kernel.img");
+    assert!(run("truncate", &["-s", "64M", kimg.to_str().unwrap()]).status.success());
+    assert!(run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-I", "256", kimg.to_str().unwrap()]).status.success());
+    let oimg = s.path("ordo.img");
+    mkfs(&oimg, "64M");
+    let kmp = s.mkdir("k");
+    let omp = s.mkdir("o");
+    sh(s.dir.path(), "chmod 0755 .");
+    let km = KernelMount::start(&kimg, &kmp, "");
+    let om = OrdoMount::start(&oimg, &omp, "");
+    let kdir = kmp.join("t");
+    let odir = omp.join("t");
+    prepare(&kdir);
+    prepare(&odir);
+    let recent_sec = now_sec() - 2;
+    let kernel = Side { name: "kernel ext4", dir: kdir.clone(), other_dir: odir.clone(), recent_sec };
+    let ordo = Side { name: "ordo", dir: odir.clone(), other_dir: kdir.clone(), recent_sec };
+    let p = |s: &str| P { rel: s.to_string(), other: false };
+    let other = |s: &str| P { rel: s.to_string(), other: true };
+    let root = |op: Op| Step { op, user: None };
+    let user = |op: Op| Step { op, user: Some((1000, 1000)) };
+    let nobody = |op: Op| Step { op, user: Some((65534, 65534)) };
+    let long = long_name('n', 256);
+    let script: Vec<(Step, &str)> = vec![
+        (root(Op::Stat(p("missing"))), "ok lstat ENOENT"),
+        (root(Op::Unlink(p("missing"))), "ENOENT"),
+        (root(Op::Creat(p("missing/x"), 0o644)), "ENOENT"),
+        (root(Op::Mkdir(p("d"), 0o755)), "ok"),
+        (root(Op::Mkdir(p("d"), 0o755)), "EEXIST"),
+        (root(Op::Creat(p("f"), 0o644)), "ok"),
+        (root(Op::OpenExcl(p("f"), 0o644)), "EEXIST"),
+        (root(Op::Creat(p("f/x"), 0o644)), "ENOTDIR"),
+        (root(Op::Rmdir(p("f"))), "ENOTDIR"),
+        (root(Op::Open(p("f"), libc::O_RDONLY | libc::O_DIRECTORY)), "ENOTDIR"),
+        (root(Op::Open(p("d"), libc::O_WRONLY)), "EISDIR"),
+        (root(Op::Unlink(p("d"))), "EISDIR"),
+        (root(Op::Rename(p("d"), p("f"), 0)), "ENOTDIR"),
+        (root(Op::Rename(p("f"), p("d"), 0)), "EISDIR"),
+        (root(Op::Creat(p("d/inner"), 0o644)), "ok"),
+        (root(Op::Rmdir(p("d"))), "ENOTEMPTY"),
+        (root(Op::Mkdir(p("d/sub"), 0o755)), "ok"),
+        (root(Op::Rename(p("d"), p("d/sub/x"), 0)), "EINVAL"),
+        (root(Op::Mkdir(p("e"), 0o755)), "ok"),
+        (root(Op::Creat(p("e/x"), 0o644)), "ok"),
+        (root(Op::Rename(p("e"), p("d"), 0)), "ENOTEMPTY"),
+        (root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_NOREPLACE)), "EEXIST"),
+        (root(Op::Rename(p("f"), p("nothere"), libc::RENAME_EXCHANGE)), "ENOENT"),
+        (root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_EXCHANGE)), "ok"),
+        (root(Op::Rename(p("d"), p("e"), libc::RENAME_EXCHANGE)), "ok"),
+        (root(Op::Rename(p("f"), p("g"), libc::RENAME_NOREPLACE)), "ok"),
+        (root(Op::Creat(p(&long), 0o644)), "ENAMETOOLONG"),
+        (root(Op::Mkdir(p(&long), 0o755)), "ENAMETOOLONG"),
+        (root(Op::Creat(p(&long_name('m', 255)), 0o644)), "ok"),
+        (root(Op::Symlink("loop2".into(), p("loop1"))), "ok"),
+        (root(Op::Symlink("loop1".into(), p("loop2"))), "ok"),
+        (root(Op::Open(p("loop1"), libc::O_RDONLY)), "ELOOP"),
+        (root(Op::Open(p("loop1"), libc::O_RDONLY | libc::O_NOFOLLOW)), "ELOOP"),
+        (root(Op::Readlink(p("g"))), "EINVAL"),
+        (root(Op::Link(p("e"), p("elink"))), "EPERM"),
+        (root(Op::Link(p("g"), other("xdev"))), "EXDEV"),
+        (root(Op::Rename(p("g"), other("xdev"), 0)), "EXDEV"),
+        (root(Op::Truncate(p("g"), -1)), "EINVAL"),
+        (root(Op::Write(p("g"), 0, 10000, 7)), "ok 10000"),
+        (root(Op::Seek(p("g"), 20000, libc::SEEK_DATA)), "ENXIO"),
+        (root(Op::Seek(p("g"), 0, libc::SEEK_HOLE)), "ok 10000"),
+        (root(Op::Fallocate(p("g"), libc::FALLOC_FL_PUNCH_HOLE, 0, 4096)), "EOPNOTSUPP"),
+        (root(Op::Chmod(p("g"), 0o644)), "ok"),
+        (user(Op::Write(p("g"), 0, 10, 1)), "EACCES"),
+        (user(Op::Creat(p("d/new"), 0o644)), "EACCES"),
+        (user(Op::Chmod(p("g"), 0o777)), "EPERM"),
+        (user(Op::Chown(p("g"), 1000, 1000)), "EPERM"),
+        (user(Op::Utimens(p("g"), Time::At(1_000_000_000, 5), Time::Omit)), "EPERM"),
+        (user(Op::Utimens(p("g"), Time::Now, Time::Now)), "EACCES"),
+        (user(Op::Unlink(p("g"))), "ok"),
+        (root(Op::Mkdir(p("sticky"), 0o1777)), "ok"),
+        (root(Op::Creat(p("sticky/roots"), 0o666)), "ok"),
+        (user(Op::Unlink(p("sticky/roots"))), "EPERM"),
+        (user(Op::Creat(p("sticky/mine"), 0o644)), "ok"),
+        (nobody(Op::Unlink(p("sticky/mine"))), "EPERM"),
+        (nobody(Op::Rename(p("sticky/mine"), p("sticky/x"), 0)), "EPERM"),
+        (user(Op::Unlink(p("sticky/mine"))), "ok"),
+        (root(Op::Mkdir(p("sgid"), 0o2777)), "ok"),
+        (root(Op::Chown(p("sgid"), 0, 4242)), "ok"),
+        (user(Op::Creat(p("sgid/f"), 0o2755)), "ok"),
+        (user(Op::Mkdir(p("sgid/d"), 0o755)), "ok"),
+        (root(Op::Stat(p("sgid/f"))), ""),
+        (root(Op::Stat(p("sgid/d"))), ""),
+        (root(Op::Creat(p("suid"), 0o644)), "ok"),
+        (root(Op::Chmod(p("suid"), 0o6777)), "ok"),
+        (user(Op::Write(p("suid"), 0, 5, 3)), "ok 5"),
+        (root(Op::Stat(p("suid"))), ""),
+        (root(Op::Chmod(p("suid"), 0o6755)), "ok"),
+        (root(Op::Chown(p("suid"), 1000, 1000)), "ok"),
+        (root(Op::Stat(p("suid"))), ""),
+        (user(Op::Chown(p("suid"), 1000, 65534)), "EPERM"),
+        (root(Op::Chmod(p("suid"), 0o2775)), "ok"),
+        (user(Op::Chmod(p("suid"), 0o2775)), "ok"),
+        (root(Op::Stat(p("suid"))), ""),
+        (user(Op::Utimens(p("suid"), Time::At(1_000_000_000, 123_456_789), Time::At(999_999_999, 1))), ""),
+        (user(Op::Truncate(p("suid"), 3)), "ok"),
+    ];
+    let names: Vec<String> = [
+        "d", "e", "f", "g", "d/inner", "d/sub", "e/x", "sticky", "sticky/roots", "sgid", "sgid/f",
+        "sgid/d", "suid", "loop1", "loop2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (i, (step, want)) in script.iter().enumerate() {
+        let k = kernel.run(step);
+        let o = ordo.run(step);
+        if !want.is_empty() {
+            assert!(
+                k.starts_with(want),
+                "step {i} {step:?}: the kernel gave {k}, the script expects {want}: fix the script"
+            );
+        }
+        assert_eq!(k, o, "step {i} {step:?}: kernel ext4 {k}, ordo {o}");
+        for (a, b) in kernel.snapshot(&names).iter().zip(ordo.snapshot(&names).iter()) {
+            assert_eq!(a, b, "after step {i} {step:?}");
+        }
+    }
+    km.stop();
+    om.stop_ok();
+    assert_e2fsck_clean(&oimg);
+}
