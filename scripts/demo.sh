@@ -65,7 +65,7 @@ dirs=$(find "$mnt" -type d | wc -l)
   git init -q . && git config user.email demo@ordo && git config user.name demo
   git add -A && git commit -q -m "ordo sources"
   echo "// changed on ordo" >> crates/ordo/src/main.rs
-  git commit -q -am "a change" && git fsck -q --full
+  git commit -q -am "a change" && git fsck --full --no-progress --no-dangling
 )
 commits=$(git -C "$mnt/extracted" rev-list --count HEAD)
 # 3. SQLite: 20,000 rows in 20 transactions, then an integrity check.

@@ -237,6 +237,9 @@ fn num(x: Option<f64>) -> String {
     }
 }
 
+/// Longest error shown in the table (the JSON report has all of it).
+const ERROR_CHARS_MAX: usize = 160;
+
 /// The table: one line per row, then ordo's own counters by block class.
 pub fn table(rows: &[Row]) -> String {
     let head = [
@@ -256,7 +259,9 @@ pub fn table(rows: &[Row]) -> String {
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         if let Some(e) = &r.error {
-            lines.push(vec![r.title(), r.target.clone(), format!("FAILED: {e}")]);
+            let first = e.lines().next().unwrap_or("");
+            let short: String = first.chars().take(ERROR_CHARS_MAX).collect();
+            lines.push(vec![r.title(), r.target.clone(), format!("FAILED: {short}")]);
             continue;
         }
         let agree = match r.counters_agree {

@@ -369,6 +369,20 @@ fn ext4_block_size(dev: &Path) -> Result<u32> {
     Ok(1024 << log)
 }
 
+/// The `ordo mkfs -O` features a protocol needs on disk: a journal for
+/// the JBD2 modes, and the fast-commit area for fast commit.
+fn ordo_mkfs_features(kind: &TargetKind) -> Option<&'static str> {
+    let mode = match kind {
+        TargetKind::Ordo { mode, .. } | TargetKind::OrdoLib { mode, .. } => *mode,
+        _ => return None,
+    };
+    match mode {
+        ProtocolKind::Journal => Some("has_journal"),
+        ProtocolKind::FastCommit => Some("has_journal,fast_commit"),
+        _ => None,
+    }
+}
+
 fn unique_dir(workdir: &Path, target: &str) -> Result<PathBuf> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -445,6 +459,9 @@ impl Instance {
             mkfs.arg("mkfs").arg(self.device_path());
             if self.loopdev.is_none() {
                 mkfs.args(["--size", &self.cfg.size_bytes.to_string()]);
+            }
+            if let Some(features) = ordo_mkfs_features(&self.spec.kind) {
+                mkfs.args(["-O", features]);
             }
             sys::run(&mut mkfs)?;
         }

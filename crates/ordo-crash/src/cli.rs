@@ -133,7 +133,8 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     Ok((i, n))
 }
 
-/// Stand-alone parser, for [`run`].
+/// Explore the disk states a crash can leave, recover and check each one
+/// (docs/CRASH.md). Exit status: 0 every state passed, 1 some failed.
 #[derive(Parser, Debug)]
 #[command(name = "ordo crash")]
 struct Standalone {

@@ -315,6 +315,7 @@ fn import(fs: &Fs, tree: &mut Tree, dir: NodeId, ino: u32, depth: usize) -> Resu
         if batch.is_empty() {
             return Ok(());
         }
+        let before = cookie;
         for e in batch {
             cookie = e.next_offset;
             if e.name == b"." || e.name == b".." {
@@ -340,6 +341,9 @@ fn import(fs: &Fs, tree: &mut Tree, dir: NodeId, ino: u32, depth: usize) -> Resu
             if e.kind == FileType::Directory {
                 import(fs, tree, id, e.ino, depth + 1)?;
             }
+        }
+        if cookie == before {
+            return Err(format!("readdir of inode {ino} does not advance"));
         }
     }
 }

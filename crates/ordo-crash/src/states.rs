@@ -228,20 +228,18 @@ pub fn states_at(
     out
 }
 
-/// Which image each block ends up with: (block, event that wrote it last).
-fn signature(events: &[LogEvent], writes: &[usize]) -> Vec<(u64, usize)> {
+/// Which image each request extent ends up with: for every (first block,
+/// length) written, the last chosen write to it. Exact for requests that
+/// repeat the same extent (the common case: a block rewritten), and
+/// conservative otherwise (it never merges two different images).
+fn signature(events: &[LogEvent], writes: &[usize]) -> Vec<((u64, usize), usize)> {
     let mut last = std::collections::BTreeMap::new();
     for &i in writes {
         if let EventKind::Write(w) = &events[i].kind {
-            let bs_blocks = w.data.len().max(1);
-            // Blocks per request are not known here in bytes-per-block; key
-            // on the request's first block and length, which is exact for
-            // requests that repeat the same extent and conservative
-            // (never merges distinct images) otherwise.
-            last.insert((w.block, bs_blocks), i);
+            last.insert((w.block, w.data.len()), i);
         }
     }
-    last.into_iter().map(|((b, _), i)| (b, i)).collect()
+    last.into_iter().collect()
 }
 
 /// Subsets of `n` items as masks: all of them while `2^n <= max`, else a

@@ -175,3 +175,31 @@ fn prefix_only_and_torn_change_the_state_count() {
     assert!(prefix.states_total < full.states_total);
     assert!(torn.states_total > full.states_total);
 }
+
+/// Recording through the FUSE mount gives the same verdicts' kind as the
+/// library: a workload that sync handles is clean either way. Skipped where
+/// FUSE is not available.
+#[test]
+fn recording_through_fuse() {
+    let fuse_ok = std::path::Path::new("/dev/fuse").exists()
+        && std::process::Command::new("fusermount3")
+            .arg("-V")
+            .output()
+            .is_ok();
+    if !fuse_ok {
+        eprintln!("skipped: no /dev/fuse or fusermount3");
+        return;
+    }
+    let (_dir, path) = scenario(
+        "preset\n---\ncreat /A/new\nwrite /A/new 0 10000\nfsync /A/new\nappend /A/foo 6000\nfdatasync /A/foo\nmkdir /C/d\nfsync /C\nsync\n",
+    );
+    let mut p = params(ProtocolKind::Sync, &path);
+    p.fuse = true;
+    let r = explore(&p).unwrap();
+    println!("{}", r.summary(5));
+    assert!(r.checked > 0);
+    assert_eq!(r.checked, r.states_total);
+    assert_eq!(r.failures_total, 0, "{}", r.summary(5));
+    assert!(r.failures.is_empty());
+    assert_eq!(r.options, "--fuse");
+}

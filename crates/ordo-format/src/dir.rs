@@ -385,8 +385,11 @@ pub fn insert(
 }
 
 /// Remove the live entry named `name`: merged into the previous record when
-/// there is one, else marked unused (inode 0), as the kernel does. Returns
-/// the changed range and the inode the entry named, or `None` if absent.
+/// there is one, else marked unused (inode 0), as the kernel does; the
+/// removed record's bytes are wiped (all but a first record's `rec_len`),
+/// as Linux does since 5.13, so deleted names do not linger on disk.
+/// Returns the changed range and the inode the entry named, or `None` if
+/// absent.
 pub fn remove(
     block: &mut [u8],
     layout: DirBlockLayout,
@@ -409,11 +412,13 @@ pub fn remove(
     match prev {
         Some((poff, plen)) => {
             put_u16(block, poff + 4, rec_len_to_disk(plen + rec_len, bs));
-            Ok(Some((poff + 4..poff + 6, ino)))
+            block[offset..offset + rec_len].fill(0);
+            Ok(Some((poff + 4..offset + rec_len, ino)))
         }
         None => {
             put_u32(block, offset, 0);
-            Ok(Some((offset..offset + 4, ino)))
+            block[offset + 6..offset + rec_len].fill(0);
+            Ok(Some((offset..offset + rec_len, ino)))
         }
     }
 }
@@ -534,6 +539,13 @@ const DX_ROOT_INFO: usize = 0x18;
 const DX_ROOT_COUNTLIMIT: usize = 0x20;
 /// Offset of the count/limit header in an interior node (after the fake entry header).
 const DX_NODE_COUNTLIMIT: usize = 0x08;
+/// Most levels of interior dx nodes below the root (`indirect_levels`)
+/// without `large_dir` (a two-level tree)...
+pub const DX_MAX_INDIRECT_LEVELS: u8 = 1;
+/// ...and with `large_dir` (three levels). Decoding accepts up to this;
+/// the caller compares with [`DX_MAX_INDIRECT_LEVELS`] when the file system
+/// lacks `large_dir`.
+pub const DX_MAX_INDIRECT_LEVELS_LARGE_DIR: u8 = 2;
 /// Size of `struct dx_tail`.
 pub const DX_TAIL_SIZE: usize = 8;
 
@@ -590,10 +602,10 @@ pub fn decode_dx_root(block: &[u8], has_csum: bool) -> Result<DxBlock> {
     if hash_version > 5 {
         return Err(bad("dx root hash_version", format!("{hash_version}")));
     }
-    if indirect_levels > 2 {
+    if indirect_levels > DX_MAX_INDIRECT_LEVELS_LARGE_DIR {
         return Err(bad(
             "dx root indirect_levels",
-            format!("{indirect_levels} (max 2, 3 with large_dir)"),
+            format!("{indirect_levels} (max {DX_MAX_INDIRECT_LEVELS_LARGE_DIR}, with large_dir)"),
         ));
     }
     let mut d = decode_countlimit(block, DX_ROOT_COUNTLIMIT, has_csum, DxKind::Root)?;
@@ -655,21 +667,39 @@ fn decode_countlimit(block: &[u8], cl_off: usize, has_csum: bool, kind: DxKind) 
     })
 }
 
+/// Offset of a dx block's `dx_tail`, or an error when the block has no room
+/// for one (it was decoded without `metadata_csum`, or is inconsistent).
+fn dx_tail_offset(block: &[u8], d: &DxBlock) -> Result<usize> {
+    let tail = d.countlimit_offset + 8 * usize::from(d.limit);
+    let used = d.countlimit_offset + 8 * usize::from(d.count);
+    if tail + DX_TAIL_SIZE > block.len() || used > tail {
+        return Err(bad(
+            "dx tail",
+            format!(
+                "no room for the checksum tail after {} entries in a {}-byte block",
+                d.limit,
+                block.len()
+            ),
+        ));
+    }
+    Ok(tail)
+}
+
 /// The checksum of a dx block: crc32c(inode seed, bytes up to the last used
 /// entry, then the tail's reserved word and a zero checksum).
-pub fn dx_checksum(block: &[u8], d: &DxBlock, inode_seed: u32) -> u32 {
+pub fn dx_checksum(block: &[u8], d: &DxBlock, inode_seed: u32) -> Result<u32> {
+    let tail = dx_tail_offset(block, d)?;
     let size = d.countlimit_offset + 8 * usize::from(d.count);
-    let tail = d.countlimit_offset + 8 * usize::from(d.limit);
     let mut c = ext4_crc32c(inode_seed, &block[..size]);
     c = ext4_crc32c(c, &block[tail..tail + 4]);
-    ext4_crc32c(c, &[0; 4])
+    Ok(ext4_crc32c(c, &[0; 4]))
 }
 
 /// Check a dx block's checksum.
 pub fn verify_dx_checksum(block: &[u8], d: &DxBlock, inode_seed: u32) -> Result<()> {
-    let tail = d.countlimit_offset + 8 * usize::from(d.limit);
+    let tail = dx_tail_offset(block, d)?;
     let stored = u32_at(block, tail + 4);
-    let want = dx_checksum(block, d, inode_seed);
+    let want = dx_checksum(block, d, inode_seed)?;
     if stored != want {
         return Err(bad(
             "dx tail dt_checksum",
@@ -680,9 +710,10 @@ pub fn verify_dx_checksum(block: &[u8], d: &DxBlock, inode_seed: u32) -> Result<
 }
 
 /// Compute and store a dx block's checksum; returns the changed range.
+/// `d` must have been decoded with `has_csum` (so the tail exists).
 pub fn set_dx_checksum(block: &mut [u8], d: &DxBlock, inode_seed: u32) -> Range<usize> {
-    let tail = d.countlimit_offset + 8 * usize::from(d.limit);
-    let c = dx_checksum(block, d, inode_seed);
+    let tail = dx_tail_offset(block, d).expect("dx block decoded with metadata_csum has a tail");
+    let c = dx_checksum(block, d, inode_seed).expect("tail checked above");
     put_u32(block, tail + 4, c);
     tail + 4..tail + 8
 }
@@ -760,7 +791,11 @@ mod tests {
         assert_eq!(find(&b, L, b"world").unwrap().unwrap().file_type, ft::DIR);
         let (r, ino) = remove(&mut b, L, b"hello").unwrap().unwrap();
         assert_eq!(ino, 12);
-        assert_eq!(r, 16..18);
+        assert_eq!(r, 16..24 + rec_len_for(5));
+        assert!(
+            b[24..24 + rec_len_for(5)].iter().all(|&x| x == 0),
+            "name wiped"
+        );
         assert!(find(&b, L, b"hello").unwrap().is_none());
         validate_block(&b, L, None).unwrap();
         // Reuse the freed space.
@@ -787,7 +822,8 @@ mod tests {
         validate_block(&b, L, None).unwrap();
         // Removing the first entry leaves an unused record at offset 0.
         let (r, _) = remove(&mut b, L, b"file0000").unwrap().unwrap();
-        assert_eq!(r, 0..4);
+        assert_eq!(r, 0..16);
+        assert_eq!(&b[0..8], &[0, 0, 0, 0, 16, 0, 0, 0]);
         assert!(insert(&mut b, L, 7, b"x", 1).unwrap().is_some());
     }
 
@@ -881,6 +917,16 @@ mod tests {
         linearize_dx_block(&mut b, layout, DxKind::Root);
         validate_block(&b, layout, None).unwrap();
         assert_eq!(names(&b, layout).len(), 2);
+    }
+
+    #[test]
+    fn dx_checksum_without_a_tail_is_an_error() {
+        // Decoded without metadata_csum, the entries fill the block: asking
+        // for its checksum must fail, not read past the end (found by fuzzing).
+        let b = make_dx_root(1024, false);
+        let d = decode_dx_root(&b, false).unwrap();
+        assert_eq!(verify_dx_checksum(&b, &d, 1).unwrap_err().field, "dx tail");
+        assert!(dx_checksum(&b, &d, 1).is_err());
     }
 
     #[test]

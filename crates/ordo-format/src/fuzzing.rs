@@ -1,13 +1,14 @@
 //! One entry point that runs every decoder of this crate over arbitrary
 //! bytes, for the `fuzz/` target and the stable-toolchain garbage test.
 //! A decoder may return an error; it must never panic, loop or allocate
-//! without bound, whatever the input.
+//! without bound, whatever the input. Covers every module's decoders,
+//! including the extent, JBD2 and fast-commit ones.
 
 use crate::dir::{self, DirBlockLayout};
 use crate::group::{self, GroupDesc};
 use crate::inode::{self, Inode};
 use crate::superblock::{GroupCsum, Superblock};
-use crate::{extent, jbd2};
+use crate::{extent, fc, jbd2};
 
 /// Decode `data` as every structure. `selector` picks the parameters a
 /// decoder takes besides the bytes (descriptor size, block size, whether a
@@ -75,4 +76,10 @@ pub fn decode_any(data: &[u8], selector: u64) {
     let bs = [1024u32, 2048, 4096][((selector >> 4) % 3) as usize];
     let _ = jbd2::JournalSuperblock::decode(data, bs);
     let _ = jbd2::BlockHeader::decode(data);
+
+    if data.len() >= 2 {
+        let tag = u16::from_le_bytes([data[0], data[1]]);
+        let _ = fc::Tag::decode(tag, &data[2..], 256);
+    }
+    let _ = fc::scan([data], seed, 256);
 }

@@ -7,6 +7,7 @@ pub mod bitmap;
 pub mod csum;
 pub mod dir;
 pub mod extent;
+pub mod fc;
 pub mod features;
 pub mod fuzzing;
 pub mod group;

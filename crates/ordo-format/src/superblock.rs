@@ -520,6 +520,10 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
         let mut b = *self.raw;
         let is64 = self.has_64bit();
+        assert!(
+            is64 || (self.blocks_count | self.r_blocks_count | self.free_blocks_count) >> 32 == 0,
+            "block counts over 2^32 need 64bit"
+        );
         let put_lohi = |b: &mut [u8], lo: usize, hi: usize, v: u64| {
             put_u32(b, lo, v as u32);
             if is64 {

@@ -61,6 +61,25 @@ fn seeds() -> Vec<Vec<u8>> {
         dir::set_dirent_tail_checksum(&mut b, 5);
         out.push(b);
     }
+    // An htree root with a checksum tail, so mutations reach the dx decoders.
+    let bs = 1024;
+    let layout = DirBlockLayout {
+        block_size: bs,
+        has_tail: false,
+    };
+    let mut b = vec![0u8; bs];
+    dir::init_dot_dotdot(&mut b, layout, 2, 2, true);
+    b[0x1C] = 1; // hash_version
+    b[0x1D] = 8; // info_length
+    let limit = ((bs - 0x20 - 8) / 8) as u16;
+    b[0x20..0x22].copy_from_slice(&limit.to_le_bytes());
+    b[0x22..0x24].copy_from_slice(&2u16.to_le_bytes());
+    b[0x24..0x28].copy_from_slice(&1u32.to_le_bytes());
+    b[0x28..0x2C].copy_from_slice(&0x8000_0000u32.to_le_bytes());
+    b[0x2C..0x30].copy_from_slice(&2u32.to_le_bytes());
+    let d = dir::decode_dx_root(&b, true).expect("a valid dx root");
+    dir::set_dx_checksum(&mut b, &d, 5);
+    out.push(b);
     out
 }
 

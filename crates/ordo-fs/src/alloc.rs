@@ -18,9 +18,9 @@
 
 use ordo_dev::BlockClass;
 
-use crate::state::Core;
 use crate::error::{errno, Result};
 use crate::layout::gd;
+use crate::state::Core;
 use crate::update::{BitmapKind, CounterKind, Ino, UpdateKind};
 
 impl Core {
@@ -63,8 +63,18 @@ impl Core {
             for i in n as usize..bs * 8 {
                 img[i / 8] |= 1 << (i % 8);
             }
-            self.init_block(loc.block_bitmap, BlockClass::GroupMeta, &img, UpdateKind::Other);
-            self.set_gd16(g, gd::FLAGS, flags & !gd::FLAG_BLOCK_UNINIT, UpdateKind::Other);
+            self.init_block(
+                loc.block_bitmap,
+                BlockClass::GroupMeta,
+                &img,
+                UpdateKind::Other,
+            );
+            self.set_gd16(
+                g,
+                gd::FLAGS,
+                flags & !gd::FLAG_BLOCK_UNINIT,
+                UpdateKind::Other,
+            );
             self.csum_block_bitmap(g);
         } else {
             self.ensure(loc.block_bitmap, BlockClass::GroupMeta)?;
@@ -82,8 +92,18 @@ impl Core {
             for i in self.sbi.inodes_per_group as usize..bs * 8 {
                 img[i / 8] |= 1 << (i % 8);
             }
-            self.init_block(loc.inode_bitmap, BlockClass::GroupMeta, &img, UpdateKind::Other);
-            self.set_gd16(g, gd::FLAGS, flags & !gd::FLAG_INODE_UNINIT, UpdateKind::Other);
+            self.init_block(
+                loc.inode_bitmap,
+                BlockClass::GroupMeta,
+                &img,
+                UpdateKind::Other,
+            );
+            self.set_gd16(
+                g,
+                gd::FLAGS,
+                flags & !gd::FLAG_INODE_UNINIT,
+                UpdateKind::Other,
+            );
             self.csum_inode_bitmap(g);
         } else {
             self.ensure(loc.inode_bitmap, BlockClass::GroupMeta)?;
@@ -155,12 +175,11 @@ impl Core {
         let first_block = self.sbi.group_first_block(g as u64);
         let mut i = from;
         while i < n {
-            if i % 8 == 0 && i + 8 <= n && img[i / 8] == 0xFF {
+            if i.is_multiple_of(8) && i + 8 <= n && img[i / 8] == 0xFF {
                 i += 8;
                 continue;
             }
-            if img[i / 8] & (1 << (i % 8)) == 0 && self.proto.can_allocate(first_block + i as u64)
-            {
+            if img[i / 8] & (1 << (i % 8)) == 0 && self.proto.can_allocate(first_block + i as u64) {
                 let mut len = 1usize;
                 while len < max as usize
                     && i + len < n
@@ -245,7 +264,8 @@ impl Core {
         let end = first + len;
         while b < end {
             let g = self.group_of_block(b);
-            let gend = self.sbi.group_first_block(g as u64) + self.sbi.blocks_in_group(g as u64) as u64;
+            let gend =
+                self.sbi.group_first_block(g as u64) + self.sbi.blocks_in_group(g as u64) as u64;
             let n = (end.min(gend) - b) as u32;
             self.mark_blocks(b, n, false)?;
             for x in b..b + n as u64 {
@@ -273,8 +293,7 @@ impl Core {
             let mut pick = pg;
             for i in 0..ngroups {
                 let g = (self.dir_rotor + i) % ngroups;
-                if self.group_free_inodes(g)? as u64 >= avg.max(1)
-                    && self.group_free_blocks(g)? > 0
+                if self.group_free_inodes(g)? as u64 >= avg.max(1) && self.group_free_blocks(g)? > 0
                 {
                     pick = g;
                     break;
@@ -412,7 +431,11 @@ impl Core {
                 group: None,
                 delta: fi as i64 - old_fi as i64,
             };
-            self.set_sb(crate::layout::sb::FREE_INODES, &(fi as u32).to_le_bytes(), kind)?;
+            self.set_sb(
+                crate::layout::sb::FREE_INODES,
+                &(fi as u32).to_le_bytes(),
+                kind,
+            )?;
         }
         Ok(())
     }

@@ -350,7 +350,10 @@ mod tests {
         assert!(c.cached_bytes() <= 64 * 1024);
         assert!(c.contains(0), "dirty block evicted");
         assert!(c.contains(1), "pinned block evicted");
-        assert!(c.contains(2), "recently used block evicted before older ones");
+        assert!(
+            c.contains(2),
+            "recently used block evicted before older ones"
+        );
         assert!(!c.contains(3));
     }
 }

@@ -24,10 +24,10 @@ use std::collections::HashMap;
 
 use ordo_dev::BlockClass;
 
-use crate::state::{Core, Owner};
 use crate::error::{errno, FsError, Result};
 use crate::extent;
 use crate::layout::{dirent as de, ino as io, le16, le32, put16, put32};
+use crate::state::{Core, Owner};
 use crate::types::FileType;
 use crate::update::{Ino, LinkOp, UpdateKind};
 
@@ -110,11 +110,13 @@ pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEnt
         let ino = le32(img, off);
         let rec_len = le16(img, off + 4) as usize;
         let name_len = img[off + 6] as usize;
-        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > limit || 8 + name_len > rec_len {
+        if rec_len < 8 || !rec_len.is_multiple_of(4) || off + rec_len > limit || 8 + name_len > rec_len {
             return Err(FsError::corrupt(
                 block,
                 format!("directory {dir} entry at {off} rec_len"),
-                format!("rec_len {rec_len} with name_len {name_len} at offset {off} (limit {limit})"),
+                format!(
+                    "rec_len {rec_len} with name_len {name_len} at offset {off} (limit {limit})"
+                ),
             ));
         }
         v.push(RawEntry {
@@ -182,7 +184,11 @@ impl Core {
         }
         let nblocks = i.size.div_ceil(self.bs as u64);
         if nblocks > u32::MAX as u64 {
-            return Err(FsError::corrupt(0, format!("directory {dir} i_size"), "too large"));
+            return Err(FsError::corrupt(
+                0,
+                format!("directory {dir} i_size"),
+                "too large",
+            ));
         }
         let mut pblks = vec![0u64; nblocks as usize];
         {
@@ -218,7 +224,8 @@ impl Core {
             if is_node {
                 continue;
             }
-            if self.seal.csum && has_tail(&img) && !(indexed && l == 0) {
+            if self.seal.csum && has_tail(&img) && !(indexed && l == 0) && !self.cache.is_dirty(p)
+            {
                 let want = self.seal.dir_csum(dir, i.generation, &img);
                 let n = img.len();
                 if le32(&img, n - 4) != want {
@@ -238,7 +245,10 @@ impl Core {
                     if e.ino > self.sbi.inodes_count {
                         return Err(FsError::corrupt(
                             p,
-                            format!("directory {dir} entry {:?} inode", String::from_utf8_lossy(&e.name)),
+                            format!(
+                                "directory {dir} entry {:?} inode",
+                                String::from_utf8_lossy(&e.name)
+                            ),
                             format!("{} beyond s_inodes_count", e.ino),
                         ));
                     }
@@ -365,7 +375,11 @@ impl Core {
     pub fn dir_add(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileType) -> Result<()> {
         self.dir_unindex(dir)?;
         let need = de::rec_len_for(name.len());
-        let ft = if self.sbi.has_filetype() { ft_of(kind) } else { 0 };
+        let ft = if self.sbi.has_filetype() {
+            ft_of(kind)
+        } else {
+            0
+        };
         let found = {
             let idx = self.dir_index(dir)?;
             idx.free
@@ -398,7 +412,8 @@ impl Core {
             if e.ino != 0 && e.rec_len - used >= need {
                 let new_off = e.off + used;
                 let mut bytes = vec![0u8; used + 8 + name.len()];
-                bytes[..used].copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
+                bytes[..used]
+                    .copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
                 put16(&mut bytes, 4, used as u16);
                 put32(&mut bytes, used, ino);
                 put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
@@ -467,7 +482,12 @@ impl Core {
                 generation: i.generation,
             },
         );
-        self.init_block(p, BlockClass::Directory, &img, UpdateKind::DirBlockInit { dir });
+        self.init_block(
+            p,
+            BlockClass::Directory,
+            &img,
+            UpdateKind::DirBlockInit { dir },
+        );
         self.csum_dir_block(p);
         {
             let mut t = self.tree(dir)?;
@@ -489,7 +509,9 @@ impl Core {
     /// Remove entry `name` from `dir`.
     pub fn dir_remove(&mut self, dir: Ino, name: &[u8]) -> Result<Slot> {
         self.dir_unindex(dir)?;
-        let slot = self.dir_lookup(dir, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let slot = self
+            .dir_lookup(dir, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
         let img = self.read_block(p, BlockClass::Directory)?;
         let entries = parse_block(&img, p, dir)?;
@@ -498,7 +520,11 @@ impl Core {
             .iter()
             .position(|e| e.off == slot.off as usize)
             .ok_or_else(|| {
-                FsError::corrupt(p, format!("directory {dir} index"), "entry not at its offset")
+                FsError::corrupt(
+                    p,
+                    format!("directory {dir} index"),
+                    "entry not at its offset",
+                )
             })?;
         let kind = UpdateKind::Dirent {
             dir,
@@ -528,7 +554,9 @@ impl Core {
     /// removal of the old one on the same bytes.
     pub fn dir_retarget(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileType) -> Result<Ino> {
         self.dir_unindex(dir)?;
-        let slot = self.dir_lookup(dir, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let slot = self
+            .dir_lookup(dir, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
         self.ensure(p, BlockClass::Directory)?;
         let off = slot.off as usize;
@@ -543,7 +571,11 @@ impl Core {
                 op: LinkOp::Add,
             },
         );
-        let ft = if self.sbi.has_filetype() { ft_of(kind) } else { 0 };
+        let ft = if self.sbi.has_filetype() {
+            ft_of(kind)
+        } else {
+            0
+        };
         if ft != slot.ft {
             self.modify(
                 p,
@@ -591,7 +623,12 @@ impl Core {
     }
 
     /// Entries of `dir` from cookie `cookie` (0 = start), at most `max`.
-    pub fn dir_read(&mut self, dir: Ino, cookie: u64, max: usize) -> Result<Vec<crate::types::DirEntry>> {
+    pub fn dir_read(
+        &mut self,
+        dir: Ino,
+        cookie: u64,
+        max: usize,
+    ) -> Result<Vec<crate::types::DirEntry>> {
         let pblks = self.dir_index(dir)?.pblks.clone();
         let indexed = self.read_inode(dir)?.flags & io::FL_INDEX != 0;
         let bs = self.bs as u64;

@@ -15,11 +15,11 @@
 
 use ordo_dev::BlockClass;
 
-use crate::state::{Core, Owner};
 use crate::dir::InodeTree;
 use crate::error::{errno, Result};
 use crate::extent::{self, ExtentStore, Mapping, LBLK_END, ROOT_SIZE_BYTES};
 use crate::layout::{ext as exc, ino as io, put32};
+use crate::state::{Core, Owner};
 use crate::types::{FallocFlags, SeekWhence};
 use crate::update::{DataWrite, Ino, InodeField, UpdateKind};
 
@@ -122,7 +122,15 @@ impl Core {
     }
 
     /// Put data into a cached block and report it.
-    fn put_data(&mut self, ino: Ino, lblk: u32, pblk: u64, at: usize, bytes: &[u8], fresh: bool) -> Result<()> {
+    fn put_data(
+        &mut self,
+        ino: Ino,
+        lblk: u32,
+        pblk: u64,
+        at: usize,
+        bytes: &[u8],
+        fresh: bool,
+    ) -> Result<()> {
         let bs = self.bs as usize;
         if fresh {
             let mut img = vec![0u8; bs];
@@ -132,7 +140,8 @@ impl Core {
             if !(at == 0 && bytes.len() == bs) {
                 self.ensure(pblk, BlockClass::Data)?;
             } else if !self.cache.contains(pblk) {
-                self.cache.insert_new(pblk, BlockClass::Data, bytes.to_vec());
+                self.cache
+                    .insert_new(pblk, BlockClass::Data, bytes.to_vec());
             }
             self.cache.modify(pblk, at, bytes);
         }
@@ -209,7 +218,9 @@ impl Core {
                     let want = (next - l).min(exc::MAX_INIT_LEN as u64) as u32;
                     match self.alloc_blocks(goal, want) {
                         Ok((p, n)) => {
-                            if let Err(e) = extent::insert(&mut self.tree(ino)?, l as u32, p, n, false) {
+                            if let Err(e) =
+                                extent::insert(&mut self.tree(ino)?, l as u32, p, n, false)
+                            {
                                 let _ = self.free_blocks(p, n as u64);
                                 err = Some(e);
                                 break;
@@ -230,7 +241,14 @@ impl Core {
                 let from = off.max(bstart);
                 let to = (off + len as u64).min(bstart + bs);
                 let src = &data[(from - off) as usize..(to - off) as usize];
-                self.put_data(ino, lb as u32, pblk + k, (from - bstart) as usize, src, fresh)?;
+                self.put_data(
+                    ino,
+                    lb as u32,
+                    pblk + k,
+                    (from - bstart) as usize,
+                    src,
+                    fresh,
+                )?;
                 written = (to - off) as usize;
             }
             if unwritten {
@@ -398,7 +416,7 @@ impl Core {
         if size <= i.size {
             let keep = size.div_ceil(bs);
             self.unmap(ino, keep, LBLK_END - keep)?;
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 self.zero_partial(ino, size / bs, (size % bs) as usize, bs as usize)?;
             }
         }
@@ -410,7 +428,13 @@ impl Core {
     }
 
     /// fallocate: allocate (as unwritten extents) or punch a hole.
-    pub fn file_fallocate(&mut self, ino: Ino, off: u64, len: u64, flags: FallocFlags) -> Result<()> {
+    pub fn file_fallocate(
+        &mut self,
+        ino: Ino,
+        off: u64,
+        len: u64,
+        flags: FallocFlags,
+    ) -> Result<()> {
         let i = self.live_inode(ino)?;
         if i.is_dir() {
             return Err(errno(libc::EISDIR));
@@ -437,9 +461,14 @@ impl Core {
             let end_full = end / bs;
             if first_full > end_full {
                 // Inside one block.
-                self.zero_partial(ino, off / bs, (off % bs) as usize, (end - off / bs * bs) as usize)?;
+                self.zero_partial(
+                    ino,
+                    off / bs,
+                    (off % bs) as usize,
+                    (end - off / bs * bs) as usize,
+                )?;
             } else {
-                if off % bs != 0 {
+                if !off.is_multiple_of(bs) {
                     self.zero_partial(ino, off / bs, (off % bs) as usize, bs as usize)?;
                 }
                 if end % bs != 0 {

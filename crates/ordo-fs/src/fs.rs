@@ -21,10 +21,10 @@ use ordo_dev::{BlockClass, BlockDevice, Counters};
 use ordo_format::Superblock;
 
 use crate::cache::{BufferCache, CacheStats};
-use crate::state::{Core, GroupLoc, SealCtx};
 use crate::error::{errno, FsError, Result};
 use crate::layout::{feat, gd, le16, le32, sb};
 use crate::protocol::{self, IoPlan, IoStep, ProtocolEnv, WriteBackReason};
+use crate::state::{Core, GroupLoc, SealCtx};
 use crate::types::*;
 use crate::update::OpKind;
 
@@ -220,7 +220,10 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
         ));
     }
     if inc & feat::INCOMPAT_RECOVER != 0
-        && matches!(opts.mode, protocol::ProtocolKind::Async | protocol::ProtocolKind::Sync)
+        && matches!(
+            opts.mode,
+            protocol::ProtocolKind::Async | protocol::ProtocolKind::Sync
+        )
     {
         return Err(FsError::Unsupported(
             "needs_recovery: the journal needs recovery (replay it with e2fsck or mount with mode=journal)".into(),
@@ -252,6 +255,11 @@ impl Fs {
     /// unsupported incompatible features by name), run the protocol's
     /// recovery, process the orphan list, and start the protocol.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        if opts.mode == protocol::ProtocolKind::Journal && !opts.read_only {
+            // A crash can tear the superblock while the journal flips its
+            // needs_recovery flag; undo that before validating it.
+            crate::recovery::repair_torn_recover_flag(dev.as_ref())?;
+        }
         let (sb_block, sb_offset, raw) = read_superblock(dev.as_ref())?;
         let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
         check_features(&s, &opts)?;
@@ -327,7 +335,7 @@ impl Fs {
         let per = (bs / desc_size) as u64;
         for g in 0..ngroups {
             let blk = gdt_first + g as u64 / per;
-            if g as u64 % per == 0 {
+            if (g as u64).is_multiple_of(per) {
                 dev.read(blk, &mut buf, BlockClass::GroupMeta)?;
             }
             let off = (g as u64 % per) as usize * desc_size as usize;
@@ -343,7 +351,13 @@ impl Fs {
                     ));
                 }
             }
-            let hi = |o: usize| if desc_size >= 64 { (le32(d, o) as u64) << 32 } else { 0 };
+            let hi = |o: usize| {
+                if desc_size >= 64 {
+                    (le32(d, o) as u64) << 32
+                } else {
+                    0
+                }
+            };
             let loc = GroupLoc {
                 block_bitmap: le32(d, gd::BLOCK_BITMAP_LO) as u64 | hi(gd::BLOCK_BITMAP_HI),
                 inode_bitmap: le32(d, gd::INODE_BITMAP_LO) as u64 | hi(gd::INODE_BITMAP_HI),
@@ -407,9 +421,17 @@ impl Fs {
                     crate::update::UpdateKind::Other,
                 )?;
                 let mnt = (c.sb32(sb::MNT_COUNT)? as u16).wrapping_add(1);
-                c.set_sb(sb::MNT_COUNT, &mnt.to_le_bytes(), crate::update::UpdateKind::Other)?;
+                c.set_sb(
+                    sb::MNT_COUNT,
+                    &mnt.to_le_bytes(),
+                    crate::update::UpdateKind::Other,
+                )?;
                 let now = Timespec::now().sec as u32;
-                c.set_sb(sb::MTIME, &now.to_le_bytes(), crate::update::UpdateKind::Other)?;
+                c.set_sb(
+                    sb::MTIME,
+                    &now.to_le_bytes(),
+                    crate::update::UpdateKind::Other,
+                )?;
                 Ok(())
             })?;
         }
@@ -464,7 +486,11 @@ impl Fs {
                 crate::update::UpdateKind::Other,
             )?;
             let now = Timespec::now().sec as u32;
-            c.set_sb(sb::WTIME, &now.to_le_bytes(), crate::update::UpdateKind::Other)?;
+            c.set_sb(
+                sb::WTIME,
+                &now.to_le_bytes(),
+                crate::update::UpdateKind::Other,
+            )?;
             Ok(())
         })?;
         self.shared.write_back(WriteBackReason::Unmount)?;
@@ -588,8 +614,9 @@ impl Fs {
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], creds: &Creds) -> Result<Attr> {
         self.mutating()?;
-        self.shared
-            .with_handle(OpKind::Symlink, |c| c.op_symlink(parent, name, target, creds))
+        self.shared.with_handle(OpKind::Symlink, |c| {
+            c.op_symlink(parent, name, target, creds)
+        })
     }
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         self.shared.read(|c| c.op_readlink(ino))
@@ -734,7 +761,9 @@ impl Fs {
             }
             let journal = if s.journal_inum != 0 {
                 let ji = s.journal_inum;
-                c.read_inode(ji).map(|i| i.sectors / (c.bs as u64 / 512)).unwrap_or(0)
+                c.read_inode(ji)
+                    .map(|i| i.sectors / (c.bs as u64 / 512))
+                    .unwrap_or(0)
             } else {
                 0
             };
@@ -762,7 +791,9 @@ impl Fs {
     /// Check `mask` (R_OK=4, W_OK=2, X_OK=1) for `creds` as the kernel does.
     pub fn access(&self, ino: Ino, mask: u32, creds: &Creds) -> Result<()> {
         let attr = self.getattr(ino)?;
-        if mask & 2 != 0 && self.read_only && attr.kind != FileType::CharDevice
+        if mask & 2 != 0
+            && self.read_only
+            && attr.kind != FileType::CharDevice
             && attr.kind != FileType::BlockDevice
             && attr.kind != FileType::Fifo
             && attr.kind != FileType::Socket

@@ -323,7 +323,7 @@ impl<'a> Disk<'a> {
         let first = offset / self.dev_bs;
         let last = end.div_ceil(self.dev_bs);
         let skip = (offset - first * self.dev_bs) as usize;
-        if skip == 0 && buf.len() as u64 % self.dev_bs == 0 {
+        if skip == 0 && (buf.len() as u64).is_multiple_of(self.dev_bs) {
             self.dev.read(first, buf, class)?;
             return Ok(());
         }
@@ -362,7 +362,7 @@ impl<'a> Disk<'a> {
         let first = offset / self.dev_bs;
         let last = end.div_ceil(self.dev_bs);
         let skip = (offset - first * self.dev_bs) as usize;
-        if skip == 0 && data.len() as u64 % self.dev_bs == 0 {
+        if skip == 0 && (data.len() as u64).is_multiple_of(self.dev_bs) {
             self.dev.write(first, data, WriteFlags::new(class))?;
             return Ok(());
         }
@@ -386,5 +386,157 @@ impl<'a> Disk<'a> {
     pub(crate) fn flush(&self) -> Result<(), FsError> {
         self.dev.flush()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mkfs::{mkfs, MkfsOptions};
+    use ordo_dev::MemDevice;
+
+    fn fresh(block_size: u32, size_bytes: u64) -> MemDevice {
+        let dev = MemDevice::new(block_size, size_bytes / block_size as u64).unwrap();
+        mkfs(
+            &dev,
+            &MkfsOptions {
+                size_bytes,
+                block_size,
+                ..MkfsOptions::default()
+            },
+        )
+        .unwrap();
+        dev
+    }
+
+    /// Byte offset of bit `bit` of group 0's block bitmap.
+    fn block_bitmap_block(dev: &MemDevice) -> u64 {
+        let bs = dev.block_size() as u64;
+        let disk = Disk::new(dev);
+        let gdt = if bs == 1024 { 2 } else { 1 };
+        let mut gd = vec![0u8; 8];
+        disk.read_bytes(gdt * bs, &mut gd, BlockClass::GroupMeta)
+            .unwrap();
+        u32::from_le_bytes([gd[0], gd[1], gd[2], gd[3]]) as u64
+    }
+
+    #[test]
+    fn fresh_ordo_images_are_clean() {
+        for (bs, size) in [(1024u32, 8u64 << 20), (4096, 64 << 20)] {
+            let dev = fresh(bs, size);
+            let r = check(&dev, &FsckOptions::default()).unwrap();
+            assert!(r.is_clean(), "{bs}-byte blocks: {:?}", r.problems);
+            assert_eq!(r.exit_code(), 0);
+            assert_eq!(r.stats.directories, 2, "root and lost+found");
+        }
+    }
+
+    #[test]
+    fn fresh_ordo_image_with_a_journal_is_clean() {
+        let features =
+            crate::mkfs::parse_features("has_journal", crate::mkfs::DEFAULT_FEATURES).unwrap();
+        let dev = MemDevice::new(4096, (64 << 20) / 4096).unwrap();
+        mkfs(
+            &dev,
+            &MkfsOptions {
+                size_bytes: 64 << 20,
+                features,
+                ..MkfsOptions::default()
+            },
+        )
+        .unwrap();
+        let r = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        assert!(!r.journal_needs_recovery);
+    }
+
+    #[test]
+    fn device_block_size_may_differ_from_the_file_system() {
+        // A 4 KiB file system read through a 1 KiB device, and back.
+        let dev = fresh(4096, 16 << 20);
+        let image = dev.to_image();
+        let small = MemDevice::from_image(1024, &image).unwrap();
+        assert!(check(&small, &FsckOptions::default()).unwrap().is_clean());
+        let dev = fresh(1024, 8 << 20);
+        let big = MemDevice::from_image(4096, &dev.to_image()).unwrap();
+        assert!(check(&big, &FsckOptions::default()).unwrap().is_clean());
+    }
+
+    #[test]
+    fn not_ext4_is_an_operational_error() {
+        let dev = MemDevice::new(4096, 256).unwrap();
+        let r = check(&dev, &FsckOptions::default());
+        assert!(r.is_err());
+        assert_eq!(exit_code(&r), 8);
+    }
+
+    #[test]
+    fn a_cleared_bitmap_bit_is_benign_and_repaired() {
+        let dev = fresh(4096, 32 << 20);
+        let bb = block_bitmap_block(&dev);
+        // Block 0 (the superblock) is in use: clear its bit.
+        let disk = Disk::new(&dev);
+        disk.set_block_size(4096);
+        let mut bm = disk.read_block(bb, BlockClass::GroupMeta).unwrap();
+        bm[0] &= !1;
+        disk.write_block(bb, &bm, BlockClass::GroupMeta).unwrap();
+        let r = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(!r.is_clean());
+        assert!(!r.has_unsafe(), "{:?}", r.problems);
+        assert!(r
+            .problems
+            .iter()
+            .any(|p| p.class == ProblemClass::BlockBitmap && p.block == Some(bb)));
+        assert_eq!(r.exit_code(), 4);
+        let fixed = check(
+            &dev,
+            &FsckOptions {
+                repair_benign: true,
+                ..FsckOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(!fixed.repairs.is_empty());
+        assert_eq!(fixed.remaining.as_deref(), Some(&[][..]));
+        assert_eq!(fixed.exit_code(), 1);
+        assert!(check(&dev, &FsckOptions::default()).unwrap().is_clean());
+    }
+
+    #[test]
+    fn unsafe_problems_block_the_repair() {
+        let dev = fresh(4096, 32 << 20);
+        let r0 = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(r0.is_clean());
+        let disk = Disk::new(&dev);
+        disk.set_block_size(4096);
+        let bb = block_bitmap_block(&dev);
+        let mut bm = disk.read_block(bb, BlockClass::GroupMeta).unwrap();
+        bm[0] &= !1; // benign
+        disk.write_block(bb, &bm, BlockClass::GroupMeta).unwrap();
+        // And an unsafe one: the root inode's checksum no longer matches.
+        let gd_itable = {
+            let mut gd = vec![0u8; 12];
+            disk.read_bytes(4096, &mut gd, BlockClass::GroupMeta)
+                .unwrap();
+            u32::from_le_bytes([gd[8], gd[9], gd[10], gd[11]]) as u64
+        };
+        let mut it = disk.read_block(gd_itable, BlockClass::InodeTable).unwrap();
+        it[256 + 0x08] ^= 0x40; // inode 2's i_atime: checksum now wrong
+        disk.write_block(gd_itable, &it, BlockClass::InodeTable)
+            .unwrap();
+        let before = dev.to_image();
+        let r = check(
+            &dev,
+            &FsckOptions {
+                repair_benign: true,
+                ..FsckOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(r.has_unsafe());
+        assert!(r.unsafe_remains());
+        assert!(r.repairs.is_empty());
+        assert_eq!(r.exit_code(), 4);
+        assert!(dev.to_image() == before, "repair wrote to an unsafe image");
     }
 }

@@ -12,9 +12,9 @@
 
 use ordo_dev::BlockClass;
 
-use crate::state::Core;
 use crate::error::{errno, FsError, Result};
 use crate::layout::{self, decode_time, encode_time, ino as io, le16, le32};
+use crate::state::Core;
 use crate::types::{Attr, Creds, FileType, Timespec};
 use crate::update::{Ino, InodeField, UpdateKind};
 
@@ -105,7 +105,8 @@ impl Core {
         let (block, _) = self.inode_loc(ino);
         let x = |off: usize| self.has_extra(&raw, off).then_some(off);
         let flags = le32(&raw, io::FLAGS);
-        let mut sectors = le32(&raw, io::BLOCKS_LO) as u64 | (le16(&raw, io::BLOCKS_HI) as u64) << 32;
+        let mut sectors =
+            le32(&raw, io::BLOCKS_LO) as u64 | (le16(&raw, io::BLOCKS_HI) as u64) << 32;
         if flags & io::FL_HUGE_FILE != 0 {
             sectors *= (self.bs / 512) as u64;
         }
@@ -132,6 +133,23 @@ impl Core {
             },
             dtime: le32(&raw, io::DTIME),
         };
+        if inode.mode != 0 && self.seal.csum && !self.cache.is_dirty(block) {
+            // A clean block is what the disk holds: its checksums must hold.
+            let c = self.seal.inode_csum(ino, &raw);
+            let mut stored = le16(&raw, io::CHECKSUM_LO) as u32;
+            let mut computed = c & 0xFFFF;
+            if self.seal.inode_size > 128 && le16(&raw, io::EXTRA_ISIZE) >= 4 {
+                stored |= (le16(&raw, io::CHECKSUM_HI) as u32) << 16;
+                computed = c;
+            }
+            if stored != computed {
+                return Err(FsError::corrupt(
+                    block,
+                    format!("inode {ino} i_checksum"),
+                    format!("stored {stored:#010x}, computed {computed:#010x}"),
+                ));
+            }
+        }
         if inode.links > 0 && inode.mode != 0 {
             if FileType::from_mode(inode.mode).is_none() {
                 return Err(FsError::corrupt(
@@ -225,7 +243,12 @@ impl Core {
     }
 
     pub fn set_size(&mut self, ino: Ino, size: u64) {
-        self.set_inode_bytes(ino, io::SIZE_LO, &(size as u32).to_le_bytes(), InodeField::Size);
+        self.set_inode_bytes(
+            ino,
+            io::SIZE_LO,
+            &(size as u32).to_le_bytes(),
+            InodeField::Size,
+        );
         self.set_inode_bytes(
             ino,
             io::SIZE_HI,
@@ -331,7 +354,12 @@ impl Core {
             let extra = 32u16.min(isz as u16 - 128);
             layout::put16(&mut raw, io::EXTRA_ISIZE, extra);
             if extra >= 32 {
-                for off in [io::ATIME_EXTRA, io::CTIME_EXTRA, io::MTIME_EXTRA, io::CRTIME_EXTRA] {
+                for off in [
+                    io::ATIME_EXTRA,
+                    io::CTIME_EXTRA,
+                    io::MTIME_EXTRA,
+                    io::CRTIME_EXTRA,
+                ] {
                     layout::put32(&mut raw, off, textra);
                 }
                 layout::put32(&mut raw, io::CRTIME, tlo);
@@ -359,12 +387,7 @@ impl Core {
         let now = Timespec::now();
         self.set_dtime(i.ino, now.sec as u32, InodeField::Dtime);
         self.set_links(i.ino, 0);
-        self.set_inode_bytes(
-            i.ino,
-            io::MODE,
-            &0u16.to_le_bytes(),
-            InodeField::Whole,
-        );
+        self.set_inode_bytes(i.ino, io::MODE, &0u16.to_le_bytes(), InodeField::Whole);
         self.set_size(i.ino, 0);
         self.free_inode_bit(i.ino, i.is_dir())?;
         self.dirs.remove(&i.ino);
@@ -380,7 +403,11 @@ impl Core {
         }
         let head = self.sb32(layout::sb::LAST_ORPHAN)?;
         self.set_dtime(ino, head, InodeField::OrphanLink);
-        self.set_sb(layout::sb::LAST_ORPHAN, &ino.to_le_bytes(), UpdateKind::Other)?;
+        self.set_sb(
+            layout::sb::LAST_ORPHAN,
+            &ino.to_le_bytes(),
+            UpdateKind::Other,
+        )?;
         Ok(())
     }
 
@@ -388,7 +415,10 @@ impl Core {
         let mut v = Vec::new();
         let mut cur = self.sb32(layout::sb::LAST_ORPHAN)?;
         while cur != 0 {
-            if cur > self.sbi.inodes_count || v.len() as u32 > self.sbi.inodes_count || v.contains(&cur) {
+            if cur > self.sbi.inodes_count
+                || v.len() as u32 > self.sbi.inodes_count
+                || v.contains(&cur)
+            {
                 let (b, _) = (self.seal.sb_block, 0);
                 return Err(FsError::corrupt(
                     b,
@@ -414,7 +444,11 @@ impl Core {
         };
         let next = chain.get(pos + 1).copied().unwrap_or(0);
         if pos == 0 {
-            self.set_sb(layout::sb::LAST_ORPHAN, &next.to_le_bytes(), UpdateKind::Other)?;
+            self.set_sb(
+                layout::sb::LAST_ORPHAN,
+                &next.to_le_bytes(),
+                UpdateKind::Other,
+            )?;
         } else {
             self.set_dtime(chain[pos - 1], next, InodeField::OrphanLink);
         }

@@ -14,6 +14,7 @@ mod state;
 mod dir;
 pub mod error;
 pub mod extent;
+pub mod fc_replay;
 mod file;
 pub mod fs;
 pub mod fsck;

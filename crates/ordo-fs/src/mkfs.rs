@@ -28,8 +28,8 @@
 //! not worth the risk); with group checksums, groups without inodes in use
 //! are `INODE_UNINIT` with `bg_itable_unused` set, as mke2fs leaves them.
 //!
-//! The journal's blocks are placed here (one contiguous run near the middle
-//! of the file system); its inode mapping, superblock backup and contents
+//! The journal's blocks are placed here (near the middle of the file system,
+//! in one run when there is room for it); its inode mapping, superblock backup and contents
 //! (a clean JBD2 superblock and a zeroed log) come from
 //! [`crate::mkfs_journal`], called through [`create_journal`].
 
@@ -78,6 +78,8 @@ const MKFS_RO_COMPAT: u32 = ro_compat::SPARSE_SUPER
 
 /// Blocks written per device request when zeroing (inode tables, journal).
 const ZERO_CHUNK_BLOCKS: u64 = 256;
+/// Largest group mkfs makes (mke2fs's `EXT2_MAX_BLOCKS_PER_GROUP`).
+const BLOCKS_PER_GROUP_MAX: u32 = 65528;
 /// Size of lost+found, as mke2fs makes it (at least two blocks).
 const LOST_FOUND_BYTES: u32 = 16 * 1024;
 /// Blocks a last group needs beyond its own overhead to be kept (mke2fs's rule).
@@ -461,7 +463,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         return Err(invalid(format!("{blocks} blocks: over 2^48")));
     }
     let first_data_block: u32 = if bs == 1024 { 1 } else { 0 };
-    let bpg = 8 * bs;
+    // One bitmap block per group, and group counts fit 16-bit descriptor
+    // fields (mke2fs's EXT2_MAX_BLOCKS_PER_GROUP).
+    let bpg = (8 * bs).min(BLOCKS_PER_GROUP_MAX);
     let desc_size: u16 = if is64 { 64 } else { 32 };
     let ipb = bs / u32::from(isz);
     let time = opts.time_sec.unwrap_or_else(now_sec);
@@ -497,11 +501,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         let mut ipg = wanted_inodes.div_ceil(groups).max(16);
         let round = u64::from(ipb.max(8));
         ipg = ipg.div_ceil(round) * round;
-        let ipg_max = if is64 {
-            u64::from(8 * bs)
-        } else {
-            u64::from(8 * bs).min(65536 - round)
-        };
+        // mke2fs's EXT2_MAX_INODES_PER_GROUP.
+        let ipg_max = u64::from(8 * bs).min(65536 - round);
         ipg = ipg.min(ipg_max);
         if groups * ipg > u64::from(u32::MAX) {
             return Err(invalid(format!("{} inodes: over 2^32", groups * ipg)));
@@ -789,13 +790,15 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         }
     }
 
-    // ----- bitmaps and descriptors -----
+    // ----- bitmaps, inode tables and descriptors, one group at a time -----
+    // Each group's bitmaps are built, checksummed and written before the
+    // next, so memory stays at one block per bitmap whatever the size.
     let mut descs = Vec::with_capacity(groups as usize);
-    let mut block_bitmaps = Vec::with_capacity(groups as usize);
-    let mut inode_bitmaps = Vec::with_capacity(groups as usize);
     let mut free_blocks_total = 0u64;
     let mut free_inodes_total = 0u64;
+    let head_blocks = (head_bytes / bs as usize) as u64;
     for g in 0..groups {
+        let t = tables[g as usize];
         let first = sb.group_first_block(g);
         let n = u64::from(sb.blocks_in_group(g));
         let mut bb = vec![0u8; bs as usize];
@@ -811,9 +814,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         bitmap::set_range(&mut ib, 0, used_inodes);
         bitmap::set_range(&mut ib, ipg as usize, 8 * bs as usize);
         let mut d = GroupDesc {
-            block_bitmap: tables[g as usize].block_bitmap,
-            inode_bitmap: tables[g as usize].inode_bitmap,
-            inode_table: tables[g as usize].inode_table,
+            block_bitmap: t.block_bitmap,
+            inode_bitmap: t.inode_bitmap,
+            inode_table: t.inode_table,
             free_blocks_count: free_blocks,
             free_inodes_count: ipg - used_inodes as u32,
             used_dirs_count: if g == 0 { 2 } else { 0 },
@@ -833,8 +836,20 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         free_blocks_total += u64::from(free_blocks);
         free_inodes_total += u64::from(d.free_inodes_count);
         descs.push(d);
-        block_bitmaps.push(bb);
-        inode_bitmaps.push(ib);
+        w.write(t.block_bitmap, &bb, BlockClass::GroupMeta)?;
+        w.write(t.inode_bitmap, &ib, BlockClass::GroupMeta)?;
+        if g == 0 {
+            w.write(t.inode_table, &itable_head, BlockClass::InodeTable)?;
+            if !opts.assume_zeroed {
+                w.zero(
+                    t.inode_table + head_blocks,
+                    itb - head_blocks,
+                    BlockClass::InodeTable,
+                )?;
+            }
+        } else if !opts.assume_zeroed {
+            w.zero(t.inode_table, itb, BlockClass::InodeTable)?;
+        }
     }
     sb.free_blocks_count = free_blocks_total;
     sb.free_inodes_count = free_inodes_total as u32;
@@ -845,21 +860,6 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         d.encode_into(&mut gdt[g * ds..(g + 1) * ds], g as u32, gcsum);
     }
 
-    // ----- write -----
-    for g in 0..groups as usize {
-        let t = tables[g];
-        w.write(t.block_bitmap, &block_bitmaps[g], BlockClass::GroupMeta)?;
-        w.write(t.inode_bitmap, &inode_bitmaps[g], BlockClass::GroupMeta)?;
-        if g == 0 {
-            w.write(t.inode_table, &itable_head, BlockClass::InodeTable)?;
-            let head = (head_bytes / bs as usize) as u64;
-            if !opts.assume_zeroed {
-                w.zero(t.inode_table + head, itb - head, BlockClass::InodeTable)?;
-            }
-        } else if !opts.assume_zeroed {
-            w.zero(t.inode_table, itb, BlockClass::InodeTable)?;
-        }
-    }
     w.write(root_block, &root_dir, BlockClass::Directory)?;
     w.write(lf_start, &lf_dir, BlockClass::Directory)?;
     if let Some((runs, ji)) = &journal {

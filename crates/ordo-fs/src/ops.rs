@@ -8,11 +8,11 @@
 
 use ordo_dev::BlockClass;
 
-use crate::state::{Core, Owner};
 use crate::error::{errno, Result};
 use crate::extent;
 use crate::inode::{new_decode_dev, Inode};
 use crate::layout::{ino as io, put32};
+use crate::state::{Core, Owner};
 use crate::types::*;
 use crate::update::{Ino, InodeField, UpdateKind};
 
@@ -69,7 +69,10 @@ impl Core {
         if i.mode == 0 {
             return Err(crate::error::FsError::corrupt(
                 self.inode_loc(ino).0,
-                format!("directory {parent} entry {:?}", String::from_utf8_lossy(name)),
+                format!(
+                    "directory {parent} entry {:?}",
+                    String::from_utf8_lossy(name)
+                ),
                 format!("names free inode {ino}"),
             ));
         }
@@ -212,7 +215,12 @@ impl Core {
             },
         );
         let img = self.new_dir_block(ino, parent);
-        self.init_block(blk, BlockClass::Directory, &img, UpdateKind::DirBlockInit { dir: ino });
+        self.init_block(
+            blk,
+            BlockClass::Directory,
+            &img,
+            UpdateKind::DirBlockInit { dir: ino },
+        );
         self.csum_dir_block(blk);
         extent::insert(&mut self.tree(ino)?, 0, blk, 1, false)?;
         self.add_iblocks(ino, 1)?;
@@ -224,7 +232,13 @@ impl Core {
         Ok(self.attr_of(&i))
     }
 
-    pub fn op_symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], creds: &Creds) -> Result<Attr> {
+    pub fn op_symlink(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        creds: &Creds,
+    ) -> Result<Attr> {
         let p = self.check_new_entry(parent, name)?;
         if target.is_empty() {
             return Err(errno(libc::ENOENT));
@@ -299,7 +313,12 @@ impl Core {
         }
         self.set_links(ino, i.links + 1);
         self.touch_times(ino, false);
-        self.dir_add(newparent, newname, ino, i.kind().unwrap_or(FileType::Regular))?;
+        self.dir_add(
+            newparent,
+            newname,
+            ino,
+            i.kind().unwrap_or(FileType::Regular),
+        )?;
         self.touch_times(newparent, true);
         let i = self.read_inode(ino)?;
         Ok(self.attr_of(&i))
@@ -345,7 +364,9 @@ impl Core {
         if is_dot(name) {
             return Err(errno(libc::EISDIR));
         }
-        let slot = self.dir_lookup(parent, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let slot = self
+            .dir_lookup(parent, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let i = self.read_inode(slot.ino)?;
         if i.is_dir() {
             return Err(errno(libc::EISDIR));
@@ -365,7 +386,9 @@ impl Core {
             return Err(errno(libc::ENOTEMPTY));
         }
         check_name(name)?;
-        let slot = self.dir_lookup(parent, name)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let slot = self
+            .dir_lookup(parent, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let i = self.read_inode(slot.ino)?;
         if !i.is_dir() {
             return Err(errno(libc::ENOTDIR));
@@ -441,7 +464,9 @@ impl Core {
         }
         check_name(n1)?;
         check_name(n2)?;
-        let s = self.dir_lookup(p1, n1)?.ok_or_else(|| errno(libc::ENOENT))?;
+        let s = self
+            .dir_lookup(p1, n1)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let t = self.dir_lookup(p2, n2)?;
         if flags.noreplace && t.is_some() {
             return Err(errno(libc::EEXIST));
@@ -504,8 +529,21 @@ impl Core {
                     self.dir_inc_links(p1)?;
                 }
             }
+            // While the two entries are rewritten one after the other, each
+            // inode may have one name more than before: count it first (as
+            // FFS's rename does), and uncount it once both are in place.
+            for x in [&si, &ti] {
+                if !x.is_dir() {
+                    self.set_links(x.ino, x.links.saturating_add(1));
+                }
+            }
             self.dir_retarget(p2, n2, si.ino, skind)?;
             self.dir_retarget(p1, n1, ti.ino, tkind)?;
+            for x in [&si, &ti] {
+                if !x.is_dir() {
+                    self.set_links(x.ino, x.links);
+                }
+            }
             if p1 != p2 {
                 if si.is_dir() {
                     self.dir_retarget(si.ino, b"..", p2, FileType::Directory)?;
@@ -534,6 +572,12 @@ impl Core {
             self.check_dir_link_room(&d2)?;
             self.dir_inc_links(p2)?;
         }
+        // The source has two names between the new entry and the removal of
+        // the old one: its link count covers both meanwhile (FFS does the
+        // same), so that no crash leaves it with more names than links.
+        if !si.is_dir() {
+            self.set_links(si.ino, si.links.saturating_add(1));
+        }
         match &ti {
             Some(_) => {
                 self.dir_retarget(p2, n2, si.ino, skind)?;
@@ -541,6 +585,9 @@ impl Core {
             None => self.dir_add(p2, n2, si.ino, skind)?,
         }
         self.dir_remove(p1, n1)?;
+        if !si.is_dir() {
+            self.set_links(si.ino, si.links);
+        }
         if moving_dir {
             self.dir_retarget(si.ino, b"..", p2, FileType::Directory)?;
             self.dir_dec_links(p1)?;

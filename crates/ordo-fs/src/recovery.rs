@@ -133,6 +133,51 @@ pub(crate) fn set_recover_flag(block_image: &mut [u8], block_size: u32, on: bool
     true
 }
 
+/// Whether the superblock in `block_image` fails its checksum only because
+/// a write that flipped `needs_recovery` was torn between its two sectors
+/// (the flag is in the first, the checksum in the second). The journal
+/// protocol writes the superblock outside the log only to flip that flag
+/// (at the first commit of a mount and at unmount), so this is the one
+/// tear those writes can leave; any other mismatch is real corruption and
+/// is left for the mount to report.
+fn torn_recover_flip(block_image: &[u8], block_size: u32) -> bool {
+    let off = super_offset(block_size);
+    let sb = &block_image[off..off + 1024];
+    if le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM == 0 {
+        return false;
+    }
+    let stored = le32(sb, sb_off::CHECKSUM);
+    if jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]) == stored {
+        return false;
+    }
+    let mut flipped = sb.to_vec();
+    let inc = le32(&flipped, sb_off::FEATURE_INCOMPAT) ^ EXT4_INCOMPAT_RECOVER;
+    flipped[sb_off::FEATURE_INCOMPAT..sb_off::FEATURE_INCOMPAT + 4]
+        .copy_from_slice(&inc.to_le_bytes());
+    jbd2::jbd2_crc32c(!0, &flipped[..sb_off::CHECKSUM]) == stored
+}
+
+/// Repair a primary superblock torn by a `needs_recovery` flip (see
+/// [`torn_recover_flip`]) so that it passes its checksum again: mount calls
+/// this before it validates the superblock, since the recovery that would
+/// otherwise fix it runs after. Returns whether it wrote anything.
+pub fn repair_torn_recover_flag(dev: &dyn BlockDevice) -> Result<bool> {
+    let bs = dev.block_size();
+    let blk = super_block_nr(bs);
+    let mut image = vec![0u8; bs as usize];
+    dev.read(blk, &mut image, BlockClass::Super)?;
+    let off = super_offset(bs);
+    if le16(&image[off..], sb_off::MAGIC) != EXT4_SUPER_MAGIC || !torn_recover_flip(&image, bs) {
+        return Ok(false);
+    }
+    let inc = le32(&image[off..], sb_off::FEATURE_INCOMPAT) ^ EXT4_INCOMPAT_RECOVER;
+    image[off + sb_off::FEATURE_INCOMPAT..off + sb_off::FEATURE_INCOMPAT + 4]
+        .copy_from_slice(&inc.to_le_bytes());
+    dev.write(blk, &image, WriteFlags::new(BlockClass::Super))?;
+    dev.flush()?;
+    Ok(true)
+}
+
 /// The ext4 superblock fields recovery uses.
 #[derive(Clone, Debug)]
 pub(crate) struct Ext4Super {
@@ -765,8 +810,19 @@ pub(crate) fn recover_full(
     }
     // Re-read: the replay may have rewritten the superblock block itself.
     let (sup_now, mut image) = Ext4Super::read(dev)?;
-    if sup_now.needs_recovery() {
+    let torn_flag = torn_recover_flip(&image, dev.block_size());
+    if torn_flag {
+        report.lines.push(
+            "journal: the superblock was torn while its needs_recovery flag changed; repaired"
+                .to_string(),
+        );
+    }
+    if sup_now.needs_recovery() || torn_flag {
         set_recover_flag(&mut image, dev.block_size(), false);
+        if torn_flag {
+            let off = super_offset(dev.block_size());
+            reseal_ext4_super(&mut image[off..off + 1024]);
+        }
         dev.write(
             super_block_nr(dev.block_size()),
             &image,

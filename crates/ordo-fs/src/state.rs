@@ -27,7 +27,7 @@ use crate::error::{errno, FsError, Result};
 use crate::layout::{self, gd, le16, le32, put16, put32};
 use crate::protocol::{Io, IoPlan, Protocol, Sealer, WriteBackReason};
 use crate::types::Timespec;
-use crate::update::{HandleInfo, Ino, InodeField, OpKind, Update, UpdateKind};
+use crate::update::{HandleInfo, Ino, OpKind, Update, UpdateKind};
 
 /// Room kept free below the cache bound for what one operation handle may
 /// add (a write handle covers at most 1 MiB of data plus its metadata).
@@ -197,8 +197,7 @@ impl Sealer for SealCtx {
         match self.owners.get(&block) {
             Some(Owner::Dir { ino, generation }) => {
                 let n = image.len();
-                if le16(image, n - 12 + 4) == 12 && image[n - 12 + 7] == layout::dirent::TAIL_FT
-                {
+                if le16(image, n - 12 + 4) == 12 && image[n - 12 + 7] == layout::dirent::TAIL_FT {
                     let c = self.dir_csum(*ino, *generation, image);
                     put32(image, n - 4, c);
                 }
@@ -301,7 +300,10 @@ impl Core {
             return Err(FsError::corrupt(
                 block,
                 "block number",
-                format!("beyond the end of the device ({} blocks)", self.sbi.blocks_count),
+                format!(
+                    "beyond the end of the device ({} blocks)",
+                    self.sbi.blocks_count
+                ),
             ));
         }
         if self.cache.get(block).is_none() {
@@ -321,7 +323,10 @@ impl Core {
     /// `offset` of cached `block`, and report the change as an update of
     /// meaning `kind` on the current handle. The block must be cached.
     pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8], kind: UpdateKind) {
-        assert!(self.in_handle, "metadata change outside an operation handle");
+        assert!(
+            self.in_handle,
+            "metadata change outside an operation handle"
+        );
         assert!(!self.read_only, "metadata change on a read-only mount");
         let old = self.cache.modify(block, offset, bytes);
         if old == bytes {

@@ -69,7 +69,10 @@ fn kernel_writes(img: &Path) {
         .status()
         .unwrap();
     assert!(st.success());
-    let st = Command::new("mkfifo").arg(root.join("fifo")).status().unwrap();
+    let st = Command::new("mkfifo")
+        .arg(root.join("fifo"))
+        .status()
+        .unwrap();
     assert!(st.success());
     std::fs::set_permissions(
         root.join("a/small"),
@@ -132,7 +135,11 @@ fn ordo_view(fs: &Fs) -> BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)> {
             FileType::Symlink => fs.readlink(ino).unwrap(),
             _ => Vec::new(),
         };
-        let size = if a.kind == FileType::Directory { 0 } else { a.size };
+        let size = if a.kind == FileType::Directory {
+            0
+        } else {
+            a.size
+        };
         let mode = a.kind.mode_bits() as u32 | a.perm as u32;
         out.insert(rel.clone(), (ino as u64, mode, a.nlink as u64, size, data));
         if a.kind == FileType::Directory {
@@ -147,7 +154,10 @@ fn ordo_view(fs: &Fs) -> BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)> {
     out
 }
 
-fn compare(a: &BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)>, b: &BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)>) {
+fn compare(
+    a: &BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)>,
+    b: &BTreeMap<String, (u64, u32, u64, u64, Vec<u8>)>,
+) {
     let ka: Vec<&String> = a.keys().collect();
     let kb: Vec<&String> = b.keys().collect();
     assert_eq!(ka, kb, "the trees have different names");
@@ -177,7 +187,11 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     // The kernel indexed the big directory.
     let fs = mount(&img, mode);
     let big = fs.lookup(ROOT_INO, b"big").unwrap();
-    assert_ne!(big.flags & 0x1000, 0, "the kernel should have made an htree");
+    assert_ne!(
+        big.flags & 0x1000,
+        0,
+        "the kernel should have made an htree"
+    );
     compare(&want, &ordo_view(&fs));
     assert_eq!(
         fs.lookup(big.ino, b"entry-01234").unwrap().size,
@@ -191,18 +205,36 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     // ordo changes the tree, the htree directory included.
     let c = Creds::root();
     for i in 0..300 {
-        fs.unlink(big.ino, format!("entry-{i:05}").as_bytes()).unwrap();
+        fs.unlink(big.ino, format!("entry-{i:05}").as_bytes())
+            .unwrap();
     }
     for i in 0..100 {
         let a = fs
-            .create(big.ino, format!("new-{i}").as_bytes(), FileType::Regular, 0o644, 0, &c)
+            .create(
+                big.ino,
+                format!("new-{i}").as_bytes(),
+                FileType::Regular,
+                0o644,
+                0,
+                &c,
+            )
             .unwrap();
         fs.write(a.ino, 0, format!("n{i}").as_bytes()).unwrap();
     }
-    assert_eq!(fs.getattr(big.ino).unwrap().flags & 0x1000, 0, "index flag cleared");
+    assert_eq!(
+        fs.getattr(big.ino).unwrap().flags & 0x1000,
+        0,
+        "index flag cleared"
+    );
     let a = fs.lookup(ROOT_INO, b"a").unwrap();
-    fs.rename(a.ino, b"small", big.ino, b"moved-small", RenameFlags::default())
-        .unwrap();
+    fs.rename(
+        a.ino,
+        b"small",
+        big.ino,
+        b"moved-small",
+        RenameFlags::default(),
+    )
+    .unwrap();
     let sparse = fs.lookup(ROOT_INO, b"sparse").unwrap();
     fs.write(sparse.ino, 20 << 20, b"ordo was here").unwrap();
     let b = fs.lookup(a.ino, b"b").unwrap();

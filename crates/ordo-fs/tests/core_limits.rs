@@ -32,15 +32,28 @@ fn large_sparse_file_past_4gib() {
     assert_eq!(fs.getattr(f.ino).unwrap().size, 5 * GIB);
     assert_eq!(fs.read(f.ino, at, 1 << 20).unwrap(), chunk);
     assert_eq!(fs.read(f.ino, GIB, 10).unwrap(), vec![0u8; 10]);
-    assert_eq!(fs.seek(f.ino, 0, SeekWhence::Data).unwrap(), at / 4096 * 4096);
-    assert_eq!(fs.seek(f.ino, at, SeekWhence::Hole).unwrap(), (at + (1 << 20)).div_ceil(4096) * 4096);
+    assert_eq!(
+        fs.seek(f.ino, 0, SeekWhence::Data).unwrap(),
+        at / 4096 * 4096
+    );
+    assert_eq!(
+        fs.seek(f.ino, at, SeekWhence::Hole).unwrap(),
+        (at + (1 << 20)).div_ceil(4096) * 4096
+    );
     // ext4's limit for 4 KiB blocks: 16 TiB - 4 KiB.
     let max = (1u64 << 44) - 4096;
     assert_eq!(fs.write(f.ino, max, b"x").unwrap_err().errno(), libc::EFBIG);
-    assert_eq!(fs.write(f.ino, max - 1, b"xy").unwrap(), 1, "a write is cut at the limit");
+    assert_eq!(
+        fs.write(f.ino, max - 1, b"xy").unwrap(),
+        1,
+        "a write is cut at the limit"
+    );
     assert_eq!(fs.getattr(f.ino).unwrap().size, max);
     let blocks = fs.getattr(f.ino).unwrap().blocks;
-    assert!(blocks >= (256 + 2) * 8, "i_blocks counts the data: {blocks}");
+    assert!(
+        blocks >= (256 + 2) * 8,
+        "i_blocks counts the data: {blocks}"
+    );
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
     let fs = mount(&img, ProtocolKind::Sync);
@@ -76,7 +89,14 @@ fn stream_through_small_cache(total_bytes: u64, mode: ProtocolKind) -> (u64, u64
     )
     .unwrap();
     let f = fs
-        .create(ROOT_INO, b"stream", FileType::Regular, 0o644, 0, &Creds::root())
+        .create(
+            ROOT_INO,
+            b"stream",
+            FileType::Regular,
+            0o644,
+            0,
+            &Creds::root(),
+        )
         .unwrap();
     let buf: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 253) as u8).collect();
     let mut off = 0u64;
@@ -104,7 +124,12 @@ fn memory_bound_holds_while_streaming() {
     }
     for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
         let (peak, bound) = stream_through_small_cache(256 << 20, mode);
-        eprintln!("{}: 256 MiB through a {} MiB cache, peak {} KiB", mode.name(), bound >> 20, peak >> 10);
+        eprintln!(
+            "{}: 256 MiB through a {} MiB cache, peak {} KiB",
+            mode.name(),
+            bound >> 20,
+            peak >> 10
+        );
         assert!(peak <= bound, "peak {peak} over bound {bound}");
         assert!(peak > bound / 4, "the cache was hardly used: {peak}");
     }
@@ -116,7 +141,11 @@ fn memory_bound_holds_while_streaming() {
 #[ignore]
 fn memory_bound_4gib() {
     let (peak, bound) = stream_through_small_cache(4 << 30, ProtocolKind::Async);
-    eprintln!("4 GiB through a {} MiB cache: peak {} KiB", bound >> 20, peak >> 10);
+    eprintln!(
+        "4 GiB through a {} MiB cache: peak {} KiB",
+        bound >> 20,
+        peak >> 10
+    );
     assert!(peak <= bound);
 }
 
@@ -137,7 +166,10 @@ fn unlinked_open_file_survives_until_release_and_a_crash_frees_it() {
         fs.write(f.ino, 0, &vec![7u8; 1 << 20]).unwrap();
         fs.open(f.ino).unwrap();
         fs.unlink(ROOT_INO, b"tmp").unwrap();
-        assert_eq!(fs.lookup(ROOT_INO, b"tmp").unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(
+            fs.lookup(ROOT_INO, b"tmp").unwrap_err().errno(),
+            libc::ENOENT
+        );
         // Still readable through the open handle.
         assert_eq!(fs.read(f.ino, 4096, 4).unwrap(), vec![7u8; 4]);
         assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
@@ -147,8 +179,18 @@ fn unlinked_open_file_survives_until_release_and_a_crash_frees_it() {
         let fs = mount(&img, mode);
         assert_eq!(fs.getattr(f.ino).unwrap_err().errno(), libc::ENOENT);
         let free1 = fs.statfs().unwrap();
-        assert_eq!(free1.files_free, free0.files_free, "{}: orphan inode not freed", mode.name());
-        assert_eq!(free1.blocks_free, free0.blocks_free, "{}: orphan blocks not freed", mode.name());
+        assert_eq!(
+            free1.files_free,
+            free0.files_free,
+            "{}: orphan inode not freed",
+            mode.name()
+        );
+        assert_eq!(
+            free1.blocks_free,
+            free0.blocks_free,
+            "{}: orphan blocks not freed",
+            mode.name()
+        );
         fs.unmount().unwrap();
         assert_fsck_clean(&img);
 
@@ -197,13 +239,19 @@ fn read_only_mount_writes_nothing() {
     assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"contents");
     let c = Creds::root();
     assert_eq!(fs.write(f.ino, 0, b"x").unwrap_err().errno(), libc::EROFS);
-    assert_eq!(fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap_err().errno(), libc::EROFS);
+    assert_eq!(
+        fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap_err().errno(),
+        libc::EROFS
+    );
     assert_eq!(fs.unlink(ROOT_INO, b"f").unwrap_err().errno(), libc::EROFS);
     assert_eq!(fs.access(f.ino, 2, &c).unwrap_err().errno(), libc::EROFS);
     fs.sync().unwrap();
     assert_eq!(fs.counters().total().writes, 0);
     fs.unmount().unwrap();
-    assert!(std::fs::read(&img).unwrap() == before, "a read-only mount changed the image");
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a read-only mount changed the image"
+    );
 }
 
 fn mount_err(img: &std::path::Path, mode: ProtocolKind) -> String {

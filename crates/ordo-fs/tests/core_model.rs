@@ -24,8 +24,8 @@ use std::process::Command;
 
 use core_common::*;
 use ordo_fs::{
-    Creds, FallocFlags, FileType, Fs, Ino, ProtocolKind, RenameFlags, SetAttr, TimeSet,
-    Timespec, ROOT_INO,
+    Creds, FallocFlags, FileType, Fs, Ino, ProtocolKind, RenameFlags, SetAttr, TimeSet, Timespec,
+    ROOT_INO,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -95,9 +95,7 @@ impl Model {
             } else {
                 let ea = fs.getattr(e.ino).unwrap();
                 let content = match e.kind {
-                    FileType::Regular => {
-                        Content::File(fs.read(e.ino, 0, ea.size as u32).unwrap())
-                    }
+                    FileType::Regular => Content::File(fs.read(e.ino, 0, ea.size as u32).unwrap()),
                     FileType::Symlink => Content::Symlink(fs.readlink(e.ino).unwrap()),
                     k => Content::Special(k, ea.rdev),
                 };
@@ -142,12 +140,7 @@ impl Model {
     fn nlink(&self, ino: Ino) -> u32 {
         let i = &self.inodes[&ino];
         match &i.content {
-            Content::Dir(e) => {
-                2 + e
-                    .values()
-                    .filter(|c| self.inodes[c].is_dir())
-                    .count() as u32
-            }
+            Content::Dir(e) => 2 + e.values().filter(|c| self.inodes[c].is_dir()).count() as u32,
             _ => i.links,
         }
     }
@@ -230,15 +223,18 @@ fn errno_of<T>(r: &ordo_fs::Result<T>) -> Option<i32> {
 /// Compare one inode of the model with the file system.
 fn check_inode(fs: &Fs, m: &Model, ino: Ino, ctx: &str) {
     let i = &m.inodes[&ino];
-    let a = fs.getattr(ino).unwrap_or_else(|e| panic!("{ctx}: getattr {ino}: {e}"));
+    let a = fs
+        .getattr(ino)
+        .unwrap_or_else(|e| panic!("{ctx}: getattr {ino}: {e}"));
     assert_eq!(a.kind, i.kind(), "{ctx}: kind of {ino}");
     assert_eq!(a.perm, i.perm, "{ctx}: perm of {ino}");
     assert_eq!((a.uid, a.gid), (i.uid, i.gid), "{ctx}: owner of {ino}");
-    let want_links = if i.is_dir() && i.links == 0 && !m.parent.contains_key(&ino) && ino != ROOT_INO {
-        0
-    } else {
-        m.nlink(ino)
-    };
+    let want_links =
+        if i.is_dir() && i.links == 0 && !m.parent.contains_key(&ino) && ino != ROOT_INO {
+            0
+        } else {
+            m.nlink(ino)
+        };
     assert_eq!(a.nlink, want_links, "{ctx}: nlink of {ino}");
     match &i.content {
         Content::File(d) => {
@@ -246,7 +242,11 @@ fn check_inode(fs: &Fs, m: &Model, ino: Ino, ctx: &str) {
             let got = fs.read(ino, 0, d.len() as u32 + 10).unwrap();
             if got != *d {
                 let at = got.iter().zip(d.iter()).position(|(x, y)| x != y);
-                panic!("{ctx}: contents of {ino} differ (first at {at:?}, len {} vs {})", got.len(), d.len());
+                panic!(
+                    "{ctx}: contents of {ino} differ (first at {at:?}, len {} vs {})",
+                    got.len(),
+                    d.len()
+                );
             }
         }
         Content::Symlink(t) => {
@@ -310,7 +310,9 @@ fn rand_name(rng: &mut ChaCha8Rng) -> Vec<u8> {
 
 fn rand_data(rng: &mut ChaCha8Rng, len: usize) -> Vec<u8> {
     let seed: u8 = rng.gen();
-    (0..len).map(|i| seed.wrapping_add((i * 7 + i / 251) as u8)).collect()
+    (0..len)
+        .map(|i| seed.wrapping_add((i * 7 + i / 251) as u8))
+        .collect()
 }
 
 fn new_owner(m: &Model, parent: Ino, mode_perm: u16, is_dir: bool, c: &Creds) -> (u16, u32) {
@@ -412,7 +414,12 @@ impl Runner {
                 let perm = self.rng.gen_range(0..0o10000u16);
                 let r = fs.create(p, &name, kind, perm, rdev, &creds);
                 let want = new_entry_err(&self.m, p, &name);
-                assert_eq!(errno_of(&r), want, "op {n}: create {p}/{:?}", String::from_utf8_lossy(&name));
+                assert_eq!(
+                    errno_of(&r),
+                    want,
+                    "op {n}: create {p}/{:?}",
+                    String::from_utf8_lossy(&name)
+                );
                 if let Ok(a) = r {
                     let (perm, gid) = new_owner(&self.m, p, perm, false, &creds);
                     let content = match kind {
@@ -628,7 +635,12 @@ impl Runner {
                         Some(_) => None,
                     }
                 };
-                assert_eq!(errno_of(&r), want, "op {n}: unlink {:?}", String::from_utf8_lossy(&name));
+                assert_eq!(
+                    errno_of(&r),
+                    want,
+                    "op {n}: unlink {:?}",
+                    String::from_utf8_lossy(&name)
+                );
                 if r.is_ok() {
                     let t = target.unwrap();
                     self.m.entries_mut(p).remove(&name);
@@ -665,7 +677,12 @@ impl Runner {
                         Some(_) => None,
                     }
                 };
-                assert_eq!(errno_of(&r), want, "op {n}: rmdir {:?}", String::from_utf8_lossy(&name));
+                assert_eq!(
+                    errno_of(&r),
+                    want,
+                    "op {n}: rmdir {:?}",
+                    String::from_utf8_lossy(&name)
+                );
                 if r.is_ok() {
                     let t = target.unwrap();
                     self.m.entries_mut(p).remove(&name);
@@ -681,7 +698,9 @@ impl Runner {
                         .m
                         .inodes
                         .iter()
-                        .filter(|(&k, i)| i.links > 0 || k == ROOT_INO || self.m.parent.contains_key(&k))
+                        .filter(|(&k, i)| {
+                            i.links > 0 || k == ROOT_INO || self.m.parent.contains_key(&k)
+                        })
                         .map(|(&k, _)| k)
                         .collect();
                     v.sort_unstable();
@@ -742,7 +761,10 @@ impl Runner {
                     fs.release(ino).unwrap();
                     let mi = self.m.inodes.get_mut(&ino).unwrap();
                     mi.open -= 1;
-                    if mi.open == 0 && mi.links == 0 && !(mi.is_dir() && self.m.parent.contains_key(&ino)) {
+                    if mi.open == 0
+                        && mi.links == 0
+                        && !(mi.is_dir() && self.m.parent.contains_key(&ino))
+                    {
                         self.m.inodes.remove(&ino);
                         assert_eq!(
                             fs.getattr(ino).unwrap_err().errno(),
@@ -813,7 +835,11 @@ impl Runner {
         } else if dot(&n1) {
             Some(libc::EBUSY)
         } else if dot(&n2) {
-            Some(if flags.noreplace { libc::EEXIST } else { libc::EBUSY })
+            Some(if flags.noreplace {
+                libc::EEXIST
+            } else {
+                libc::EBUSY
+            })
         } else if s.is_none() {
             Some(libc::ENOENT)
         } else if flags.noreplace && t.is_some() {
@@ -827,7 +853,11 @@ impl Runner {
             if sd && p1 != p2 && self.m.is_ancestor(s, p2) {
                 Some(libc::EINVAL)
             } else if td && p1 != p2 && self.m.is_ancestor(t.unwrap(), p1) {
-                Some(if flags.exchange { libc::EINVAL } else { libc::ENOTEMPTY })
+                Some(if flags.exchange {
+                    libc::EINVAL
+                } else {
+                    libc::ENOTEMPTY
+                })
             } else if t == Some(s) {
                 None
             } else if flags.exchange {
@@ -913,9 +943,17 @@ fn walk_kernel(path: &Path, ino: Ino, m: &Model, seen: &mut HashMap<Ino, u32>) {
     let md = std::fs::symlink_metadata(path).unwrap();
     assert_eq!(md.ino(), ino as u64, "kernel: inode of {path:?}");
     let i = &m.inodes[&ino];
-    assert_eq!((md.mode() & 0o7777) as u16, i.perm, "kernel: mode of {path:?}");
+    assert_eq!(
+        (md.mode() & 0o7777) as u16,
+        i.perm,
+        "kernel: mode of {path:?}"
+    );
     assert_eq!(md.nlink(), m.nlink(ino) as u64, "kernel: nlink of {path:?}");
-    assert_eq!((md.uid(), md.gid()), (i.uid, i.gid), "kernel: owner of {path:?}");
+    assert_eq!(
+        (md.uid(), md.gid()),
+        (i.uid, i.gid),
+        "kernel: owner of {path:?}"
+    );
     match &i.content {
         Content::Dir(e) => {
             assert!(md.is_dir());
@@ -941,7 +979,11 @@ fn walk_kernel(path: &Path, ino: Ino, m: &Model, seen: &mut HashMap<Ino, u32>) {
         Content::Symlink(t) => {
             assert!(md.file_type().is_symlink());
             let got = std::fs::read_link(path).unwrap();
-            assert_eq!(got.as_os_str().as_encoded_bytes(), &t[..], "kernel: target of {path:?}");
+            assert_eq!(
+                got.as_os_str().as_encoded_bytes(),
+                &t[..],
+                "kernel: target of {path:?}"
+            );
         }
         Content::Special(k, rdev) => {
             let ft = md.file_type();
@@ -953,7 +995,10 @@ fn walk_kernel(path: &Path, ino: Ino, m: &Model, seen: &mut HashMap<Ino, u32>) {
                 _ => unreachable!(),
             }
             if matches!(k, FileType::CharDevice | FileType::BlockDevice) {
-                let (ma, mi) = (((rdev >> 8) & 0xfff), ((rdev & 0xff) | ((rdev >> 12) & 0xfff00)));
+                let (ma, mi) = (
+                    ((rdev >> 8) & 0xfff),
+                    ((rdev & 0xff) | ((rdev >> 12) & 0xfff00)),
+                );
                 let dev = md.rdev();
                 assert_eq!(
                     (libc::major(dev), libc::minor(dev)),
@@ -988,7 +1033,10 @@ fn run_model(mode: ProtocolKind, block_size: u32, features: &str, default_ops: u
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default_ops);
-    eprintln!("model test: mode={} bs={block_size} seed={seed} ops={ops} (ORDO_SEED={seed} replays)", mode.name());
+    eprintln!(
+        "model test: mode={} bs={block_size} seed={seed} ops={ops} (ORDO_SEED={seed} replays)",
+        mode.name()
+    );
     let (_dir, img) = scratch();
     mkfs(&img, 64, block_size, features);
     let fs = mount(&img, mode);

@@ -25,10 +25,7 @@ fn basic_ops(block_size: u32, features: &str, mode: ProtocolKind) {
     assert_eq!(fs.lookup(d.ino, b"file").unwrap().size, 100_000);
     fs.rename(d.ino, b"file", ROOT_INO, b"moved", RenameFlags::default())
         .unwrap();
-    assert_eq!(
-        fs.lookup(d.ino, b"file").unwrap_err().errno(),
-        libc::ENOENT
-    );
+    assert_eq!(fs.lookup(d.ino, b"file").unwrap_err().errno(), libc::ENOENT);
     let g = fs
         .create(ROOT_INO, b"gone", FileType::Regular, 0o600, 0, &c)
         .unwrap();
@@ -54,7 +51,10 @@ fn basic_ops(block_size: u32, features: &str, mode: ProtocolKind) {
     assert_eq!(fs.read(m.ino, 0, 200_000).unwrap(), data);
     let l = fs.lookup(ROOT_INO, b"ln").unwrap();
     assert_eq!(fs.readlink(l.ino).unwrap(), b"moved");
-    assert_eq!(fs.lookup(ROOT_INO, b"dir").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(
+        fs.lookup(ROOT_INO, b"dir").unwrap_err().errno(),
+        libc::ENOENT
+    );
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
 }

@@ -63,7 +63,10 @@ impl WalkStats {
             "{label}: {what} failed with unexpected errno {errno}: {e}"
         );
         if let FsError::Corrupt { field, .. } = e {
-            assert!(!field.is_empty(), "{label}: corruption error without a field: {e}");
+            assert!(
+                !field.is_empty(),
+                "{label}: corruption error without a field: {e}"
+            );
             assert!(
                 e.to_string().contains("block"),
                 "{label}: corruption error does not name a block: {e}"
@@ -181,7 +184,10 @@ type Corruption = Box<dyn Fn(&Path)>;
 
 fn targeted() -> Vec<(&'static str, Corruption)> {
     let mut v: Vec<(&'static str, Corruption)> = Vec::new();
-    v.push(("superblock magic", Box::new(|img| patch(img, 1024 + 0x38, &[0, 0]))));
+    v.push((
+        "superblock magic",
+        Box::new(|img| patch(img, 1024 + 0x38, &[0, 0])),
+    ));
     v.push((
         "superblock block count huge",
         Box::new(|img| patch(img, 1024 + 0x4, &[0xFF, 0xFF, 0xFF, 0x7F])),
@@ -399,7 +405,11 @@ fn corrupted_images_give_errors_not_panics_hangs_or_writes() {
             st.messages
         );
         assert!(st.entries > 300, "walk saw only {} entries", st.entries);
-        assert!(st.bytes_read > 300_000, "walk read only {} bytes", st.bytes_read);
+        assert!(
+            st.bytes_read > 300_000,
+            "walk read only {} bytes",
+            st.bytes_read
+        );
 
         for (label, corrupt) in targeted() {
             let img = dir.path().join("case.img");
@@ -439,5 +449,8 @@ fn corrupted_images_give_errors_not_panics_hangs_or_writes() {
         }
     }
     println!("{cases} corrupted images walked, {total_errors} errors returned");
-    assert!(total_errors > cases / 2, "corruptions were mostly not noticed");
+    assert!(
+        total_errors > cases / 2,
+        "corruptions were mostly not noticed"
+    );
 }

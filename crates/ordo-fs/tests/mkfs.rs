@@ -264,6 +264,29 @@ fn tiny_devices_fail_cleanly_or_are_clean() {
 }
 
 #[test]
+fn mkfs_over_old_contents_is_clean() {
+    // A device full of stale bytes (here: pseudo-random) must come out clean:
+    // mkfs may not rely on zeros it did not write.
+    let dir = tempfile::tempdir().unwrap();
+    for (bs, features) in [(4096u32, "has_journal"), (1024, "^flex_bg")] {
+        let path = image(&dir, &format!("dirty-{bs}.img"));
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let junk: Vec<u8> = (0..32 * MIB)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(&path, junk).unwrap();
+        let r = make(&path, 32 * MIB, bs, features);
+        assert_fsck_clean(&path);
+        check_superblock(&path, &r);
+    }
+}
+
+#[test]
 fn unknown_and_unsupported_features_are_refused() {
     let e = parse_features("frobnicate", DEFAULT_FEATURES).unwrap_err();
     assert!(e.to_string().contains("frobnicate"));

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
+use ordo_dev::{BlockDevice, FileDevice};
 use ordo_fs::mkfs::{mkfs, MkfsOptions};
 use ordo_fs::{Fs, MountOptions};
 use ordo_fuse::MountConfig;

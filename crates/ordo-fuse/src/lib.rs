@@ -32,11 +32,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow,
-    WriteFlags,
+    AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
 };
 use ordo_fs::{
     Attr, Creds, FallocFlags, FileType, Fs, FsError, Ino, RenameFlags, SeekWhence, SetAttr,
@@ -301,7 +300,11 @@ fn groups_of(pid: u32) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -927,16 +930,19 @@ impl fuser::Filesystem for OrdoFuse {
             Err(e) => return reply.error(e),
         };
         let ino = ino_from_fuse(ino);
-        let result = self.fs.fallocate(ino, offset, length, flags).and_then(|()| {
-            // ext4 sets mtime and ctime on every successful fallocate, in
-            // every mode, even one that changes nothing (a hole punched
-            // past the end of the file).
-            let set = SetAttr {
-                mtime: Some(TimeSet::Now),
-                ..SetAttr::default()
-            };
-            self.fs.setattr(ino, &set).map(|_| ())
-        });
+        let result = self
+            .fs
+            .fallocate(ino, offset, length, flags)
+            .and_then(|()| {
+                // ext4 sets mtime and ctime on every successful fallocate, in
+                // every mode, even one that changes nothing (a hole punched
+                // past the end of the file).
+                let set = SetAttr {
+                    mtime: Some(TimeSet::Now),
+                    ..SetAttr::default()
+                };
+                self.fs.setattr(ino, &set).map(|_| ())
+            });
         Self::empty(reply, result);
     }
 
@@ -1017,7 +1023,10 @@ mod tests {
         assert!(f.noreplace && !f.exchange);
         let f = rename_flags(fuser::RenameFlags::RENAME_EXCHANGE).unwrap();
         assert!(f.exchange && !f.noreplace);
-        assert_eq!(rename_flags(fuser::RenameFlags::empty()), Some(RenameFlags::default()));
+        assert_eq!(
+            rename_flags(fuser::RenameFlags::empty()),
+            Some(RenameFlags::default())
+        );
         assert_eq!(rename_flags(fuser::RenameFlags::RENAME_WHITEOUT), None);
     }
 

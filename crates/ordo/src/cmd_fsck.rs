@@ -90,7 +90,11 @@ pub fn run(a: &FsckArgs) -> u8 {
     let st = &report.stats;
     println!(
         "{name}: {} problem(s); {}/{} inodes, {}/{} blocks, {} directories, {} files, {} symlinks",
-        report.problems.iter().filter(|p| p.severity > Severity::Info).count(),
+        report
+            .problems
+            .iter()
+            .filter(|p| p.severity > Severity::Info)
+            .count(),
         st.inodes_used,
         st.inodes_count,
         st.blocks_used,

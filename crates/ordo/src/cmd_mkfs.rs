@@ -85,7 +85,7 @@ fn make(a: &MkfsArgs) -> Result<String, String> {
          UUID {}-{}-{}-{}-{}\nfeatures: {}\njournal: {}\n",
         report.blocks_count,
         report.block_size,
-        report.blocks_count * u64::from(report.block_size) >> 20,
+        (report.blocks_count * u64::from(report.block_size)) >> 20,
         report.groups_count,
         report.inodes_count,
         report.inodes_per_group,

@@ -44,7 +44,9 @@ enum Refusal {
 /// an empty directory.
 fn check_paths(image: &Path, mountpoint: &Path) -> Result<(), String> {
     match std::fs::metadata(image) {
-        Ok(m) if m.is_dir() => return Err(format!("{}: is a directory, not an image", image.display())),
+        Ok(m) if m.is_dir() => {
+            return Err(format!("{}: is a directory, not an image", image.display()))
+        }
         Ok(_) => {}
         Err(e) => return Err(format!("{}: {e}", image.display())),
     }
@@ -69,7 +71,10 @@ fn check_paths(image: &Path, mountpoint: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn open_image(image: &Path, parsed: &ParsedMount) -> Result<Arc<Fs>, String> {
+fn open_image(
+    image: &Path,
+    parsed: &ParsedMount,
+) -> Result<(Arc<Fs>, Arc<dyn BlockDevice>), String> {
     let sb = SuperblockView::read(image).map_err(|e| format!("{}: {e}", image.display()))?;
     let opts = if parsed.fs.read_only {
         OpenOptions::read_only()
@@ -81,15 +86,15 @@ fn open_image(image: &Path, parsed: &ParsedMount) -> Result<Arc<Fs>, String> {
         e => e.to_string(),
     })?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    let fs = Fs::mount(dev, parsed.fs.clone())
+    let fs = Fs::mount(dev.clone(), parsed.fs.clone())
         .map_err(|e| format!("{}: cannot mount: {e}", image.display()))?;
-    Ok(Arc::new(fs))
+    Ok((Arc::new(fs), dev))
 }
 
 fn mount(a: &MountArgs) -> Result<(), Refusal> {
     let parsed = parse_mount_options(&a.options).map_err(Refusal::Usage)?;
     check_paths(&a.image, &a.mountpoint).map_err(Refusal::Failed)?;
-    let fs = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
+    let (fs, dev) = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
     let config = MountConfig {
         threads: parsed.threads,
         allow_other: true,
@@ -129,11 +134,38 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
     );
     let served = session.run();
     let unmounted = finish(fs);
+    report_counters(&*dev);
     if let Err(e) = &served {
         eprintln!("ordo mount: FUSE session ended with an error: {e}");
     }
     unmounted.map_err(Refusal::Failed)?;
     served.map_err(|e| Refusal::Failed(e.to_string()))
+}
+
+/// With `ORDO_COUNTERS_OUT=FILE` in the environment (set by `ordo bench`),
+/// append the device's counters for the whole mount, unmount included, to
+/// FILE as one JSON line: the benchmark sets them beside the kernel's
+/// counters of the same device.
+fn report_counters(dev: &dyn BlockDevice) {
+    let Some(path) = std::env::var_os("ORDO_COUNTERS_OUT") else {
+        return;
+    };
+    let written = serde_json::to_string(&dev.counters())
+        .map_err(std::io::Error::other)
+        .and_then(|line| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            writeln!(f, "{line}")
+        });
+    if let Err(e) = written {
+        eprintln!(
+            "ordo mount: cannot write counters to {}: {e}",
+            std::path::Path::new(&path).display()
+        );
+    }
 }
 
 /// Unmount the file system once every FUSE worker has let go of it.

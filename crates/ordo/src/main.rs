@@ -107,12 +107,29 @@ fn info(a: &InfoArgs) -> u8 {
     0
 }
 
+/// A superblock time as "YYYY-MM-DD HH:MM:SS UTC" ("n/a" for 0).
 fn time_string(secs: u32) -> String {
     if secs == 0 {
-        "n/a".to_string()
-    } else {
-        format!("{secs} (seconds since the epoch)")
+        return "n/a".to_string();
     }
+    let days = i64::from(secs / 86_400);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// The `dumpe2fs -h`-like report of a superblock.
@@ -226,5 +243,19 @@ fn crash(args: &[String]) -> u8 {
             }
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblock_times_print_as_utc_dates() {
+        assert_eq!(time_string(0), "n/a");
+        assert_eq!(time_string(1), "1970-01-01 00:00:01 UTC");
+        assert_eq!(time_string(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(time_string(1_795_361_721), "2026-11-22 15:35:21 UTC");
+        assert_eq!(time_string(u32::MAX), "2106-02-07 06:28:15 UTC");
     }
 }

@@ -21,7 +21,8 @@ pub struct ParsedMount {
 }
 
 /// The options `ordo mount -o` accepts, for messages.
-pub const KNOWN_OPTIONS: &str = "mode=async|sync|journal|fast_commit, data=ordered|writeback|journal, \
+pub const KNOWN_OPTIONS: &str =
+    "mode=async|sync|journal|fast_commit, data=ordered|writeback|journal, \
 ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS";
 
 /// Parse a size: a number of bytes with an optional suffix K, M, G or T
@@ -95,8 +96,9 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             "data" => {
                 let d: DataMode = need(value)?.parse()?;
                 if data.is_some_and(|x| x != d) {
-                    return Err("conflicting options: data= given twice with different values"
-                        .to_string());
+                    return Err(
+                        "conflicting options: data= given twice with different values".to_string(),
+                    );
                 }
                 data = Some(d);
             }

@@ -117,7 +117,12 @@ impl SuperblockView {
         let incompat = le32(b, 0x60);
         let is_64bit = incompat & ordo_format::features::incompat::INCOMPAT_64BIT != 0;
         let hi = |lo: u32, hi_off: usize| -> u64 {
-            u64::from(lo) | if is_64bit { u64::from(le32(b, hi_off)) << 32 } else { 0 }
+            u64::from(lo)
+                | if is_64bit {
+                    u64::from(le32(b, hi_off)) << 32
+                } else {
+                    0
+                }
         };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[0x68..0x78]);

@@ -44,29 +44,56 @@ fn bad_mount_options_are_refused_before_the_image_is_touched() {
         "commit=0",
         "cache=oops",
     ] {
-        let out = ordo(&["mount", image.to_str().unwrap(), mp.to_str().unwrap(), "-o", opts]);
+        let out = ordo(&[
+            "mount",
+            image.to_str().unwrap(),
+            mp.to_str().unwrap(),
+            "-o",
+            opts,
+        ]);
         assert_eq!(out.status.code(), Some(1), "-o {opts}: {}", stderr(&out));
         assert!(!stderr(&out).is_empty(), "-o {opts}: no message");
         assert!(!is_mounted(&mp), "-o {opts} mounted anyway");
     }
-    assert!(fs::read(&image).unwrap() == before, "a refused mount changed the image");
+    assert!(
+        fs::read(&image).unwrap() == before,
+        "a refused mount changed the image"
+    );
     // Options are checked even when the paths are wrong too.
-    let out = ordo(&["mount", "/nonexistent/img", "/nonexistent/mnt", "-o", "bogus"]);
+    let out = ordo(&[
+        "mount",
+        "/nonexistent/img",
+        "/nonexistent/mnt",
+        "-o",
+        "bogus",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("unknown mount option"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown mount option"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn missing_image_and_bad_mountpoints_are_clear_errors() {
     let s = Scratch::new();
     let mp = s.mkdir("mnt");
-    let out = ordo(&["mount", s.path("missing").to_str().unwrap(), mp.to_str().unwrap()]);
+    let out = ordo(&[
+        "mount",
+        s.path("missing").to_str().unwrap(),
+        mp.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(32));
     assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
 
     let image = s.path("img");
     mkfs(&image, "32M");
-    let out = ordo(&["mount", image.to_str().unwrap(), s.path("nomnt").to_str().unwrap()]);
+    let out = ordo(&[
+        "mount",
+        image.to_str().unwrap(),
+        s.path("nomnt").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(32));
     assert!(stderr(&out).contains("mountpoint"), "{}", stderr(&out));
 
@@ -156,7 +183,12 @@ fn info_shows_the_superblock() {
     // The figures agree with dumpe2fs.
     let d = run("dumpe2fs", &["-h", image.to_str().unwrap()]);
     let dtext = String::from_utf8_lossy(&d.stdout);
-    for key in ["Block count:", "Free blocks:", "Free inodes:", "Filesystem UUID:"] {
+    for key in [
+        "Block count:",
+        "Free blocks:",
+        "Free inodes:",
+        "Filesystem UUID:",
+    ] {
         let pick = |t: &str| {
             t.lines()
                 .find(|l| l.starts_with(key))
@@ -174,27 +206,60 @@ fn fsck_exit_codes_follow_e2fsck() {
     let image = s.path("img");
     // Without metadata checksums, so that the corruption below is a link
     // count too high (benign, repairable) and not also a bad checksum.
-    let out = ordo(&["mkfs", image.to_str().unwrap(), "--size", "32M", "-O", "^metadata_csum"]);
+    let out = ordo(&[
+        "mkfs",
+        image.to_str().unwrap(),
+        "--size",
+        "32M",
+        "-O",
+        "^metadata_csum",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = ordo(&["fsck", image.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "clean image: {}", stderr(&out));
     let out = ordo(&["fsck", "-n", image.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "clean image -n: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "clean image -n: {}",
+        stderr(&out)
+    );
 
     // Corrupt the root directory's link count (inode 2, the second slot of
     // group 0's inode table): a real inconsistency.
     corrupt_root_links(&image);
     let before = fs::read(&image).unwrap();
     let out = ordo(&["fsck", "-n", image.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(4), "-n on a corrupted image: {}", stderr(&out));
-    assert!(!out.stdout.is_empty() || !out.stderr.is_empty(), "no problem printed");
-    assert!(fs::read(&image).unwrap() == before, "fsck -n wrote to the image");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "-n on a corrupted image: {}",
+        stderr(&out)
+    );
+    assert!(
+        !out.stdout.is_empty() || !out.stderr.is_empty(),
+        "no problem printed"
+    );
+    assert!(
+        fs::read(&image).unwrap() == before,
+        "fsck -n wrote to the image"
+    );
     let out = ordo(&["fsck", image.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(4), "default is read-only: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "default is read-only: {}",
+        stderr(&out)
+    );
     let out = ordo(&["fsck", "-y", image.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "-y corrects: {}", stderr(&out));
     let out = ordo(&["fsck", "-n", image.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "clean after -y: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "clean after -y: {}",
+        stderr(&out)
+    );
     assert_e2fsck_clean(&image);
 
     // Garbage where the superblock should be: an operational error.

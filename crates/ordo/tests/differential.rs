@@ -58,8 +58,26 @@ fn long_name(c: char, len: usize) -> String {
 /// Every path a sequence may name (relative to the test directory).
 fn paths() -> Vec<String> {
     let mut v: Vec<String> = [
-        "a", "b", "c", "d1", "d2", "d1/a", "d1/b", "d1/s", "d1/s/a", "d1/s/b", "d2/a", "d2/d3",
-        "d2/d3/a", "a/x", "lnk", "d1/lnk", "loop1", "loop2", "d1/s/new", "d2/d3/new",
+        "a",
+        "b",
+        "c",
+        "d1",
+        "d2",
+        "d1/a",
+        "d1/b",
+        "d1/s",
+        "d1/s/a",
+        "d1/s/b",
+        "d2/a",
+        "d2/d3",
+        "d2/d3/a",
+        "a/x",
+        "lnk",
+        "d1/lnk",
+        "loop1",
+        "loop2",
+        "d1/s/new",
+        "d2/d3/new",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -70,7 +88,16 @@ fn paths() -> Vec<String> {
     v
 }
 
-const SYMLINK_TARGETS: &[&str] = &["a", "d1", "d1/s", "../a", "loop1", "loop2", "nonexistent", "d2/d3/a"];
+const SYMLINK_TARGETS: &[&str] = &[
+    "a",
+    "d1",
+    "d1/s",
+    "../a",
+    "loop1",
+    "loop2",
+    "nonexistent",
+    "d2/d3/a",
+];
 const MODES: &[u32] = &[
     0o644, 0o600, 0o755, 0o777, 0o700, 0o000, 0o1777, 0o2775, 0o4755, 0o6755, 0o2755, 0o666, 0o444,
 ];
@@ -225,7 +252,13 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
         13 => Op::Truncate(p(rng), if rng.chance(10) { -1 } else { off(rng) }),
         14 => Op::Chmod(p(rng), *rng.pick(MODES)),
         15 => {
-            let (u, g) = *rng.pick(&[(0, 0), (1000, 1000), (65534, 65534), (1000, 65534), (0, 1000)]);
+            let (u, g) = *rng.pick(&[
+                (0, 0),
+                (1000, 1000),
+                (65534, 65534),
+                (1000, 65534),
+                (0, 1000),
+            ]);
             Op::Chown(p(rng), u, g)
         }
         16 => Op::Utimens(p(rng), time(rng), time(rng)),
@@ -241,7 +274,11 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
         }
         _ => {
             if rng.chance(50) {
-                Op::Seek(p(rng), off(rng), *rng.pick(&[libc::SEEK_DATA, libc::SEEK_HOLE]))
+                Op::Seek(
+                    p(rng),
+                    off(rng),
+                    *rng.pick(&[libc::SEEK_DATA, libc::SEEK_HOLE]),
+                )
             } else {
                 Op::Stat(p(rng))
             }
@@ -329,13 +366,25 @@ impl Side {
         let kind = st.st_mode & libc::S_IFMT;
         let mut s = format!(
             "mode {:o} nlink {} uid {} gid {} size {} mtime {}",
-            st.st_mode, st.st_nlink, st.st_uid, st.st_gid, st.st_size,
+            st.st_mode,
+            st.st_nlink,
+            st.st_uid,
+            st.st_gid,
+            st.st_size,
             self.time_desc(st.st_mtime, st.st_mtime_nsec)
         );
         if with_atime {
-            let _ = write!(s, " atime {}", self.time_desc(st.st_atime, st.st_atime_nsec));
+            let _ = write!(
+                s,
+                " atime {}",
+                self.time_desc(st.st_atime, st.st_atime_nsec)
+            );
         }
-        let _ = write!(s, " ctime {}", self.time_desc(st.st_ctime, st.st_ctime_nsec));
+        let _ = write!(
+            s,
+            " ctime {}",
+            self.time_desc(st.st_ctime, st.st_ctime_nsec)
+        );
         if kind == libc::S_IFDIR {
             if let Ok(rd) = std::fs::read_dir(std::ffi::OsStr::new(path.to_str().unwrap())) {
                 let mut names: Vec<String> = rd
@@ -464,9 +513,18 @@ impl Side {
             }
             Op::Utimens(p, at, mt) => {
                 let ts = |t: &Time| match t {
-                    Time::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
-                    Time::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-                    Time::At(s, n) => libc::timespec { tv_sec: *s, tv_nsec: *n },
+                    Time::Now => libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: libc::UTIME_NOW,
+                    },
+                    Time::Omit => libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: libc::UTIME_OMIT,
+                    },
+                    Time::At(s, n) => libc::timespec {
+                        tv_sec: *s,
+                        tv_nsec: *n,
+                    },
                 };
                 let times = [ts(at), ts(mt)];
                 // SAFETY: two valid timespecs, NUL-terminated path.
@@ -484,7 +542,9 @@ impl Side {
             }
             Op::Write(p, off, len, seed) => {
                 let fd = open(p, libc::O_WRONLY, 0)?;
-                let data: Vec<u8> = (0..*len).map(|i| seed.wrapping_add((i % 253) as u8)).collect();
+                let data: Vec<u8> = (0..*len)
+                    .map(|i| seed.wrapping_add((i % 253) as u8))
+                    .collect();
                 // SAFETY: data has len bytes; fd is open.
                 let r = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), *off) };
                 let r = res(r as libc::c_long);
@@ -635,17 +695,23 @@ fn run_sequence(kernel: &Side, ordo: &Side, seed: u64, steps: usize, names: &[St
             history[from..].join("\n")
         };
         assert_eq!(
-            k, o,
+            k,
+            o,
             "seed {seed} step {i}: {step:?}\n  {}: {k}\n  {}: {o}\nlast steps:\n{}",
-            kernel.name, ordo.name, context()
+            kernel.name,
+            ordo.name,
+            context()
         );
         let ks = kernel.snapshot(names);
         let os = ordo.snapshot(names);
         for (a, b) in ks.iter().zip(os.iter()) {
             assert_eq!(
-                a, b,
+                a,
+                b,
                 "seed {seed} after step {i}: {step:?}\n  {}: {a}\n  {}: {b}\nlast steps:\n{}",
-                kernel.name, ordo.name, context()
+                kernel.name,
+                ordo.name,
+                context()
             );
         }
     }
@@ -680,8 +746,23 @@ fn syscall_sequences_match_the_kernels_ext4() {
     let kimg = s.path("kernel.img");
     let out = run("truncate", &["-s", "128M", kimg.to_str().unwrap()]);
     assert!(out.status.success());
-    let out = run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-I", "256", kimg.to_str().unwrap()]);
-    assert!(out.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-b",
+            "4096",
+            "-I",
+            "256",
+            kimg.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "mkfs.ext4: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let oimg = s.path("ordo.img");
     mkfs(&oimg, "128M");
     let kmp = s.mkdir("k");
@@ -735,8 +816,23 @@ fn error_cases_match_the_kernels_ext4() {
     no_umask();
     let s = Scratch::new();
     let kimg = s.path("kernel.img");
-    assert!(run("truncate", &["-s", "64M", kimg.to_str().unwrap()]).status.success());
-    assert!(run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-I", "256", kimg.to_str().unwrap()]).status.success());
+    assert!(run("truncate", &["-s", "64M", kimg.to_str().unwrap()])
+        .status
+        .success());
+    assert!(run(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-b",
+            "4096",
+            "-I",
+            "256",
+            kimg.to_str().unwrap()
+        ]
+    )
+    .status
+    .success());
     let oimg = s.path("ordo.img");
     mkfs(&oimg, "64M");
     let kmp = s.mkdir("k");
@@ -749,13 +845,35 @@ fn error_cases_match_the_kernels_ext4() {
     prepare(&kdir);
     prepare(&odir);
     let recent_sec = now_sec() - 2;
-    let kernel = Side { name: "kernel ext4", dir: kdir.clone(), other_dir: odir.clone(), recent_sec };
-    let ordo = Side { name: "ordo", dir: odir.clone(), other_dir: kdir.clone(), recent_sec };
-    let p = |s: &str| P { rel: s.to_string(), other: false };
-    let other = |s: &str| P { rel: s.to_string(), other: true };
+    let kernel = Side {
+        name: "kernel ext4",
+        dir: kdir.clone(),
+        other_dir: odir.clone(),
+        recent_sec,
+    };
+    let ordo = Side {
+        name: "ordo",
+        dir: odir.clone(),
+        other_dir: kdir.clone(),
+        recent_sec,
+    };
+    let p = |s: &str| P {
+        rel: s.to_string(),
+        other: false,
+    };
+    let other = |s: &str| P {
+        rel: s.to_string(),
+        other: true,
+    };
     let root = |op: Op| Step { op, user: None };
-    let user = |op: Op| Step { op, user: Some((1000, 1000)) };
-    let nobody = |op: Op| Step { op, user: Some((65534, 65534)) };
+    let user = |op: Op| Step {
+        op,
+        user: Some((1000, 1000)),
+    };
+    let nobody = |op: Op| Step {
+        op,
+        user: Some((65534, 65534)),
+    };
     let long = long_name('n', 256);
     let script: Vec<(Step, &str)> = vec![
         (root(Op::Stat(p("missing"))), "ok lstat ENOENT"),
@@ -767,7 +885,10 @@ fn error_cases_match_the_kernels_ext4() {
         (root(Op::OpenExcl(p("f"), 0o644)), "EEXIST"),
         (root(Op::Creat(p("f/x"), 0o644)), "ENOTDIR"),
         (root(Op::Rmdir(p("f"))), "ENOTDIR"),
-        (root(Op::Open(p("f"), libc::O_RDONLY | libc::O_DIRECTORY)), "ENOTDIR"),
+        (
+            root(Op::Open(p("f"), libc::O_RDONLY | libc::O_DIRECTORY)),
+            "ENOTDIR",
+        ),
         (root(Op::Open(p("d"), libc::O_WRONLY)), "EISDIR"),
         (root(Op::Unlink(p("d"))), "EISDIR"),
         (root(Op::Rename(p("d"), p("f"), 0)), "ENOTDIR"),
@@ -779,18 +900,36 @@ fn error_cases_match_the_kernels_ext4() {
         (root(Op::Mkdir(p("e"), 0o755)), "ok"),
         (root(Op::Creat(p("e/x"), 0o644)), "ok"),
         (root(Op::Rename(p("e"), p("d"), 0)), "ENOTEMPTY"),
-        (root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_NOREPLACE)), "EEXIST"),
-        (root(Op::Rename(p("f"), p("nothere"), libc::RENAME_EXCHANGE)), "ENOENT"),
-        (root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_EXCHANGE)), "ok"),
-        (root(Op::Rename(p("d"), p("e"), libc::RENAME_EXCHANGE)), "ok"),
-        (root(Op::Rename(p("f"), p("g"), libc::RENAME_NOREPLACE)), "ok"),
+        (
+            root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_NOREPLACE)),
+            "EEXIST",
+        ),
+        (
+            root(Op::Rename(p("f"), p("nothere"), libc::RENAME_EXCHANGE)),
+            "ENOENT",
+        ),
+        (
+            root(Op::Rename(p("f"), p("d/inner"), libc::RENAME_EXCHANGE)),
+            "ok",
+        ),
+        (
+            root(Op::Rename(p("d"), p("e"), libc::RENAME_EXCHANGE)),
+            "ok",
+        ),
+        (
+            root(Op::Rename(p("f"), p("g"), libc::RENAME_NOREPLACE)),
+            "ok",
+        ),
         (root(Op::Creat(p(&long), 0o644)), "ENAMETOOLONG"),
         (root(Op::Mkdir(p(&long), 0o755)), "ENAMETOOLONG"),
         (root(Op::Creat(p(&long_name('m', 255)), 0o644)), "ok"),
         (root(Op::Symlink("loop2".into(), p("loop1"))), "ok"),
         (root(Op::Symlink("loop1".into(), p("loop2"))), "ok"),
         (root(Op::Open(p("loop1"), libc::O_RDONLY)), "ELOOP"),
-        (root(Op::Open(p("loop1"), libc::O_RDONLY | libc::O_NOFOLLOW)), "ELOOP"),
+        (
+            root(Op::Open(p("loop1"), libc::O_RDONLY | libc::O_NOFOLLOW)),
+            "ELOOP",
+        ),
         (root(Op::Readlink(p("g"))), "EINVAL"),
         (root(Op::Link(p("e"), p("elink"))), "EPERM"),
         (root(Op::Link(p("g"), other("xdev"))), "EXDEV"),
@@ -799,13 +938,19 @@ fn error_cases_match_the_kernels_ext4() {
         (root(Op::Write(p("g"), 0, 10000, 7)), "ok 10000"),
         (root(Op::Seek(p("g"), 20000, libc::SEEK_DATA)), "ENXIO"),
         (root(Op::Seek(p("g"), 0, libc::SEEK_HOLE)), "ok 10000"),
-        (root(Op::Fallocate(p("g"), libc::FALLOC_FL_PUNCH_HOLE, 0, 4096)), "EOPNOTSUPP"),
+        (
+            root(Op::Fallocate(p("g"), libc::FALLOC_FL_PUNCH_HOLE, 0, 4096)),
+            "EOPNOTSUPP",
+        ),
         (root(Op::Chmod(p("g"), 0o644)), "ok"),
         (user(Op::Write(p("g"), 0, 10, 1)), "EACCES"),
         (user(Op::Creat(p("d/new"), 0o644)), "EACCES"),
         (user(Op::Chmod(p("g"), 0o777)), "EPERM"),
         (user(Op::Chown(p("g"), 1000, 1000)), "EPERM"),
-        (user(Op::Utimens(p("g"), Time::At(1_000_000_000, 5), Time::Omit)), "EPERM"),
+        (
+            user(Op::Utimens(p("g"), Time::At(1_000_000_000, 5), Time::Omit)),
+            "EPERM",
+        ),
         (user(Op::Utimens(p("g"), Time::Now, Time::Now)), "EACCES"),
         (user(Op::Unlink(p("g"))), "ok"),
         (root(Op::Mkdir(p("sticky"), 0o1777)), "ok"),
@@ -813,7 +958,10 @@ fn error_cases_match_the_kernels_ext4() {
         (user(Op::Unlink(p("sticky/roots"))), "EPERM"),
         (user(Op::Creat(p("sticky/mine"), 0o644)), "ok"),
         (nobody(Op::Unlink(p("sticky/mine"))), "EPERM"),
-        (nobody(Op::Rename(p("sticky/mine"), p("sticky/x"), 0)), "EPERM"),
+        (
+            nobody(Op::Rename(p("sticky/mine"), p("sticky/x"), 0)),
+            "EPERM",
+        ),
         (user(Op::Unlink(p("sticky/mine"))), "ok"),
         (root(Op::Mkdir(p("sgid"), 0o2777)), "ok"),
         (root(Op::Chown(p("sgid"), 0, 4242)), "ok"),
@@ -832,12 +980,32 @@ fn error_cases_match_the_kernels_ext4() {
         (root(Op::Chmod(p("suid"), 0o2775)), "ok"),
         (user(Op::Chmod(p("suid"), 0o2775)), "ok"),
         (root(Op::Stat(p("suid"))), ""),
-        (user(Op::Utimens(p("suid"), Time::At(1_000_000_000, 123_456_789), Time::At(999_999_999, 1))), ""),
+        (
+            user(Op::Utimens(
+                p("suid"),
+                Time::At(1_000_000_000, 123_456_789),
+                Time::At(999_999_999, 1),
+            )),
+            "",
+        ),
         (user(Op::Truncate(p("suid"), 3)), "ok"),
     ];
     let names: Vec<String> = [
-        "d", "e", "f", "g", "d/inner", "d/sub", "e/x", "sticky", "sticky/roots", "sgid", "sgid/f",
-        "sgid/d", "suid", "loop1", "loop2",
+        "d",
+        "e",
+        "f",
+        "g",
+        "d/inner",
+        "d/sub",
+        "e/x",
+        "sticky",
+        "sticky/roots",
+        "sgid",
+        "sgid/f",
+        "sgid/d",
+        "suid",
+        "loop1",
+        "loop2",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -852,7 +1020,11 @@ fn error_cases_match_the_kernels_ext4() {
             );
         }
         assert_eq!(k, o, "step {i} {step:?}: kernel ext4 {k}, ordo {o}");
-        for (a, b) in kernel.snapshot(&names).iter().zip(ordo.snapshot(&names).iter()) {
+        for (a, b) in kernel
+            .snapshot(&names)
+            .iter()
+            .zip(ordo.snapshot(&names).iter())
+        {
             assert_eq!(a, b, "after step {i} {step:?}");
         }
     }

@@ -21,7 +21,9 @@ fn make_source_tree(root: &Path, dirs: usize, files_per_dir: usize) {
         seed
     };
     for d in 0..dirs {
-        let dir = root.join(format!("dir{d:03}")).join(format!("sub{}", d % 7));
+        let dir = root
+            .join(format!("dir{d:03}"))
+            .join(format!("sub{}", d % 7));
         fs::create_dir_all(&dir).unwrap();
         for f in 0..files_per_dir {
             let size = match next() % 10 {
@@ -31,7 +33,9 @@ fn make_source_tree(root: &Path, dirs: usize, files_per_dir: usize) {
                 _ => (next() % (300 << 10)) as usize,
             };
             let byte = (next() & 0xff) as u8;
-            let data: Vec<u8> = (0..size).map(|i| byte.wrapping_add((i % 251) as u8)).collect();
+            let data: Vec<u8> = (0..size)
+                .map(|i| byte.wrapping_add((i % 251) as u8))
+                .collect();
             fs::write(dir.join(format!("f{f:04}.dat")), data).unwrap();
         }
     }
@@ -73,9 +77,19 @@ fn coreutils_tar_and_friends_then_the_kernel_reads_the_same_tree() {
     let m = OrdoMount::start(&image, &mp, "");
 
     // cp -a of a few thousand files, then diff -r.
-    sh(&mp, &format!("cp -a {}/. copy && diff -r --no-dereference {} copy", src.display(), src.display()));
+    sh(
+        &mp,
+        &format!(
+            "cp -a {}/. copy && diff -r --no-dereference {} copy",
+            src.display(),
+            src.display()
+        ),
+    );
     let n = sh(&mp, "find copy -type f | wc -l");
-    assert!(n.trim().parse::<usize>().unwrap() >= 3000, "only {n} files copied");
+    assert!(
+        n.trim().parse::<usize>().unwrap() >= 3000,
+        "only {n} files copied"
+    );
 
     // tar create and extract, then compare.
     sh(&mp, &format!(
@@ -87,7 +101,10 @@ fn coreutils_tar_and_friends_then_the_kernel_reads_the_same_tree() {
     sh(&mp, "mkdir -p moved/inner && mv untar/dir010 moved/inner/ && mv untar/dir011/sub4/f0000.dat moved/ \
              && test -d moved/inner/dir010/sub3 && test ! -e untar/dir010 \
              && mv moved/inner/dir010 untar/ && mv moved/f0000.dat untar/dir011/sub4/");
-    sh(&mp, &format!("diff -r --no-dereference {} untar", src.display()));
+    sh(
+        &mp,
+        &format!("diff -r --no-dereference {} untar", src.display()),
+    );
 
     // ln and ln -s.
     sh(&mp, "ln copy/dir005/sub5/f0001.dat hard && test $(stat -c %h hard) = 2 \
@@ -103,9 +120,12 @@ fn coreutils_tar_and_friends_then_the_kernel_reads_the_same_tree() {
              || { stat attrs; false; }");
 
     // truncate: grow with a hole, shrink, to zero.
-    sh(&mp, "head -c 10000 /dev/urandom > t && truncate -s 1M t && test $(stat -c %s t) = 1048576 \
+    sh(
+        &mp,
+        "head -c 10000 /dev/urandom > t && truncate -s 1M t && test $(stat -c %s t) = 1048576 \
              && test \"$(tail -c 1000 t | tr -d '\\0' | wc -c)\" = 0 \
-             && truncate -s 100 t && test $(stat -c %s t) = 100 && truncate -s 0 t && test ! -s t");
+             && truncate -s 100 t && test $(stat -c %s t) = 100 && truncate -s 0 t && test ! -s t",
+    );
 
     // dd with conv=fsync, read back.
     sh(&mp, "head -c 4194304 /dev/urandom > /tmp/ordo-dd-$$ && dd if=/tmp/ordo-dd-$$ of=dd.out bs=64k conv=fsync status=none \
@@ -116,7 +136,10 @@ fn coreutils_tar_and_friends_then_the_kernel_reads_the_same_tree() {
     let found = sh(&mp, "find copy -name 'f00*.dat' | wc -l");
     assert!(found.trim().parse::<usize>().unwrap() >= 600);
     let du = sh(&mp, "du -sk copy | cut -f1");
-    assert!(du.trim().parse::<u64>().unwrap() > 1000, "du -sk copy = {du}");
+    assert!(
+        du.trim().parse::<u64>().unwrap() > 1000,
+        "du -sk copy = {du}"
+    );
 
     // rm -rf of a big tree.
     sh(&mp, "rm -rf untar tree.tar moved && test ! -e untar && test -z \"$(ls -A . | grep untar || true)\"");
@@ -129,9 +152,15 @@ fn coreutils_tar_and_friends_then_the_kernel_reads_the_same_tree() {
     assert_e2fsck_clean(&image);
     let kmp = s.mkdir("kernel");
     let k = KernelMount::start(&image, &kmp, "ro");
-    sh(&kmp, &format!("diff -r --no-dereference {} copy", src.display()));
+    sh(
+        &kmp,
+        &format!("diff -r --no-dereference {} copy", src.display()),
+    );
     let kernel_listing = listing(&kmp);
-    assert_eq!(ordo_listing, kernel_listing, "the kernel sees other attributes than ordo showed");
+    assert_eq!(
+        ordo_listing, kernel_listing,
+        "the kernel sees other attributes than ordo showed"
+    );
     k.stop();
 }
 
@@ -152,18 +181,24 @@ fn git_and_sqlite_on_ordo() {
              && git commit -q -am second && git gc -q && git fsck --full --strict \
              && test $(git rev-list --count HEAD) = 2");
 
-    let out = sh(&mp, "sqlite3 db.sqlite \"PRAGMA journal_mode=WAL; \
+    let out = sh(
+        &mp,
+        "sqlite3 db.sqlite \"PRAGMA journal_mode=WAL; \
              CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, b BLOB); \
              BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5000) \
              INSERT INTO t SELECT x, 'row ' || x, randomblob(200) FROM c; COMMIT; \
              DELETE FROM t WHERE id % 3 = 0; VACUUM; \
              PRAGMA wal_checkpoint(TRUNCATE); \
-             SELECT count(*) FROM t; PRAGMA integrity_check;\"");
+             SELECT count(*) FROM t; PRAGMA integrity_check;\"",
+    );
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.contains(&"3334"), "sqlite count: {out}");
     assert_eq!(lines.last(), Some(&"ok"), "sqlite integrity_check: {out}");
-    let out = sh(&mp, "sqlite3 rollback.sqlite 'PRAGMA journal_mode=DELETE; CREATE TABLE x(a); \
-             INSERT INTO x VALUES (1),(2),(3); PRAGMA integrity_check;'");
+    let out = sh(
+        &mp,
+        "sqlite3 rollback.sqlite 'PRAGMA journal_mode=DELETE; CREATE TABLE x(a); \
+             INSERT INTO x VALUES (1),(2),(3); PRAGMA integrity_check;'",
+    );
     assert_eq!(out.lines().last(), Some("ok"), "{out}");
     m.stop_ok();
 

@@ -284,7 +284,7 @@ pub fn group_has_super(sb: &Super, g: u32) -> bool {
         return false;
     }
     let is_power = |mut n: u32, base: u32| {
-        while n % base == 0 {
+        while n.is_multiple_of(base) {
             n /= base;
         }
         n == 1
@@ -709,7 +709,12 @@ mod hash_tests {
             .collect();
         let mut s = [0u32; 4];
         for (i, w) in s.iter_mut().enumerate() {
-            *w = u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+            *w = u32::from_le_bytes([
+                bytes[4 * i],
+                bytes[4 * i + 1],
+                bytes[4 * i + 2],
+                bytes[4 * i + 3],
+            ]);
         }
         s
     }

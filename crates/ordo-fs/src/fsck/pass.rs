@@ -163,11 +163,15 @@ impl<'a> Checker<'a> {
                 stats.inodes_used += 1;
             }
         }
+        // As e2fsck counts it: everything not free (block 0 of a 1 KiB
+        // file system, outside every group, counts as used).
+        let mut free = 0;
         for b in self.geo.first_data_block..self.geo.blocks_count {
-            if self.used.get(b) {
-                stats.blocks_used += 1;
+            if !self.used.get(b) {
+                free += 1;
             }
         }
+        stats.blocks_used = self.geo.blocks_count - free;
         for info in self.inodes.values() {
             match info.mode & S_IFMT {
                 S_IFDIR => stats.directories += 1,
@@ -419,8 +423,7 @@ impl<'a> Checker<'a> {
         let ipg = self.geo.inodes_per_group;
         // Without group checksums libext2fs ignores these fields, and
         // e2fsck reports them without counting an error.
-        if !csum && (gd.flags & (BG_BLOCK_UNINIT | BG_INODE_UNINIT) != 0 || gd.itable_unused != 0)
-        {
+        if !csum && (gd.flags & (BG_BLOCK_UNINIT | BG_INODE_UNINIT) != 0 || gd.itable_unused != 0) {
             problem!(
                 self,
                 Info,
@@ -510,7 +513,10 @@ impl<'a> Checker<'a> {
         };
         let block = self.disk.read_block(blk, BlockClass::InodeTable)?;
         let raw = &block[off..off + self.geo.inode_size as usize];
-        Ok(Some(Inode::decode(raw, self.sb.has_incompat(INCOMPAT_64BIT))))
+        Ok(Some(Inode::decode(
+            raw,
+            self.sb.has_incompat(INCOMPAT_64BIT),
+        )))
     }
 
     fn collect_orphans(&mut self) -> Result<(), FsError> {
@@ -774,7 +780,12 @@ impl<'a> Checker<'a> {
         }
         // i_blocks.
         let huge = self.sb.has_ro_compat(RO_COMPAT_HUGE_FILE);
-        let stored = inode.blocks_lo as u64 | if huge { (inode.blocks_hi as u64) << 32 } else { 0 };
+        let stored = inode.blocks_lo as u64
+            | if huge {
+                (inode.blocks_hi as u64) << 32
+            } else {
+                0
+            };
         let want = if huge && inode.flags & INODE_HUGE_FILE_FL != 0 {
             counted_blocks
         } else {
@@ -913,7 +924,12 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn check_reserved_inode(&mut self, ino: u32, inode: &Inode, iblock: u64) -> Result<(), FsError> {
+    fn check_reserved_inode(
+        &mut self,
+        ino: u32,
+        inode: &Inode,
+        iblock: u64,
+    ) -> Result<(), FsError> {
         let journal = self.sb.has_compat(COMPAT_HAS_JOURNAL) && ino == self.sb.journal_inum;
         let bad_mode = match ino {
             1 | 8 => false,
@@ -945,7 +961,13 @@ impl<'a> Checker<'a> {
             // metadata) through one double-indirect block.
             let dind = le32(inode.i_block(), 13 * 4) as u64;
             if dind != 0 {
-                self.claim(ino, dind, 1, "resize inode double-indirect block", &mut info);
+                self.claim(
+                    ino,
+                    dind,
+                    1,
+                    "resize inode double-indirect block",
+                    &mut info,
+                );
             }
             return Ok(());
         }
@@ -1045,7 +1067,10 @@ impl<'a> Checker<'a> {
             return Ok(());
         }
         if m.data_blocks != 1 || m.first_pblk.is_none() || m.last_lblk != Some(0) {
-            bad(self, format!("maps {} blocks, should map exactly block 0", m.data_blocks));
+            bad(
+                self,
+                format!("maps {} blocks, should map exactly block 0", m.data_blocks),
+            );
             return Ok(());
         }
         let pblk = m.first_pblk.unwrap_or(0);
@@ -1071,13 +1096,9 @@ impl<'a> Checker<'a> {
         if inode.is_dir() {
             let nblock = inode.size / bs;
             let last_plus = m.last_lblk.map_or(0, |l| l + 1);
-            let bad = if inode.size % bs != 0 {
-                true
-            } else if nblock > last_plus {
-                true
-            } else {
-                nblock < last_plus && last_plus - nblock > self.sb.prealloc_dir_blocks as u64
-            };
+            let bad = !inode.size.is_multiple_of(bs)
+                || nblock > last_plus
+                || (nblock < last_plus && last_plus - nblock > self.sb.prealloc_dir_blocks as u64);
             if bad {
                 problem!(
                     self,
@@ -1229,7 +1250,10 @@ impl<'a> Checker<'a> {
         if magic != 0xF30A {
             bad = Some(format!("eh_magic is {magic:#06x}"));
         } else if max > cap || max < cap.saturating_sub(2) {
-            bad = Some(format!("eh_max {max} does not fit a {}-byte node", node.len()));
+            bad = Some(format!(
+                "eh_max {max} does not fit a {}-byte node",
+                node.len()
+            ));
         } else if entries > max {
             bad = Some(format!("eh_entries {entries} exceeds eh_max {max}"));
         } else if depth > EXT_MAX_DEPTH || level_limit.is_some_and(|l| depth > l) {
@@ -1383,8 +1407,7 @@ impl<'a> Checker<'a> {
                     ))
                 } else if w.is_dir && unwritten {
                     Some("a directory extent is unwritten".to_string())
-                } else if w.is_dir && lblk + len > (1u64 << (21 - self.sb.log_block_size.min(11)))
-                {
+                } else if w.is_dir && lblk + len > (1u64 << (21 - self.sb.log_block_size.min(11))) {
                     Some("a directory is too big".to_string())
                 } else {
                     None
@@ -1757,6 +1780,7 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn check_dir_entries(
         &mut self,
         dir: u32,
@@ -1782,7 +1806,7 @@ impl<'a> Checker<'a> {
             let ftype = data.get(off + 7).copied().unwrap_or(0);
             if off + 8 > data.len()
                 || rec_len < 12
-                || rec_len % 4 != 0
+                || !rec_len.is_multiple_of(4)
                 || off + rec_len > data.len()
                 || name_len + 8 > rec_len
             {
@@ -1971,6 +1995,7 @@ impl<'a> Checker<'a> {
     /// Check an htree root and its nodes; returns whether block 0 is a
     /// valid dx root (so its ".." covers the rest of the block), and fills
     /// `nodes` with the logical blocks that are index nodes.
+    #[allow(clippy::too_many_arguments)]
     fn check_htree(
         &mut self,
         dir: u32,
@@ -2509,7 +2534,7 @@ impl<'a> Checker<'a> {
                 );
             } else if let Some(ib) = &disk_ib {
                 let pad_from = (ipg / 8) as usize;
-                let pad_ok = ipg % 8 == 0 && ib[pad_from..].iter().all(|&b| b == 0xFF);
+                let pad_ok = ipg.is_multiple_of(8) && ib[pad_from..].iter().all(|&b| b == 0xFF);
                 if !uninit_i && !pad_ok {
                     problem!(
                         self,
@@ -2561,7 +2586,8 @@ impl<'a> Checker<'a> {
             }
         }
         let sb_block = if self.geo.block_size == 1024 { 1 } else { 0 };
-        if self.sb.free_blocks != total_free_blocks || self.sb.free_inodes as u64 != total_free_inodes
+        if self.sb.free_blocks != total_free_blocks
+            || self.sb.free_inodes as u64 != total_free_inodes
         {
             problem!(
                 self,
@@ -2737,7 +2763,10 @@ fn describe_diffs(plus: &[u64], minus: &[u64]) -> String {
 /// Superblock sanity: everything the rest of the checker relies on.
 fn validate_super(sb: &Super, device_bytes: u64) -> Result<(), String> {
     if sb.magic != EXT4_MAGIC {
-        return Err(format!("s_magic is {:#06x}, not {EXT4_MAGIC:#06x}", sb.magic));
+        return Err(format!(
+            "s_magic is {:#06x}, not {EXT4_MAGIC:#06x}",
+            sb.magic
+        ));
     }
     if sb.metadata_csum() {
         let want = Super::computed_checksum(&sb.raw);
@@ -2749,7 +2778,10 @@ fn validate_super(sb: &Super, device_bytes: u64) -> Result<(), String> {
         }
     }
     if sb.log_block_size > 6 {
-        return Err(format!("s_log_block_size {} is too large", sb.log_block_size));
+        return Err(format!(
+            "s_log_block_size {} is too large",
+            sb.log_block_size
+        ));
     }
     let bs = 1024u64 << sb.log_block_size;
     if sb.blocks_count == 0 || sb.blocks_per_group == 0 || sb.inodes_per_group == 0 {
@@ -2777,7 +2809,8 @@ fn validate_super(sb: &Super, device_bytes: u64) -> Result<(), String> {
     if sb.blocks_count <= sb.first_data_block as u64 {
         return Err(format!("s_blocks_count {} is too small", sb.blocks_count));
     }
-    let groups = (sb.blocks_count - sb.first_data_block as u64).div_ceil(sb.blocks_per_group as u64);
+    let groups =
+        (sb.blocks_count - sb.first_data_block as u64).div_ceil(sb.blocks_per_group as u64);
     if groups * sb.inodes_per_group as u64 != sb.inodes_count as u64 {
         return Err(format!(
             "s_inodes_count {} is not {groups} groups of {} inodes",
@@ -2793,7 +2826,7 @@ fn validate_super(sb: &Super, device_bytes: u64) -> Result<(), String> {
     }
     if sb.has_incompat(INCOMPAT_64BIT) {
         let d = sb.desc_size as u64;
-        if d < 64 || d > 1024 || !d.is_power_of_two() {
+        if !(64..=1024).contains(&d) || !d.is_power_of_two() {
             return Err(format!("s_desc_size {} is invalid", sb.desc_size));
         }
     }
@@ -2883,8 +2916,8 @@ fn check_features(sb: &Super) -> Result<(), FsError> {
 
 fn geometry(sb: &Super) -> Geometry {
     let block_size = 1024u64 << sb.log_block_size;
-    let groups = (sb.blocks_count - sb.first_data_block as u64)
-        .div_ceil(sb.blocks_per_group as u64) as u32;
+    let groups =
+        (sb.blocks_count - sb.first_data_block as u64).div_ceil(sb.blocks_per_group as u64) as u32;
     let desc_size = if sb.has_incompat(INCOMPAT_64BIT) {
         sb.desc_size as u32
     } else {

@@ -135,15 +135,19 @@ pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>
         total_free_blocks += free_blocks;
         let nb = (c.sb.clusters_per_group / 8) as usize;
         let uninit_b = csum && gd.flags & BG_BLOCK_UNINIT != 0;
-        let matches_view = c.disk_block_bitmaps[gi]
-            .as_ref()
-            .is_some_and(|v| (0..count).all(|i| (v[(i / 8) as usize] >> (i % 8)) & 1 == bm[(i / 8) as usize] >> (i % 8) & 1));
+        let matches_view = c.disk_block_bitmaps[gi].as_ref().is_some_and(|v| {
+            (0..count).all(|i| {
+                (v[(i / 8) as usize] >> (i % 8)) & 1 == bm[(i / 8) as usize] >> (i % 8) & 1
+            })
+        });
         if uninit_b && matches_view {
             // Still derivable from the group's metadata: leave it uninit.
         } else {
             let on_disk = disk.read_block(gd.block_bitmap, BlockClass::GroupMeta)?;
             let want_csum = bitmap_checksum(seed, &bm[..nb], big_desc);
-            if on_disk != bm || uninit_b || (c.sb.metadata_csum() && gd.block_bitmap_csum != want_csum)
+            if on_disk != bm
+                || uninit_b
+                || (c.sb.metadata_csum() && gd.block_bitmap_csum != want_csum)
             {
                 disk.write_block(gd.block_bitmap, &bm, BlockClass::GroupMeta)?;
                 done.push(format!(
@@ -230,7 +234,11 @@ pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>
     let mut raw = c.sb.raw.clone();
     put_le32(&mut raw, SB_FREE_BLOCKS_LO, total_free_blocks as u32);
     if c.sb.has_incompat(INCOMPAT_64BIT) {
-        put_le32(&mut raw, SB_FREE_BLOCKS_HI, (total_free_blocks >> 32) as u32);
+        put_le32(
+            &mut raw,
+            SB_FREE_BLOCKS_HI,
+            (total_free_blocks >> 32) as u32,
+        );
     }
     put_le32(&mut raw, SB_FREE_INODES, total_free_inodes as u32);
     if !orphans.is_empty() || c.sb.last_orphan != 0 {

@@ -97,6 +97,7 @@ use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
 
 use super::{DataMode, Io, Protocol, ProtocolEnv, RecoveryReport, WriteBackReason};
 use crate::error::{FsError, Result};
+use crate::mkfs_journal;
 use crate::recovery::{self, JournalMap};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
 
@@ -277,14 +278,15 @@ impl JournalProtocol {
                 Self::with_state(&env, h.journal_sb, Some(h.super_block_image), fault)
             }
             None => {
+                // Read-only: nothing will be logged, so the journal's
+                // geometry only has to be plausible.
+                let mut env = env.clone();
                 if env.journal_runs.is_empty() {
-                    return Err(FsError::Invalid(
-                        "mode=journal needs an image with a journal (has_journal)".into(),
-                    ));
+                    env.journal_runs = vec![(0, 0, mkfs_journal::MIN_JOURNAL_BLOCKS)];
                 }
                 let len = JournalMap::new(env.journal_runs.clone()).len_blocks;
                 let sb = JournalSuperblock::new_internal(env.block_size, len, env.uuid);
-                let mut p = Self::with_state(env, sb, None, fault)?;
+                let mut p = Self::with_state(&env, sb, None, fault)?;
                 p.inert = true;
                 Ok(p)
             }

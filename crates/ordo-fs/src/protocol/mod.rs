@@ -230,7 +230,7 @@ impl<'a> Io<'a> {
     /// Append a write of raw data (whole blocks) at `block` (journal blocks,
     /// committed copies during checkpoint). Does not touch the cache's state.
     pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {
-        assert!(!data.is_empty() && data.len() % self.cache.block_size() as usize == 0);
+        assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
         self.plan.steps.push(IoStep::Write { block, data, flags });
     }
     /// Append a cache flush.
@@ -359,9 +359,7 @@ pub fn recover(
     match kind {
         ProtocolKind::Async | ProtocolKind::Sync => Ok(RecoveryReport::default()),
         ProtocolKind::Journal => journal::recover(dev, env),
-        ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
-            format!("mode={} is not built yet", kind.name()),
-        )),
+        ProtocolKind::FastCommit => crate::fc_replay::recover(dev, env),
     }
 }
 

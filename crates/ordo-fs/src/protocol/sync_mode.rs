@@ -65,8 +65,8 @@
 //! Recovery: nothing to replay. After a crash the image needs only the
 //! benign repair described in `docs/DESIGN.md`.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use super::*;
 use crate::update::{BitmapKind, InodeField, LinkOp, MapOp, UpdateKind};
@@ -197,7 +197,12 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
         if matches!(u.kind, UpdateKind::Other) && tree_blocks.contains(&u.block) {
             // A node truncated after a split: its entries live on in the new
             // node only once the index entry naming that node is durable.
-            p.extend(index_sets.iter().copied().filter(|&j| ups[j].block != u.block));
+            p.extend(
+                index_sets
+                    .iter()
+                    .copied()
+                    .filter(|&j| ups[j].block != u.block),
+            );
         }
         if let UpdateKind::Extent {
             len: 0,
@@ -217,7 +222,11 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                 let end = *pblk + (*len).max(1) as u64;
                 for b in *pblk..end {
                     if let Some(v) = block_ready.get(&b) {
-                        p.extend(v.iter().copied().filter(|&j| j < i || ups[j].block != u.block));
+                        p.extend(
+                            v.iter()
+                                .copied()
+                                .filter(|&j| j < i || ups[j].block != u.block),
+                        );
                     }
                 }
             }
@@ -354,10 +363,8 @@ impl Protocol for SyncProtocol {
         }
         let mut released = vec![false; n];
         let mut durable = vec![false; n];
-        let mut heap: BinaryHeap<Reverse<usize>> = (0..n)
-            .filter(|&i| missing[i] == 0)
-            .map(Reverse)
-            .collect();
+        let mut heap: BinaryHeap<Reverse<usize>> =
+            (0..n).filter(|&i| missing[i] == 0).map(Reverse).collect();
         let mut done = 0usize;
         let mut next_forced = 0usize;
         while done < n {

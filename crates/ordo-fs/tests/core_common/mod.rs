@@ -30,7 +30,10 @@ pub fn can_mount() -> bool {
 /// Make an ext4 image with `mkfs.ext4` (`features` like "^has_journal").
 pub fn mkfs(path: &Path, size_mib: u64, block_size: u32, features: &str) {
     let mut cmd = Command::new("mkfs.ext4");
-    cmd.arg("-F").arg("-q").arg("-b").arg(block_size.to_string());
+    cmd.arg("-F")
+        .arg("-q")
+        .arg("-b")
+        .arg(block_size.to_string());
     if !features.is_empty() {
         cmd.arg("-O").arg(features);
     }
@@ -70,7 +73,8 @@ pub fn image_block_size(path: &Path) -> u32 {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path).expect("open image");
     let mut d = [0u8; 4];
-    f.read_exact_at(&mut d, 1024 + 0x18).expect("read superblock");
+    f.read_exact_at(&mut d, 1024 + 0x18)
+        .expect("read superblock");
     1024u32 << u32::from_le_bytes(d)
 }
 

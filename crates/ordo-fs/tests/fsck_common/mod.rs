@@ -118,12 +118,7 @@ pub fn debugfs_ro(img: &Path, req: &str) -> String {
 pub fn inode_of(img: &Path, path: &str) -> u64 {
     let out = debugfs_ro(img, &format!("stat {path}"));
     let i = out.find("Inode: ").expect("stat prints Inode:") + 7;
-    out[i..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
+    out[i..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// Block and byte offset of an inode, from debugfs `imap`.
@@ -133,7 +128,7 @@ pub fn inode_pos(img: &Path, path: &str) -> (u64, u64) {
     let rest = &out[b..];
     let blk: u64 = rest.split(',').next().unwrap().trim().parse().unwrap();
     let o = rest.find("offset 0x").unwrap() + 9;
-    let off = u64::from_str_radix(rest[o..].trim().split_whitespace().next().unwrap(), 16).unwrap();
+    let off = u64::from_str_radix(rest[o..].split_whitespace().next().unwrap(), 16).unwrap();
     (blk, off)
 }
 
@@ -188,7 +183,10 @@ pub fn digest(img: &Path) -> Vec<u8> {
 /// blocks holding used inodes, directory blocks, extent-tree blocks.
 pub fn metadata_blocks(img: &Path) -> Vec<u64> {
     let bs = block_size(img);
-    let mut v = vec![if bs == 1024 { 1 } else { 0 }, if bs == 1024 { 2 } else { 1 }];
+    let mut v = vec![
+        if bs == 1024 { 1 } else { 0 },
+        if bs == 1024 { 2 } else { 1 },
+    ];
     let dump = sh(&format!("dumpe2fs {} 2>/dev/null", img.display())).1;
     for l in dump.lines() {
         let l = l.trim();
@@ -216,4 +214,3 @@ pub fn metadata_blocks(img: &Path) -> Vec<u64> {
     v.dedup();
     v
 }
-

@@ -1,0 +1,265 @@
+//! A tiny run of every workload on every kind of target: the harness
+//! works and the counters agree. Nothing here looks at speed.
+//!
+//! Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git, and
+//! the Debian packages postmark and fsmark (installed on demand). The ordo
+//! targets need the `ordo` binary: `cargo build -p ordo` first, or set
+//! `ORDO_BIN`.
+
+use std::path::PathBuf;
+
+use ordo_bench::report::Row;
+use ordo_bench::runner::{run_plan, Plan};
+use ordo_bench::target::{DeviceKind, DiskName, TargetConfig, TargetSpec};
+use ordo_bench::workload::{self, Overrides, Scale, WorkloadName};
+
+/// Workloads that run a program and so need a mounted target.
+const EXTERNAL: [WorkloadName; 4] = [
+    WorkloadName::Sqlite,
+    WorkloadName::Git,
+    WorkloadName::Postmark,
+    WorkloadName::Fsmark,
+];
+
+/// Workloads that time fsyncs.
+const FSYNCING: [&str; 5] = ["fcmicro", "varmail", "randwrite", "seqwrite", "twofile"];
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "the smoke tests mount file systems on loop devices: run them as root"
+    );
+}
+
+fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskName>) -> Plan {
+    Plan {
+        workloads: workloads.to_vec(),
+        targets: targets.iter().map(|t| t.parse::<TargetSpec>().unwrap()).collect(),
+        config: TargetConfig {
+            workdir: PathBuf::from("/var/tmp/ordo-bench-test"),
+            size_bytes: 256 << 20,
+            device: DeviceKind::Loop,
+            disk,
+            ordo_bin: None,
+        },
+        scale: Scale::Smoke,
+        seed: 42,
+        overrides: Overrides::default(),
+        progress: false,
+    }
+}
+
+fn run(p: &Plan) -> Vec<Row> {
+    require_root();
+    let rows = run_plan(p, |_| {}).unwrap();
+    let cases: usize = p
+        .workloads
+        .iter()
+        .map(|&w| workload::cases(w, p.scale, &p.overrides).unwrap().len())
+        .sum();
+    assert_eq!(rows.len(), cases * p.targets.len(), "one row per case and target");
+    rows
+}
+
+/// Checks a row that must have run, with device counters when `device`.
+fn check_ok(r: &Row, device: bool) {
+    assert!(
+        r.error.is_none(),
+        "{} on {} failed: {}",
+        r.title(),
+        r.target,
+        r.error.as_deref().unwrap_or("")
+    );
+    assert!(r.ops > 0, "{} on {}: no operations", r.title(), r.target);
+    assert!(r.ops_per_sec > 0.0 && r.elapsed_s > 0.0);
+    if FSYNCING.contains(&r.workload.as_str()) {
+        assert!(r.fsyncs > 0, "{} on {} timed no fsync", r.title(), r.target);
+        let (p50, p99) = (r.fsync_us_p50.unwrap(), r.fsync_us_p99.unwrap());
+        assert!(p50 <= p99 && p99 <= r.fsync_us_max.unwrap());
+    }
+    if device {
+        assert_eq!(r.counters_source, "kernel", "{} on {}", r.title(), r.target);
+        let k = r.device_counters.expect("kernel counters");
+        assert!(
+            k.writes > 0 && r.kib_per_op.unwrap() > 0.0,
+            "{} on {}: the kernel saw no writes",
+            r.title(),
+            r.target
+        );
+    } else {
+        assert_eq!(r.counters_source, "none");
+        assert!(r.writes_per_op.is_none());
+    }
+}
+
+#[test]
+fn every_workload_on_tmpfs_and_kernel_ext4() {
+    let rows = run(&plan(
+        &["tmpfs", "ext4:ordered"],
+        &WorkloadName::ALL,
+        None,
+    ));
+    for r in &rows {
+        check_ok(r, r.target != "tmpfs");
+        assert!(r.ordo.is_none() && r.counters_agree.is_none());
+    }
+    // With an fsync per file the kernel's ext4 flushes at least once per
+    // operation; tmpfs has no device at all.
+    let fc = rows
+        .iter()
+        .find(|r| r.workload == "fcmicro" && r.target == "ext4:ordered")
+        .unwrap();
+    assert!(fc.flushes_per_op.unwrap() >= 1.0, "{fc:?}");
+}
+
+#[test]
+fn every_kernel_ext4_mode_runs_fcmicro() {
+    let rows = run(&plan(
+        &["ext4:fast_commit", "ext4:journal", "ext4:nobarrier"],
+        &[WorkloadName::Fcmicro],
+        None,
+    ));
+    for r in &rows {
+        check_ok(r, true);
+    }
+    let nobarrier = rows.iter().find(|r| r.target == "ext4:nobarrier").unwrap();
+    assert_eq!(
+        nobarrier.device_counters.unwrap().flushes,
+        0,
+        "nobarrier issues no cache flush"
+    );
+    let fc = rows.iter().find(|r| r.target == "ext4:fast_commit").unwrap();
+    let jn = rows.iter().find(|r| r.target == "ext4:journal").unwrap();
+    assert!(
+        fc.kib_per_op.unwrap() < jn.kib_per_op.unwrap(),
+        "a fast commit writes less than a data=journal commit"
+    );
+}
+
+#[test]
+fn every_workload_on_ordo_through_fuse() {
+    let rows = run(&plan(&["ordo:async"], &WorkloadName::ALL, None));
+    for r in &rows {
+        check_ok(r, true);
+        let o = r.ordo.as_ref().unwrap_or_else(|| {
+            panic!(
+                "{} on {}: no ordo counters: {}",
+                r.title(),
+                r.target,
+                r.counters_note.as_deref().unwrap_or("")
+            )
+        });
+        assert!(o.writes_per_op > 0.0);
+        assert_eq!(
+            r.counters_agree,
+            Some(true),
+            "{} on {}: {}",
+            r.title(),
+            r.target,
+            r.counters_note.as_deref().unwrap_or("")
+        );
+        assert!(r.fs_peak_mib.unwrap() > 0.0, "peak memory of the ordo process");
+        assert!(r.fs_cpu_ms.is_some(), "CPU of the ordo process");
+    }
+}
+
+#[test]
+fn in_process_ordo_counters_agree_with_the_kernel() {
+    let rows = run(&plan(&["ordo-lib:async"], &WorkloadName::ALL, None));
+    for r in &rows {
+        let external = EXTERNAL.iter().any(|w| w.name() == r.workload);
+        if external {
+            let e = r.error.as_deref().unwrap_or("");
+            assert!(
+                e.contains("needs a mounted file system"),
+                "{}: {e}",
+                r.workload
+            );
+            continue;
+        }
+        check_ok(r, true);
+        assert_eq!(
+            r.counters_agree,
+            Some(true),
+            "{}: {}",
+            r.title(),
+            r.counters_note.as_deref().unwrap_or("")
+        );
+    }
+}
+
+#[test]
+fn timing_models_charge_virtual_time() {
+    let mut p = plan(&["ordo-lib:sync"], &[WorkloadName::Fcmicro], Some(DiskName::Hdd));
+    let hdd = run(&p).remove(0);
+    p.config.disk = Some(DiskName::Ssd);
+    let ssd = run(&p).remove(0);
+    for r in [&hdd, &ssd] {
+        check_ok(r, true);
+        assert!(r.virtual_time);
+    }
+    assert_eq!(hdd.disk.as_deref(), Some("hdd"));
+    // Virtual time is the model's: an HDD's seeks cost more than an SSD's
+    // writes for the same requests.
+    assert!(
+        hdd.elapsed_s > ssd.elapsed_s,
+        "hdd {} s, ssd {} s",
+        hdd.elapsed_s,
+        ssd.elapsed_s
+    );
+}
+
+#[test]
+fn command_line_writes_json_and_chart() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ordo_bench::cli::BenchArgs,
+    }
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let chart = dir.path().join("r.svg");
+    let cli = Cli::try_parse_from([
+        "bench",
+        "fcmicro",
+        "--targets",
+        "tmpfs",
+        "--scale",
+        "smoke",
+        "--fsync-every",
+        "1,4",
+        "-q",
+        "--json",
+        json.to_str().unwrap(),
+        "--chart",
+        chart.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(ordo_bench::cli::run(&cli.args).unwrap(), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "one row per fsync interval");
+    for key in [
+        "target",
+        "workload",
+        "ops_per_sec",
+        "fsync_us_mean",
+        "fsync_us_p50",
+        "fsync_us_p99",
+        "writes_per_op",
+        "kib_per_op",
+        "flushes_per_op",
+        "params",
+    ] {
+        assert!(results[0].get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(results[1]["params"]["fsync_every"], 4);
+    assert!(v["command"].as_str().unwrap().contains("--fsync-every 1,4"));
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.contains("<polyline"), "a sweep is drawn as lines");
+}

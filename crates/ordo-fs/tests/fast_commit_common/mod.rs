@@ -1,0 +1,268 @@
+//! Shared helpers of the fast-commit tests: kernel captures of fast-commit
+//! logs (a loop mount with a long commit interval, fsyncs, and a copy of
+//! the loop device taken while it is still mounted, before any full
+//! commit), replay by ordo and by `e2fsck -fy`, and a comparison of the
+//! trees the two produce through read-only loop mounts.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
+use ordo_format::Superblock;
+use ordo_fs::protocol::{self, DataMode, ProtocolEnv, ProtocolKind, RecoveryReport};
+
+/// Whether a tool is on the PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool} >/dev/null 2>&1"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Whether kernel loop mounts are possible (root, losetup, mount).
+pub fn can_loop_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && have("losetup")
+        && have("mount")
+        && have("mkfs.ext4")
+        && have("e2fsck")
+        && Path::new("/dev/loop-control").exists()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `mkfs.ext4 -O fast_commit` on a fresh image, fully initialized.
+pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
+    let _ = std::fs::remove_file(img);
+    run(Command::new("truncate").args(["-s", size]).arg(img));
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", &block_size.to_string()])
+        .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"])
+        .args(["-O", "fast_commit"])
+        .arg(img));
+}
+
+struct LoopGuard {
+    dev: String,
+    mnt: Option<PathBuf>,
+}
+
+impl Drop for LoopGuard {
+    fn drop(&mut self) {
+        if let Some(m) = &self.mnt {
+            let _ = Command::new("umount").arg(m).status();
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+fn losetup(img: &Path) -> LoopGuard {
+    let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
+        .trim()
+        .to_string();
+    LoopGuard { dev, mnt: None }
+}
+
+/// Mount `img` with `-o commit=600` (no timer commit during the test),
+/// force one full commit (the kernel only fast-commits after one), run
+/// `work` in the mount, then copy the loop device with O_DIRECT while it
+/// is still mounted: the copy holds the fast-commit log and nothing the
+/// next full commit or checkpoint would write.
+pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path)) {
+    let mnt = tempfile::tempdir().unwrap();
+    let mut g = losetup(img);
+    run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "commit=600"])
+        .arg(&g.dev)
+        .arg(mnt.path()));
+    g.mnt = Some(mnt.path().to_path_buf());
+    run(Command::new("sync").arg("-f").arg(mnt.path()));
+    work(mnt.path());
+    run(Command::new("dd")
+        .arg(format!("if={}", g.dev))
+        .arg(format!("of={}", captured.display()))
+        .args(["bs=1M", "iflag=direct", "status=none"]));
+}
+
+/// Write a file and fsync it.
+pub fn write_fsync(path: &Path, data: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Open a file read-write, run `f`, fsync.
+pub fn edit_fsync(path: &Path, f: impl FnOnce(&mut std::fs::File)) {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    f(&mut file);
+    file.sync_all().unwrap();
+}
+
+/// fsync an existing path (a file or a directory).
+pub fn fsync_path(path: &Path) {
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+}
+
+fn open_rw(img: &Path) -> FileDevice {
+    let data = std::fs::read(img).unwrap();
+    let log = u32::from_le_bytes(data[1024 + 0x18..1024 + 0x1C].try_into().unwrap());
+    let opts = OpenOptions {
+        exclusive: false,
+        ..OpenOptions::read_write()
+    };
+    FileDevice::open(img, 1024 << log, opts).unwrap()
+}
+
+/// The protocol environment of an image, as mount builds it.
+pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
+    let bs = dev.block_size();
+    let mut buf = vec![0u8; bs as usize];
+    let (blk, off) = if bs == 1024 { (1, 0) } else { (0, 1024) };
+    dev.read(blk, &mut buf, ordo_dev::BlockClass::Super).unwrap();
+    let s = Superblock::decode(&buf[off..off + 1024]).unwrap();
+    ProtocolEnv {
+        block_size: bs,
+        block_count: s.blocks_count,
+        uuid: s.uuid,
+        journal_runs: Vec::new(),
+        commit_interval_ms: 5000,
+        data_mode: DataMode::Ordered,
+        metadata_csum: s.has_metadata_csum(),
+    }
+}
+
+/// Run ordo's `mode=fast_commit` recovery on an image file.
+pub fn ordo_recover(img: &Path) -> RecoveryReport {
+    let dev = open_rw(img);
+    let env = env_of(&dev);
+    let r = protocol::recover(ProtocolKind::FastCommit, &dev, &env).unwrap();
+    dev.flush().unwrap();
+    r
+}
+
+/// What ordo's scan of the fast-commit area of an image finds.
+pub fn fc_state(img: &Path) -> ordo_fs::fc_replay::FcState {
+    let dev = open_rw(img);
+    ordo_fs::fc_replay::fc_state(&dev).unwrap().expect("a fast-commit area")
+}
+
+/// `e2fsck -fy`; returns its exit code.
+pub fn e2fsck_fy(img: &Path) -> i32 {
+    let out = Command::new("e2fsck").arg("-fy").arg(img).output().unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+/// `e2fsck -fn` must find nothing.
+pub fn assert_fsck_clean(img: &Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "e2fsck -fn {}:\n{}{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One object of a tree, as a comparison sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Obj {
+    pub kind: &'static str,
+    pub perm: u32,
+    pub nlink: u64,
+    pub size: u64,
+    pub content: Vec<u8>,
+}
+
+fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, Obj>) {
+    for e in std::fs::read_dir(root.join(rel)).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if rel.as_os_str().is_empty() && name == "lost+found" {
+            continue;
+        }
+        let r = rel.join(&name);
+        let p = root.join(&r);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let ft = m.file_type();
+        let (kind, content) = if ft.is_dir() {
+            ("dir", Vec::new())
+        } else if ft.is_symlink() {
+            (
+                "symlink",
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+        } else if ft.is_file() {
+            ("file", std::fs::read(&p).unwrap())
+        } else {
+            ("other", Vec::new())
+        };
+        out.insert(
+            r.display().to_string(),
+            Obj {
+                kind,
+                perm: m.permissions().mode() & 0o7777,
+                nlink: m.nlink(),
+                size: if ft.is_dir() { 0 } else { m.size() },
+                content,
+            },
+        );
+        if ft.is_dir() {
+            walk(root, &r, out);
+        }
+    }
+}
+
+/// The tree of an image, read through a read-only kernel mount.
+pub fn tree_of(img: &Path) -> BTreeMap<String, Obj> {
+    let mnt = tempfile::tempdir().unwrap();
+    let mut g = losetup(img);
+    run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "ro,noload"])
+        .arg(&g.dev)
+        .arg(mnt.path()));
+    g.mnt = Some(mnt.path().to_path_buf());
+    let mut out = BTreeMap::new();
+    walk(mnt.path(), Path::new(""), &mut out);
+    out
+}
+
+/// Assert two trees are the same, naming the first difference.
+pub fn assert_same_tree(a: &BTreeMap<String, Obj>, b: &BTreeMap<String, Obj>) {
+    let ka: Vec<_> = a.keys().collect();
+    let kb: Vec<_> = b.keys().collect();
+    assert_eq!(ka, kb, "the two trees name different paths");
+    for (k, va) in a {
+        let vb = &b[k];
+        assert_eq!(
+            (va.kind, va.perm, va.nlink, va.size),
+            (vb.kind, vb.perm, vb.nlink, vb.size),
+            "{k}: attributes differ"
+        );
+        assert!(va.content == vb.content, "{k}: contents differ");
+    }
+}
