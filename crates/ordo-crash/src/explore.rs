@@ -90,6 +90,10 @@ pub enum LogFault {
     DropFlushes,
     /// The n-th FUA write (0-based) loses FUA.
     UnFua(usize),
+    /// The n-th and the next data write (0-based, class `data`, to another
+    /// block) exchange their target blocks: misdirected writes, which must
+    /// show up as foreign data.
+    CrossData(usize),
 }
 
 impl FromStr for LogFault {
@@ -101,8 +105,9 @@ impl FromStr for LogFault {
             "delay-write" => Ok(LogFault::DelayWrite(n()?)),
             "drop-flushes" => Ok(LogFault::DropFlushes),
             "unfua" => Ok(LogFault::UnFua(n()?)),
+            "cross-data" => Ok(LogFault::CrossData(n()?)),
             _ => Err(format!(
-                "unknown fault '{s}' (delay-write:N, drop-flushes, unfua:N)"
+                "unknown fault '{s}' (delay-write:N, drop-flushes, unfua:N, cross-data:N)"
             )),
         }
     }
@@ -138,6 +143,37 @@ impl LogFault {
                 let before = events.len();
                 events.retain(|e| !matches!(e.kind, EventKind::Flush));
                 events.len() != before
+            }
+            LogFault::CrossData(n) => {
+                let data: Vec<usize> = events
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| {
+                        matches!(&e.kind, EventKind::Write(w) if w.class == ordo_dev::BlockClass::Data)
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                let Some(&a) = data.get(n) else {
+                    return false;
+                };
+                let block_of = |i: usize, ev: &[LogEvent]| match &ev[i].kind {
+                    EventKind::Write(w) => (w.block, w.data.len()),
+                    _ => unreachable!("filtered to writes"),
+                };
+                let (ba, la) = block_of(a, events);
+                let Some(&b) = data[n + 1..]
+                    .iter()
+                    .find(|&&i| block_of(i, events).0 != ba && block_of(i, events).1 == la)
+                else {
+                    return false;
+                };
+                let (bb, _) = block_of(b, events);
+                for (i, blk) in [(a, bb), (b, ba)] {
+                    if let EventKind::Write(w) = &mut events[i].kind {
+                        w.block = blk;
+                    }
+                }
+                true
             }
             LogFault::UnFua(n) => {
                 let Some(e) = events
@@ -279,6 +315,7 @@ fn fault_name(f: LogFault) -> String {
         LogFault::DelayWrite(n) => format!("delay-write:{n}"),
         LogFault::DropFlushes => "drop-flushes".into(),
         LogFault::UnFua(n) => format!("unfua:{n}"),
+        LogFault::CrossData(n) => format!("cross-data:{n}"),
     }
 }
 

@@ -203,3 +203,24 @@ fn recording_through_fuse() {
     assert!(r.failures.is_empty());
     assert_eq!(r.options, "--fuse");
 }
+
+/// Misdirected data writes (each of two data blocks written where the other
+/// belongs) are caught by the foreign-data oracle even when the metadata is
+/// perfectly consistent.
+#[test]
+fn misdirected_data_is_foreign() {
+    let (_dir, path) = scenario(
+        "preset\n---\ncreat /A/x\nwrite /A/x 0 8192\ncreat /B/y\nwrite /B/y 0 8192\nsync\n",
+    );
+    let clean = explore(&params(ProtocolKind::Sync, &path)).unwrap();
+    assert_eq!(clean.foreign_data, 0, "{}", clean.summary(3));
+    let mut p = params(ProtocolKind::Sync, &path);
+    p.fault = Some(LogFault::CrossData(0));
+    let r = explore(&p).unwrap();
+    assert!(r.foreign_data > 0, "{}", r.summary(3));
+    assert!(r
+        .failures
+        .iter()
+        .flat_map(|f| &f.details)
+        .any(|d| d.contains("never written there")));
+}

@@ -110,7 +110,11 @@ pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEnt
         let ino = le32(img, off);
         let rec_len = le16(img, off + 4) as usize;
         let name_len = img[off + 6] as usize;
-        if rec_len < 8 || !rec_len.is_multiple_of(4) || off + rec_len > limit || 8 + name_len > rec_len {
+        if rec_len < 8
+            || !rec_len.is_multiple_of(4)
+            || off + rec_len > limit
+            || 8 + name_len > rec_len
+        {
             return Err(FsError::corrupt(
                 block,
                 format!("directory {dir} entry at {off} rec_len"),
@@ -224,8 +228,7 @@ impl Core {
             if is_node {
                 continue;
             }
-            if self.seal.csum && has_tail(&img) && !(indexed && l == 0) && !self.cache.is_dirty(p)
-            {
+            if self.seal.csum && has_tail(&img) && !(indexed && l == 0) && !self.cache.is_dirty(p) {
                 let want = self.seal.dir_csum(dir, i.generation, &img);
                 let n = img.len();
                 if le32(&img, n - 4) != want {
@@ -332,6 +335,9 @@ impl Core {
         }
         let pblks = self.dir_index(dir)?.pblks.clone();
         let bs = self.bs as usize;
+        // The flag goes first: an unindexed dx root reads as a valid linear
+        // block, a linear block under the index flag does not.
+        self.set_flags(dir, i.flags & !io::FL_INDEX);
         for (l, &p) in pblks.iter().enumerate() {
             if p == 0 {
                 continue;
@@ -367,7 +373,6 @@ impl Core {
                 self.dir_index(dir)?.free[l] = f;
             }
         }
-        self.set_flags(dir, i.flags & !io::FL_INDEX);
         Ok(())
     }
 

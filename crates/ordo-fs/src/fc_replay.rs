@@ -141,6 +141,14 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     };
     let map = JournalMap::new(runs);
     let jscan = recovery::scan(dev, &map)?;
+    let (sup, _) = read_super(dev)?;
+    crate::protocol::fast_commit::HANDOFF.with(|h| {
+        *h.borrow_mut() = Some(crate::protocol::fast_commit::Handoff {
+            uuid: sup.uuid,
+            inode_size: sup.inode_size() as usize,
+            first_ino: sup.first_ino(),
+        })
+    });
     let mut lines = Vec::new();
     let mut replayed = 0;
     let mut written = 0;

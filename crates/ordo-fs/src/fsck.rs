@@ -462,6 +462,42 @@ mod tests {
         assert!(check(&big, &FsckOptions::default()).unwrap().is_clean());
     }
 
+    /// Seeded random damage to the metadata blocks of small images: the
+    /// checker (and the repair, when it runs) returns, never panics.
+    #[test]
+    fn random_damage_never_panics() {
+        use rand::{Rng, SeedableRng};
+        for (bs, size) in [(1024u32, 4u64 << 20), (4096, 16 << 20)] {
+            let base = fresh(bs, size).to_image();
+            let meta_blocks = if bs == 1024 { 300 } else { 80 };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(bs as u64);
+            for case in 0..300 {
+                let mut img = base.clone();
+                for _ in 0..rng.gen_range(1..=16) {
+                    let at = rng.gen_range(0..meta_blocks * bs as usize);
+                    img[at] ^= rng.gen_range(1..=255u8);
+                }
+                let dev = MemDevice::from_image(bs, &img).unwrap();
+                let repair_benign = case % 2 == 0;
+                let r = check(
+                    &dev,
+                    &FsckOptions {
+                        repair_benign,
+                        ..FsckOptions::default()
+                    },
+                );
+                if let Ok(r) = &r {
+                    if r.has_unsafe() {
+                        assert!(
+                            r.repairs.is_empty(),
+                            "case {case}: repaired an unsafe image"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn not_ext4_is_an_operational_error() {
         let dev = MemDevice::new(4096, 256).unwrap();

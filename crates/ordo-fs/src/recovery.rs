@@ -973,3 +973,97 @@ pub fn journal_state(dev: &dyn BlockDevice) -> Result<Option<JournalState>> {
         errno: scan.sb.errno,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(tid: u32, blocks: &[u64], revoked: &[u64], first_log: u32) -> ScannedTransaction {
+        ScannedTransaction {
+            tid,
+            start: first_log,
+            blocks: blocks
+                .iter()
+                .enumerate()
+                .map(|(i, &home)| LoggedBlock {
+                    home,
+                    log_block: first_log + 1 + i as u32,
+                    escaped: false,
+                })
+                .collect(),
+            revoked: revoked.to_vec(),
+            commit_sec: 0,
+        }
+    }
+
+    fn scan_of(transactions: Vec<ScannedTransaction>) -> Scan {
+        Scan {
+            sb: JournalSuperblock::new_internal(4096, 1024, [0; 16]),
+            end_tid: 0,
+            end_block: 1,
+            end: LogEnd::Normal,
+            transactions,
+        }
+    }
+
+    #[test]
+    fn a_revoke_hides_earlier_and_same_transaction_copies_only() {
+        // 100 logged in 5, revoked in 6, logged again in 7: 7's copy wins.
+        // 200 logged in 6 and revoked in 6: not replayed.
+        // 300 revoked in 5 and logged in 6: replayed.
+        let s = scan_of(vec![
+            txn(5, &[100, 400], &[300], 10),
+            txn(6, &[200, 300], &[100, 200], 20),
+            txn(7, &[100], &[], 30),
+        ]);
+        let (plan, skipped) = replay_plan(&s);
+        let homes: Vec<(u64, u32)> = plan.iter().map(|b| (b.home, b.log_block)).collect();
+        assert_eq!(homes, vec![(100, 31), (300, 22), (400, 12)]);
+        assert_eq!(skipped, 2);
+    }
+
+    #[test]
+    fn revokes_compare_ids_across_the_wrap() {
+        let s = scan_of(vec![
+            txn(u32::MAX, &[100], &[], 10),
+            txn(0, &[], &[100], 20),
+        ]);
+        let (plan, skipped) = replay_plan(&s);
+        assert!(plan.is_empty());
+        assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn journal_map_translates_runs() {
+        let m = JournalMap::new(vec![(2, 83, 15), (0, 80, 2), (17, 611, 1007)]);
+        assert_eq!(m.len_blocks, 1024);
+        assert_eq!(m.phys(0), Some(80));
+        assert_eq!(m.phys(2), Some(83));
+        assert_eq!(m.phys(17), Some(611));
+        assert_eq!(m.phys(1023), Some(1617));
+        assert_eq!(m.phys(1024), None);
+        assert!(m.contains_phys(90) && !m.contains_phys(82));
+    }
+
+    #[test]
+    fn recover_flag_flip_reseals_and_tears_are_recognized() {
+        let mut block = vec![0u8; 4096];
+        let sb = &mut block[1024..2048];
+        sb[sb_off::MAGIC..sb_off::MAGIC + 2].copy_from_slice(&EXT4_SUPER_MAGIC.to_le_bytes());
+        sb[sb_off::FEATURE_RO_COMPAT..sb_off::FEATURE_RO_COMPAT + 4]
+            .copy_from_slice(&EXT4_RO_COMPAT_METADATA_CSUM.to_le_bytes());
+        reseal_ext4_super(sb);
+        let old = block.clone();
+        assert!(set_recover_flag(&mut block, 1024 * 4, true));
+        assert!(!set_recover_flag(&mut block, 4096, true), "already set");
+        assert!(!torn_recover_flip(&block, 4096));
+        // New first sector (flag), old second sector (checksum): torn.
+        let mut torn = old.clone();
+        torn[1024..1536].copy_from_slice(&block[1024..1536]);
+        assert!(torn_recover_flip(&torn, 4096));
+        // Any other damage is not mistaken for the tear.
+        let mut other = old.clone();
+        other[1024 + 0x70] ^= 1;
+        assert!(!torn_recover_flip(&other, 4096));
+    }
+}

@@ -15,17 +15,17 @@ use core_common::*;
 use ordo_dev::{BlockDevice, Counters, FileDevice, OpenOptions};
 use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
 
-fn open(img: &std::path::Path, mode: ProtocolKind) -> Fs {
-    let dev: Arc<dyn BlockDevice> =
-        Arc::new(FileDevice::open(img, 4096, OpenOptions::read_write()).unwrap());
-    Fs::mount(
-        dev,
+fn open(img: &std::path::Path, mode: ProtocolKind) -> (Fs, Arc<FileDevice>) {
+    let dev = Arc::new(FileDevice::open(img, 4096, OpenOptions::read_write()).unwrap());
+    let fs = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
         MountOptions {
             mode,
             ..Default::default()
         },
     )
-    .unwrap()
+    .unwrap();
+    (fs, dev)
 }
 
 fn report(what: &str, mode: ProtocolKind, ops: u64, secs: f64, c: &Counters, peak: u64) {
@@ -51,8 +51,8 @@ fn bench_core() {
         mkfs(&img, 3 * 1024, 4096, "^has_journal");
         let c = Creds::root();
         // create 10,000 files of 4 KiB, then unmount
-        let fs = open(&img, mode);
-        let c0 = fs.counters();
+        let (fs, dev) = open(&img, mode);
+        let c0 = dev.counters();
         let t = Instant::now();
         let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
         let data = vec![0x61u8; 4096];
@@ -70,31 +70,20 @@ fn bench_core() {
             fs.write(f.ino, 0, &data).unwrap();
         }
         let peak = fs.cache_stats().peak_cached_bytes;
-        let dev_counters = {
-            let before = c0;
-            let fs2 = fs;
-            let after_ops = fs2.counters();
-            fs2.unmount().unwrap();
-            (before, after_ops)
-        };
+        fs.unmount().unwrap();
         let secs = t.elapsed().as_secs_f64();
-        let fs = open(&img, mode);
-        let _ = dev_counters.1;
-        drop(fs);
-        // Counters of a fresh device see only what the run wrote: reopen to
-        // read the device's totals of the unmount too.
-        let _ = dev_counters.0;
         report(
             "create 10k x 4KiB + umount",
             mode,
             10_000,
             secs,
-            &dev_counters.1.since(&dev_counters.0),
+            &dev.counters().since(&c0),
             peak,
         );
+        drop(dev);
 
         // write 1 GiB sequentially, then read it back
-        let fs = open(&img, mode);
+        let (fs, _dev) = open(&img, mode);
         let f = fs
             .create(ROOT_INO, b"big", FileType::Regular, 0o644, 0, &c)
             .unwrap();

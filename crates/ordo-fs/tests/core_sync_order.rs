@@ -125,19 +125,72 @@ fn check_state(dev: MemDevice) -> Result<(), String> {
     Ok(())
 }
 
-/// Materialize `base` plus the first `k` writes of `log`.
-fn state(base: &Arc<MemDevice>, log: &[ordo_dev::Event], k: usize, bs: u32) -> MemDevice {
+/// Which of the writes not yet made durable by a flush reach the disk.
+#[derive(Clone, Copy)]
+enum Volatile {
+    All,
+    None,
+    /// A pseudo-random subset, by seed.
+    Some(u64),
+}
+
+/// The disk after a crash following the first `k` writes of `log`: writes
+/// made durable (FUA, or followed by a flush before the crash) are there;
+/// the others per `volatile`.
+fn state(
+    base: &Arc<MemDevice>,
+    log: &[ordo_dev::Event],
+    k: usize,
+    volatile: Volatile,
+) -> MemDevice {
     let d = base.snapshot();
-    for ev in log
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::Write { .. }))
-        .take(k)
-    {
+    let mut writes = 0;
+    let mut pending: Vec<&ordo_dev::Event> = Vec::new();
+    let mut x = match volatile {
+        Volatile::Some(seed) => seed | 1,
+        _ => 1,
+    };
+    let mut apply = |ev: &ordo_dev::Event| {
         if let EventKind::Write { block, data, .. } = &ev.kind {
             d.write(*block, data, WriteFlags::new(ordo_dev::BlockClass::Other))
                 .unwrap();
         }
-        let _ = bs;
+    };
+    for ev in log {
+        if writes == k {
+            break;
+        }
+        match &ev.kind {
+            EventKind::Flush => {
+                for p in pending.drain(..) {
+                    apply(p);
+                }
+            }
+            EventKind::Write { fua: true, .. } => {
+                writes += 1;
+                apply(ev);
+            }
+            EventKind::Write { .. } => {
+                writes += 1;
+                pending.push(ev);
+            }
+            EventKind::Mark(_) => {}
+        }
+    }
+    for p in pending {
+        let keep = match volatile {
+            Volatile::All => true,
+            Volatile::None => false,
+            Volatile::Some(_) => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & 1 == 1
+            }
+        };
+        if keep {
+            apply(p);
+        }
     }
     d
 }
@@ -233,8 +286,14 @@ fn run(block_size: u32) {
         "sync mode should write metadata FUA ({fua} of {writes})"
     );
     for k in 0..=writes {
-        if let Err(e) = check_state(state(&base, &log, k, block_size)) {
-            panic!("crash after write {k} of {writes} leaves a non-benign state: {e}");
+        for v in [
+            Volatile::All,
+            Volatile::None,
+            Volatile::Some(k as u64 * 7919),
+        ] {
+            if let Err(e) = check_state(state(&base, &log, k, v)) {
+                panic!("crash after write {k} of {writes} leaves a non-benign state: {e}");
+            }
         }
     }
 }

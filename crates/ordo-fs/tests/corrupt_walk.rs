@@ -8,7 +8,8 @@
 //! just before it. Every failure must be an error (EUCLEAN, EIO, EINVAL or
 //! a plain errno a lookup can give), a corruption error must name its
 //! block, the walk is bounded, the device must see no write at all, and
-//! the image file must be byte-identical afterwards.
+//! the image file must be byte-identical afterwards. `ordo fsck` runs over
+//! every damaged image too, under the same rules.
 
 mod fsck_common;
 
@@ -170,8 +171,14 @@ fn run_case(label: &str, img: &Path, bs: u32) -> WalkStats {
         }
         Err(e) => st.error(label, "mount", &e),
     }
+    // ordo fsck over the same damage: it must return (a report or an
+    // operational error), never panic, and never write without a repair.
+    let _ = ordo_fs::fsck::check(dev.as_ref(), &ordo_fs::fsck::FsckOptions::default());
     let writes = dev.counters().total().writes;
-    assert_eq!(writes, 0, "{label}: a read-only mount wrote {writes} times");
+    assert_eq!(
+        writes, 0,
+        "{label}: a read-only mount (or fsck) wrote {writes} times"
+    );
     drop(dev);
     assert!(
         digest(img) == before,

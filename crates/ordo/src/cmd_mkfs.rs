@@ -22,8 +22,12 @@ pub struct MkfsArgs {
     #[arg(short = 'b', long = "block-size", default_value_t = 4096)]
     pub block_size: u32,
     /// Features, as mke2fs -O: a comma-separated list, "^name" turns one off.
+    /// `has_journal` is on by default (`-O ^has_journal` for async / sync).
     #[arg(short = 'O', long = "features")]
     pub features: Option<String>,
+    /// Journal size in blocks (default: mke2fs's size for the file system).
+    #[arg(short = 'J', long = "journal-blocks")]
+    pub journal_blocks: Option<u32>,
     /// Volume label (at most 16 bytes).
     #[arg(short = 'L', long)]
     pub label: Option<String>,
@@ -34,9 +38,11 @@ pub struct MkfsArgs {
 
 fn make(a: &MkfsArgs) -> Result<String, String> {
     let name = a.image.display();
+    // Like mke2fs: an internal journal unless turned off.
+    let base = parse_features("has_journal", DEFAULT_FEATURES).map_err(|e| e.to_string())?;
     let features = match &a.features {
-        Some(spec) => parse_features(spec, DEFAULT_FEATURES).map_err(|e| e.to_string())?,
-        None => DEFAULT_FEATURES,
+        Some(spec) => parse_features(spec, base).map_err(|e| e.to_string())?,
+        None => base,
     };
     if let Some(label) = &a.label {
         if label.len() > 16 {
@@ -74,6 +80,7 @@ fn make(a: &MkfsArgs) -> Result<String, String> {
         features,
         label: a.label.clone().unwrap_or_default(),
         assume_zeroed: fresh,
+        journal_blocks: a.journal_blocks,
         ..MkfsOptions::default()
     };
     let report = mkfs(&dev, &opts).map_err(|e| format!("{name}: {e}"))?;

@@ -53,6 +53,10 @@ enum Cmd {
     /// passed, 1 some failed, 2 the exploration could not run.
     #[command(disable_help_flag = true)]
     Crash(CrashArgs),
+    /// Run the papers' workloads on ordo and on the kernel's ext4 and print
+    /// one table (needs root; see docs/BENCH.md). Exit codes: 0 every row
+    /// ran, 1 some target failed, 2 the benchmark could not run.
+    Bench(ordo_bench::cli::BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::Fsck(a) => cmd_fsck::run(&a),
         Cmd::Info(a) => info(&a),
         Cmd::Crash(a) => crash(&a.args),
+        Cmd::Bench(a) => bench(&a),
     };
     ExitCode::from(code)
 }
@@ -233,6 +238,17 @@ fn format_info(sb: &SuperblockView) -> String {
 }
 
 /// `ordo crash ...`: the crash explorer parses its own arguments.
+/// `ordo bench ...`: the benchmark harness.
+fn bench(a: &ordo_bench::cli::BenchArgs) -> u8 {
+    match ordo_bench::cli::run(a) {
+        Ok(code) => u8::try_from(code).unwrap_or(1),
+        Err(e) => {
+            eprintln!("ordo bench: {e}");
+            2
+        }
+    }
+}
+
 fn crash(args: &[String]) -> u8 {
     match ordo_crash::cli::run(args) {
         Ok(code) => u8::try_from(code).unwrap_or(1),

@@ -497,6 +497,9 @@ impl<'a> Checker<'a> {
 
     /// Byte position of inode `ino` (block, offset in block).
     pub(crate) fn inode_location(&self, ino: u32) -> Option<(u64, usize)> {
+        if ino == 0 || ino > self.geo.inodes_count {
+            return None;
+        }
         let g = (ino - 1) / self.geo.inodes_per_group;
         let idx = ((ino - 1) % self.geo.inodes_per_group) as u64;
         if !*self.gd_ok.get(g as usize)? {

@@ -97,9 +97,11 @@ use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
 
 use super::{DataMode, Io, Protocol, ProtocolEnv, RecoveryReport, WriteBackReason};
 use crate::error::{FsError, Result};
-use crate::mkfs_journal;
 use crate::recovery::{self, JournalMap};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
+
+/// The smallest journal (`JBD2_MIN_JOURNAL_BLOCKS`).
+const MIN_JOURNAL_BLOCKS: u32 = 1024;
 
 /// A fault injected on purpose, for proving that the crash explorer can
 /// fail. Never set in normal use.
@@ -265,6 +267,17 @@ impl JournalProtocol {
     /// protocol continues from (the protocol never reads the device). A
     /// protocol built without it (a read-only mount) refuses to commit.
     pub fn new(env: &ProtocolEnv) -> Result<Self> {
+        Self::new_with(env, false)
+    }
+
+    /// [`JournalProtocol::new`] for `mode=fast_commit`: as the kernel does
+    /// at mount, set the journal's fast-commit feature, so that the log
+    /// ends where the fast-commit area begins.
+    pub(crate) fn new_fast_commit(env: &ProtocolEnv) -> Result<Self> {
+        Self::new_with(env, true)
+    }
+
+    fn new_with(env: &ProtocolEnv, fast_commit: bool) -> Result<Self> {
         let handoff = HANDOFF
             .with(|h| h.borrow_mut().take())
             .filter(|h| h.uuid == env.uuid);
@@ -275,14 +288,18 @@ impl JournalProtocol {
                 if env.journal_runs.is_empty() {
                     env.journal_runs = h.journal_runs;
                 }
-                Self::with_state(&env, h.journal_sb, Some(h.super_block_image), fault)
+                let mut sb = h.journal_sb;
+                if fast_commit {
+                    sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
+                }
+                Self::with_state(&env, sb, Some(h.super_block_image), fault)
             }
             None => {
                 // Read-only: nothing will be logged, so the journal's
                 // geometry only has to be plausible.
                 let mut env = env.clone();
                 if env.journal_runs.is_empty() {
-                    env.journal_runs = vec![(0, 0, mkfs_journal::MIN_JOURNAL_BLOCKS)];
+                    env.journal_runs = vec![(0, 0, MIN_JOURNAL_BLOCKS)];
                 }
                 let len = JournalMap::new(env.journal_runs.clone()).len_blocks;
                 let sb = JournalSuperblock::new_internal(env.block_size, len, env.uuid);
@@ -384,6 +401,23 @@ impl JournalProtocol {
             inert: false,
             stats: Stats::default(),
         })
+    }
+
+    /// The id of the running transaction (the one the next commit writes).
+    pub(crate) fn running_tid(&self) -> u32 {
+        self.running.tid
+    }
+
+    /// Whether the on-disk journal is live (`s_start != 0` as planned so
+    /// far): what a fast commit on top of it needs, since recovery ignores
+    /// a fast-commit area behind a clean journal.
+    pub(crate) fn log_is_live(&self) -> bool {
+        !self.inert && !self.aborted && self.stats.commits > 0 && self.sb.start != 0
+    }
+
+    /// The journal's block map and superblock (fast-commit area geometry).
+    pub(crate) fn geometry(&self) -> (&JournalMap, &JournalSuperblock) {
+        (&self.map, &self.sb)
     }
 
     fn log_len(&self) -> u32 {

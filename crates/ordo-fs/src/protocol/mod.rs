@@ -13,6 +13,7 @@
 //! then calls [`Protocol::plan_done`] under the lock.
 
 pub mod async_mode;
+pub mod fast_commit;
 pub mod journal;
 pub mod sync_mode;
 
@@ -369,8 +370,6 @@ pub fn build(kind: ProtocolKind, env: &ProtocolEnv) -> Result<Box<dyn Protocol>>
         ProtocolKind::Async => Ok(Box::new(async_mode::AsyncProtocol::new(env))),
         ProtocolKind::Sync => Ok(Box::new(sync_mode::SyncProtocol::new(env))),
         ProtocolKind::Journal => Ok(Box::new(journal::JournalProtocol::new(env)?)),
-        ProtocolKind::FastCommit => Err(crate::FsError::Unsupported(
-            format!("mode={} is not built yet", kind.name()),
-        )),
+        ProtocolKind::FastCommit => Ok(Box::new(fast_commit::FastCommitProtocol::new(env)?)),
     }
 }

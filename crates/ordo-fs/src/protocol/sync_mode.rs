@@ -58,9 +58,16 @@
 //! safely) is broken by releasing its oldest update anyway; the `cycles`
 //! statistic counts these.
 //!
-//! Data overwritten in place is not ordered (it was never a pointer): it is
-//! written on `fsync`/`sync`, by the periodic write-back, under memory
-//! pressure and at unmount, followed by a flush when durability was asked.
+//! Only updates with pointer meaning are written synchronously: inode
+//! initialization and release, link counts, sizes, block maps and index
+//! flags, directory entries, new directory and extent blocks. The rest are
+//! FFS's *delayed writes*: allocation bitmaps and group counters (the benign
+//! repair recomputes them; reuse is still held back by `can_allocate` until
+//! the pointer clearing is durable), times, mode and owner, the orphan list
+//! (losing it only leaks an inode). A block holding only such updates stays
+//! dirty until the next write-back, `fsync`, `sync` or unmount. Data
+//! overwritten in place is not ordered either (it was never a pointer).
+//! Mount and unmount bookkeeping (`OpKind::Internal`) is written whole.
 //!
 //! Recovery: nothing to replay. After a crash the image needs only the
 //! benign repair described in `docs/DESIGN.md`.
@@ -124,6 +131,32 @@ fn u16_of(b: &[u8]) -> u16 {
     }
 }
 
+/// Whether an update carries pointer meaning, so that its block must be
+/// written synchronously, in order. Everything else (allocation bitmaps and
+/// counters, which the benign repair recomputes; times, mode, owner; the
+/// orphan list, whose loss only leaks an inode) is a delayed write, as in
+/// FFS, written by the next write-back, fsync or sync.
+fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
+    match &u.kind {
+        UpdateKind::Inode { field, .. } => matches!(
+            field,
+            InodeField::Whole
+                | InodeField::Links
+                | InodeField::Size
+                | InodeField::Blocks
+                | InodeField::BlockCount
+                | InodeField::Flags
+                | InodeField::Dtime
+        ),
+        UpdateKind::Extent { .. }
+        | UpdateKind::ExtentBlockInit { .. }
+        | UpdateKind::Dirent { .. }
+        | UpdateKind::DirBlockInit { .. } => true,
+        UpdateKind::Other => tree_blocks.contains(&u.block),
+        UpdateKind::Bitmap { .. } | UpdateKind::Counter { .. } | UpdateKind::Checksum => false,
+    }
+}
+
 /// The write-ordering graph of one handle.
 struct Graph {
     /// Predecessors of each update.
@@ -182,6 +215,7 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
         }
     }
     let mut index_sets: Vec<usize> = Vec::new();
+    let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
     // Same-block overlap keeps program order: the last writer of each byte.
     let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
@@ -211,6 +245,19 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
         } = u.kind
         {
             index_sets.push(i);
+        }
+        if let UpdateKind::Inode {
+            ino,
+            field: InodeField::Flags,
+        } = u.kind
+        {
+            flag_changes.entry(ino).or_default().push(i);
+        }
+        if let UpdateKind::DirBlockInit { dir } = u.kind {
+            // A directory block rewritten after its index flag was cleared.
+            if let Some(v) = flag_changes.get(&dir) {
+                p.extend(v.iter().copied());
+            }
         }
         match &u.kind {
             UpdateKind::Extent {
@@ -318,7 +365,7 @@ impl Protocol for SyncProtocol {
         !self.not_reusable.contains(&block)
     }
 
-    fn on_handle_end(&mut self, _h: &HandleInfo, io: &mut Io) -> Result<()> {
+    fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
         let ups = std::mem::take(&mut self.updates);
         let mut fresh = std::mem::take(&mut self.fresh);
         let freed = std::mem::take(&mut self.freed_now);
@@ -349,6 +396,12 @@ impl Protocol for SyncProtocol {
             .collect();
         let g = build_graph(&ups, &tree_blocks);
         let n = ups.len();
+        // Mount and unmount bookkeeping is written whole and at once.
+        let everything = h.op == crate::update::OpKind::Internal;
+        let ordered: Vec<bool> = ups
+            .iter()
+            .map(|u| everything || is_ordered(u, &tree_blocks))
+            .collect();
         let mut by_block: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, u) in ups.iter().enumerate() {
             by_block.entry(u.block).or_default().push(i);
@@ -385,7 +438,13 @@ impl Protocol for SyncProtocol {
             // Every predecessor in another block must be on disk first.
             let mut to_write: Vec<u64> = g.preds[i]
                 .iter()
-                .filter(|&&j| released[j] && !durable[j] && ups[j].block != ups[i].block)
+                .filter(|&&j| {
+                    ordered[j]
+                        && ordered[i]
+                        && released[j]
+                        && !durable[j]
+                        && ups[j].block != ups[i].block
+                })
                 .map(|&j| ups[j].block)
                 .collect();
             to_write.sort_unstable();
@@ -436,7 +495,7 @@ impl Protocol for SyncProtocol {
         // their first update was made.
         let mut rest: Vec<(usize, u64)> = by_block
             .iter()
-            .filter(|(_, m)| m.iter().any(|&k| !durable[k]))
+            .filter(|(_, m)| m.iter().any(|&k| ordered[k] && !durable[k]))
             .map(|(&b, m)| (m[0], b))
             .collect();
         rest.sort_unstable();

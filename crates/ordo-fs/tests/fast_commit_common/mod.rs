@@ -46,13 +46,17 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// `mkfs.ext4 -O fast_commit` on a fresh image, fully initialized.
+/// `mkfs.ext4 -O fast_commit` on a fresh image. Inode tables are left to
+/// lazy initialization as mke2fs does by default: e2fsck 1.47.0 replays a
+/// fast-commit log against the group descriptors it read before replaying
+/// the JBD2 log, and with zeroed-table descriptors (`-E
+/// lazy_itable_init=0`) it then misses inodes the last full commit
+/// allocated.
 pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
     let _ = std::fs::remove_file(img);
     run(Command::new("truncate").args(["-s", size]).arg(img));
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-b", &block_size.to_string()])
-        .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"])
         .args(["-O", "fast_commit"])
         .arg(img));
 }
@@ -91,12 +95,24 @@ pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path
         .arg(&g.dev)
         .arg(mnt.path()));
     g.mnt = Some(mnt.path().to_path_buf());
+    // Something to commit, so that the sync below is a real full commit.
+    write_fsync(&mnt.path().join("seed"), b"seed\n");
     run(Command::new("sync").arg("-f").arg(mnt.path()));
     work(mnt.path());
     run(Command::new("dd")
         .arg(format!("if={}", g.dev))
         .arg(format!("of={}", captured.display()))
         .args(["bs=1M", "iflag=direct", "status=none"]));
+}
+
+/// Make directories in an image before it is mounted (debugfs), so that
+/// they are on disk rather than in the JBD2 log of the capture.
+pub fn premake_dirs(img: &Path, dirs: &[&str]) {
+    for d in dirs {
+        run(Command::new("debugfs")
+            .args(["-w", "-R", &format!("mkdir {d}")])
+            .arg(img));
+    }
 }
 
 /// Write a file and fsync it.

@@ -45,10 +45,11 @@ mknod c/dev c 1 3
 touch empty
 for i in $(seq 1 300); do touch d/entry_with_a_fairly_long_name_$i; done
 head -c 524288 /dev/zero | tr '\0' 'z' > frag
-for i in $(seq 0 2 127); do fallocate -p -o $((i * 4096)) -l 4096 frag; done
-fallocate -l 65536 c/prealloc
+# Block-mapped (non-extent) files cannot fallocate: tolerate that.
+for i in $(seq 0 2 127); do fallocate -p -o $((i * 4096)) -l 4096 frag || true; done
+fallocate -l 65536 c/prealloc || true
 touch c/keepsize
-fallocate -n -l 65536 c/keepsize
+fallocate -n -l 65536 c/keepsize || true
 truncate -s 10M c/sparse
 echo x | dd of=c/sparse bs=1k seek=5000 conv=notrunc status=none
 "#,
