@@ -19,10 +19,14 @@ const MARGIN_R: f64 = 15.0;
 const MARGIN_T: f64 = 30.0;
 const MARGIN_B: f64 = 60.0;
 const GAP: f64 = 20.0;
-const PALETTE: [&str; 10] = [
+const PALETTE: [&str; 16] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
+    "#bcbd22", "#17becf", "#393b79", "#e7969c", "#637939", "#d6616b", "#7b4173", "#3182bd",
 ];
+/// Height of one legend or caption line.
+const LINE_H: f64 = 18.0;
+/// Longest caption line, in characters.
+const CAPTION_CHARS_MAX: usize = 150;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -281,8 +285,52 @@ impl Panel<'_> {
     }
 }
 
+/// Splits `text` into lines of at most `max` characters, breaking after a
+/// space or a comma (a single longer word is left whole).
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for para in text.lines() {
+        let mut cur = String::new();
+        let mut word = String::new();
+        for c in para.chars() {
+            word.push(c);
+            if c == ' ' || c == ',' {
+                if cur.chars().count() + word.chars().count() > max && !cur.is_empty() {
+                    lines.push(cur.trim_end().to_string());
+                    cur.clear();
+                }
+                cur.push_str(&word);
+                word.clear();
+            }
+        }
+        if cur.chars().count() + word.chars().count() > max && !cur.is_empty() {
+            lines.push(cur.trim_end().to_string());
+            cur.clear();
+        }
+        cur.push_str(&word);
+        lines.push(cur.trim_end().to_string());
+    }
+    lines
+}
+
+/// Legend entries laid out in rows that fit `width`: (row, x) per target.
+fn legend_layout(targets: &[String], width: f64) -> Vec<(usize, f64)> {
+    let mut out = Vec::with_capacity(targets.len());
+    let (mut row, mut x) = (0usize, MARGIN_L);
+    for t in targets {
+        let w = 24.0 + 7.5 * t.chars().count() as f64;
+        if x + w > width - 10.0 && x > MARGIN_L {
+            row += 1;
+            x = MARGIN_L;
+        }
+        out.push((row, x));
+        x += w;
+    }
+    out
+}
+
 /// The SVG figure of `rows` (failed rows are left out), with `caption`
-/// (the command that reproduces it) under it.
+/// (the command that reproduces it, and the machine) under it.
 pub fn svg(rows: &[Row], caption: &str) -> String {
     let ok: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
     let mut targets: Vec<String> = Vec::new();
@@ -295,9 +343,15 @@ pub fn svg(rows: &[Row], caption: &str) -> String {
             workloads.push(r.workload.clone());
         }
     }
-    let legend_h = 24.0;
     let width = 2.0 * PANEL_W + GAP;
-    let height = legend_h + workloads.len().max(1) as f64 * PANEL_H + 40.0;
+    let legend = legend_layout(&targets, width);
+    let legend_rows = legend.last().map_or(1, |l| l.0 + 1);
+    let legend_h = 6.0 + LINE_H * legend_rows as f64;
+    let caption_lines = wrap(caption, CAPTION_CHARS_MAX);
+    let height = legend_h
+        + workloads.len().max(1) as f64 * PANEL_H
+        + LINE_H * caption_lines.len() as f64
+        + 10.0;
     let mut svg = String::new();
     let _ = writeln!(
         svg,
@@ -307,16 +361,16 @@ pub fn svg(rows: &[Row], caption: &str) -> String {
         svg,
         r#"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="white"/>"#
     );
-    let mut lx = MARGIN_L;
-    for (ti, t) in targets.iter().enumerate() {
+    for (ti, (t, &(row, lx))) in targets.iter().zip(&legend).enumerate() {
+        let y = 6.0 + LINE_H * row as f64;
         let _ = writeln!(
             svg,
-            r#"<rect x="{lx:.1}" y="6" width="12" height="12" fill="{}"/><text x="{:.1}" y="16" font-size="12">{}</text>"#,
+            r#"<rect x="{lx:.1}" y="{y:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="12">{}</text>"#,
             PALETTE[ti % PALETTE.len()],
             lx + 16.0,
+            y + 10.0,
             esc(t)
         );
-        lx += 24.0 + 7.5 * t.chars().count() as f64;
     }
     for (wi, w) in workloads.iter().enumerate() {
         let rows: Vec<&Row> = ok.iter().copied().filter(|r| &r.workload == w).collect();
@@ -356,12 +410,15 @@ pub fn svg(rows: &[Row], caption: &str) -> String {
             }
         }
     }
-    let _ = writeln!(
-        svg,
-        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">{}</text>"##,
-        height - 12.0,
-        esc(caption)
-    );
+    let caption_top = height - 10.0 - LINE_H * caption_lines.len() as f64;
+    for (i, line) in caption_lines.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            r##"<text x="10" y="{:.1}" font-size="11" fill="#444">{}</text>"##,
+            caption_top + LINE_H * (i as f64 + 0.8),
+            esc(line)
+        );
+    }
     svg.push_str("</svg>\n");
     svg
 }
@@ -392,6 +449,21 @@ mod tests {
         assert_eq!(log.ticks().len(), 5);
         assert!((log.frac(1000.0) - 0.5).abs() < 1e-9);
         assert_eq!(log.frac(0.0), 0.0);
+    }
+
+    #[test]
+    fn captions_wrap_and_legends_fit() {
+        let lines = wrap("ordo bench x --targets a,b,c,d\nmachine", 12);
+        assert!(lines.iter().all(|l| l.chars().count() <= 12), "{lines:?}");
+        assert_eq!(lines.last().unwrap(), "machine");
+        assert_eq!(
+            lines.concat().replace(' ', ""),
+            "ordobenchx--targetsa,b,c,dmachine"
+        );
+        let many: Vec<String> = (0..12).map(|i| format!("ordo-lib:journal{i}")).collect();
+        let layout = legend_layout(&many, 2.0 * PANEL_W + GAP);
+        assert!(layout.last().unwrap().0 > 0, "wraps to a second row");
+        assert!(layout.iter().all(|&(_, x)| x < 2.0 * PANEL_W + GAP));
     }
 
     #[test]

@@ -220,7 +220,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     if let Some(p) = &args.chart {
         let m = crate::report::Machine::here();
         let caption = format!(
-            "{command}   ({}, {} CPUs, kernel {}, {})",
+            "{command}\n{}, {} CPUs, kernel {}, {}",
             m.cpu, m.cpus, m.kernel, m.date_utc
         );
         std::fs::write(p, crate::chart::svg(&rows, &caption)).map_err(|e| BenchError::Output {

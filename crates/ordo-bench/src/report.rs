@@ -261,7 +261,11 @@ pub fn table(rows: &[Row]) -> String {
         if let Some(e) = &r.error {
             let first = e.lines().next().unwrap_or("");
             let short: String = first.chars().take(ERROR_CHARS_MAX).collect();
-            lines.push(vec![r.title(), r.target.clone(), format!("FAILED: {short}")]);
+            lines.push(vec![
+                r.title(),
+                r.target.clone(),
+                format!("FAILED: {short}"),
+            ]);
             continue;
         }
         let agree = match r.counters_agree {

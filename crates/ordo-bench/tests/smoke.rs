@@ -36,7 +36,10 @@ fn require_root() {
 fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskName>) -> Plan {
     Plan {
         workloads: workloads.to_vec(),
-        targets: targets.iter().map(|t| t.parse::<TargetSpec>().unwrap()).collect(),
+        targets: targets
+            .iter()
+            .map(|t| t.parse::<TargetSpec>().unwrap())
+            .collect(),
         config: TargetConfig {
             workdir: PathBuf::from("/var/tmp/ordo-bench-test"),
             size_bytes: 256 << 20,
@@ -59,7 +62,11 @@ fn run(p: &Plan) -> Vec<Row> {
         .iter()
         .map(|&w| workload::cases(w, p.scale, &p.overrides).unwrap().len())
         .sum();
-    assert_eq!(rows.len(), cases * p.targets.len(), "one row per case and target");
+    assert_eq!(
+        rows.len(),
+        cases * p.targets.len(),
+        "one row per case and target"
+    );
     rows
 }
 
@@ -96,11 +103,7 @@ fn check_ok(r: &Row, device: bool) {
 
 #[test]
 fn every_workload_on_tmpfs_and_kernel_ext4() {
-    let rows = run(&plan(
-        &["tmpfs", "ext4:ordered"],
-        &WorkloadName::ALL,
-        None,
-    ));
+    let rows = run(&plan(&["tmpfs", "ext4:ordered"], &WorkloadName::ALL, None));
     for r in &rows {
         check_ok(r, r.target != "tmpfs");
         assert!(r.ordo.is_none() && r.counters_agree.is_none());
@@ -130,7 +133,10 @@ fn every_kernel_ext4_mode_runs_fcmicro() {
         0,
         "nobarrier issues no cache flush"
     );
-    let fc = rows.iter().find(|r| r.target == "ext4:fast_commit").unwrap();
+    let fc = rows
+        .iter()
+        .find(|r| r.target == "ext4:fast_commit")
+        .unwrap();
     let jn = rows.iter().find(|r| r.target == "ext4:journal").unwrap();
     assert!(
         fc.kib_per_op.unwrap() < jn.kib_per_op.unwrap(),
@@ -160,7 +166,10 @@ fn every_workload_on_ordo_through_fuse() {
             r.target,
             r.counters_note.as_deref().unwrap_or("")
         );
-        assert!(r.fs_peak_mib.unwrap() > 0.0, "peak memory of the ordo process");
+        assert!(
+            r.fs_peak_mib.unwrap() > 0.0,
+            "peak memory of the ordo process"
+        );
         assert!(r.fs_cpu_ms.is_some(), "CPU of the ordo process");
     }
 }
@@ -192,7 +201,11 @@ fn in_process_ordo_counters_agree_with_the_kernel() {
 
 #[test]
 fn timing_models_charge_virtual_time() {
-    let mut p = plan(&["ordo-lib:sync"], &[WorkloadName::Fcmicro], Some(DiskName::Hdd));
+    let mut p = plan(
+        &["ordo-lib:sync"],
+        &[WorkloadName::Fcmicro],
+        Some(DiskName::Hdd),
+    );
     let hdd = run(&p).remove(0);
     p.config.disk = Some(DiskName::Ssd);
     let ssd = run(&p).remove(0);

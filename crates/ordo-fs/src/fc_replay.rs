@@ -247,6 +247,9 @@ struct Touched {
     initial: BTreeSet<u64>,
     /// Created by a CREAT of this log.
     created: bool,
+    /// The inode was an in-use directory before the replay (for
+    /// `bg_used_dirs_count`).
+    was_used_dir: bool,
 }
 
 /// The image being replayed: a write-back cache of blocks over the device.
@@ -375,11 +378,17 @@ impl<'a> Img<'a> {
         }
         let raw = self.read_inode(ino)?;
         let initial = self.owned_blocks(ino, &raw).unwrap_or_default();
+        let g = self.sb.group_of_inode(ino) as usize;
+        let i = self.sb.inode_index_in_group(ino) as usize;
+        let ib = self.inode_bitmap(g)?;
+        let used = bitmap::test(self.block(ib)?, i);
+        let was_used_dir = used && le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR;
         self.touched.insert(
             ino,
             Touched {
                 initial,
                 created: false,
+                was_used_dir,
             },
         );
         Ok(())
@@ -545,12 +554,20 @@ impl<'a> Img<'a> {
     fn replay_inode(&mut self, ino: Ino, logged: &[u8]) -> Result<()> {
         self.touch(ino)?;
         let mut raw = self.read_inode(ino)?;
+        // A new incarnation of the slot (it was free, or held another file
+        // type or generation): whatever it mapped belongs to the old one.
+        let fresh = le16(&raw, ioff::LINKS_COUNT) == 0
+            || le16(&raw, ioff::MODE) & imode::S_IFMT != le16(logged, ioff::MODE) & imode::S_IFMT
+            || le32(&raw, ioff::GENERATION) != le32(logged, ioff::GENERATION);
         let n = logged.len().min(raw.len());
         raw[..ioff::BLOCK].copy_from_slice(&logged[..ioff::BLOCK]);
         raw[ioff::GENERATION..n].copy_from_slice(&logged[ioff::GENERATION..n]);
         let fl = le32(&raw, ioff::FLAGS);
         if fl & iflags::EXTENTS != 0 {
-            if ordo_format::extent::ExtentNode::decode_root(&raw[ioff::BLOCK..ioff::GENERATION])
+            if fresh
+                || ordo_format::extent::ExtentNode::decode_root(
+                    &raw[ioff::BLOCK..ioff::GENERATION],
+                )
                 .is_err()
             {
                 raw[ioff::BLOCK..ioff::GENERATION].copy_from_slice(&extent::empty_root());
@@ -746,9 +763,6 @@ impl<'a> Img<'a> {
             let links = le16(&raw, ioff::LINKS_COUNT);
             let is_dir = le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR;
             let g = self.sb.group_of_inode(ino) as usize;
-            let ib = self.inode_bitmap(g)?;
-            let i = self.sb.inode_index_in_group(ino) as usize;
-            let was_used = bitmap::test(self.block(ib)?, i);
             let fin = if links > 0 {
                 self.owned_blocks(ino, &raw)?
             } else {
@@ -762,9 +776,10 @@ impl<'a> Img<'a> {
             }
             let now_used = links > 0;
             self.set_inode_used(ino, now_used)?;
-            if is_dir && was_used != now_used {
+            let now_used_dir = is_dir && now_used;
+            if t.was_used_dir != now_used_dir {
                 let d = &mut self.groups[g].used_dirs_count;
-                *d = if now_used { *d + 1 } else { d.saturating_sub(1) };
+                *d = if now_used_dir { *d + 1 } else { d.saturating_sub(1) };
                 self.gd_dirty.insert(g as u32);
             }
             if now_used {

@@ -39,6 +39,8 @@ struct Outcome {
     ordo_clean: bool,
     ordo_summary: String,
     e2fsck_out: String,
+    /// Only benign problems, and the repair made e2fsck pass.
+    repaired: bool,
 }
 
 /// Run both checkers on `img`; if ordo finds only benign problems, repair a
@@ -49,6 +51,7 @@ fn judge(label: &str, img: &Path) -> Outcome {
     let dev = open(img, false);
     let res = check(&dev, &FsckOptions::default());
     drop(dev);
+    let mut repaired = false;
     let (ordo_clean, summary) = match &res {
         Ok(r) => (
             r.is_clean(),
@@ -99,6 +102,7 @@ fn judge(label: &str, img: &Path) -> Outcome {
                 rep.remaining
             );
             assert_eq!(rep.exit_code(), 1, "{label}: repaired image exit code");
+            repaired = true;
         }
         std::fs::remove_file(&copy).ok();
     }
@@ -109,6 +113,7 @@ fn judge(label: &str, img: &Path) -> Outcome {
         ordo_clean,
         ordo_summary: summary,
         e2fsck_out: e_out,
+        repaired,
     }
 }
 
@@ -228,6 +233,19 @@ fn targeted() -> Vec<(&'static str, Corruption)> {
         "leaked inode (entry removed, inode kept)",
         Box::new(|img| {
             debugfs(img, "unlink /empty");
+        }),
+    ));
+    v.push((
+        "leaked file with data blocks",
+        Box::new(|img| {
+            debugfs(img, "unlink /a/b/big");
+        }),
+    ));
+    v.push((
+        "leaked empty directory (parent link count too high)",
+        Box::new(|img| {
+            debugfs(img, "mkdir /a/e");
+            debugfs(img, "unlink /a/e");
         }),
     ));
     v.push((
@@ -608,14 +626,21 @@ fn fsck_agrees_with_e2fsck_over_a_corrupted_corpus() {
             ));
         }
     }
+    let repaired = outcomes.iter().filter(|o| o.repaired).count();
     println!(
-        "{} images, {} not clean for e2fsck, {} disagreements",
+        "{} images, {} not clean for e2fsck, {} disagreements, {} benign-only images repaired \
+         to e2fsck-clean",
         outcomes.len(),
         not_clean,
-        disagreements.len()
+        disagreements.len(),
+        repaired
     );
     if std::env::var("ORDO_FSCK_RANDOM_ONLY").is_err() {
         assert!(outcomes.len() >= 50, "corpus too small: {}", outcomes.len());
+        assert!(
+            repaired >= 30,
+            "too few benign repairs exercised: {repaired}"
+        );
         assert!(
             not_clean * 2 > outcomes.len(),
             "most corruptions should be detected: {not_clean} of {}",

@@ -8,11 +8,14 @@
 //! types to the core's, and the core's errors to errno values.
 //!
 //! Permission checks are the kernel's: the mount always carries
-//! `default_permissions`, so the VFS applies owner/group/other bits, sticky
-//! directories and the suid/sgid clearing rules before a request reaches
-//! ordo, exactly as it does for the kernel's ext4. The caller's uid and gid
-//! still travel with every request that creates an inode, because ownership
-//! of the new inode (and setgid-directory inheritance) is the core's job.
+//! `default_permissions`, so the VFS applies owner/group/other bits and
+//! sticky directories, and turns the clearing of suid/sgid on write and
+//! chown into mode changes, before a request reaches ordo, as it does for
+//! the kernel's ext4. What the VFS leaves to a file system is done here or
+//! in the core: ownership of new inodes and setgid-directory inheritance
+//! (the caller's uid and gid travel with every create), dropping S_ISGID
+//! when a caller outside the file's group changes its mode, and the time
+//! and privilege rules of truncation and `fallocate`.
 //!
 //! Node ids: FUSE reserves node id 1 for the root, ext4 numbers its root 2.
 //! Node id 1 maps to inode 2 and every other number maps to itself (ext4
@@ -431,11 +434,12 @@ macro_rules! name_or_reply {
 
 impl fuser::Filesystem for OrdoFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // Readdirplus saves a lookup per entry for `ls -l` and `find`;
-        // parallel dirops lets lookups and readdirs in one directory run
-        // at once (the core has its own locking). Either is optional: an
-        // older kernel that lacks one is served without it.
-        // Atomic O_TRUNC: see `truncate_on_open`.
+        // Atomic O_TRUNC brings `open(O_TRUNC)` here whole (see
+        // `truncate_on_open`); readdirplus saves a lookup per entry for
+        // `ls -l` and `find`; parallel dirops lets lookups and readdirs in
+        // one directory run at once (the core has its own locking). Each is
+        // optional: a kernel that lacks one is served without it, and the
+        // results are the same.
         for flag in [
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_DO_READDIRPLUS,

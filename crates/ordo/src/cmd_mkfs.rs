@@ -113,6 +113,7 @@ fn make(a: &MkfsArgs) -> Result<String, String> {
 
 /// Run `ordo mkfs`; returns the exit code.
 pub fn run(a: &MkfsArgs) -> u8 {
+    let existed = a.image.exists();
     match make(a) {
         Ok(summary) => {
             print!("{summary}");
@@ -120,6 +121,10 @@ pub fn run(a: &MkfsArgs) -> u8 {
         }
         Err(e) => {
             eprintln!("ordo mkfs: {e}");
+            // Leave no half-made image behind when the file was ours.
+            if !existed {
+                let _ = std::fs::remove_file(&a.image);
+            }
             1
         }
     }

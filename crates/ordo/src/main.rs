@@ -109,6 +109,26 @@ fn info(a: &InfoArgs) -> u8 {
         }
     };
     print!("{}", format_info(&sb));
+    if sb.feature_compat & ordo_format::features::compat::HAS_JOURNAL != 0 {
+        // The journal superblock and what a recovery would replay.
+        // Without the lock, as dumpe2fs reads a mounted file system.
+        let unlocked = ordo_dev::OpenOptions {
+            exclusive: false,
+            ..ordo_dev::OpenOptions::read_only()
+        };
+        let opened = ordo_dev::FileDevice::open(&a.image, sb.block_size, unlocked);
+        match opened
+            .map_err(|e| e.to_string())
+            .and_then(|dev| ordo_fs::recovery::journal_state(&dev).map_err(|e| e.to_string()))
+        {
+            Ok(Some(st)) => print!("{st}"),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("ordo info: {}: journal: {e}", a.image.display());
+                return 1;
+            }
+        }
+    }
     0
 }
 
@@ -237,7 +257,6 @@ fn format_info(sb: &SuperblockView) -> String {
     o
 }
 
-/// `ordo crash ...`: the crash explorer parses its own arguments.
 /// `ordo bench ...`: the benchmark harness.
 fn bench(a: &ordo_bench::cli::BenchArgs) -> u8 {
     match ordo_bench::cli::run(a) {
@@ -249,6 +268,7 @@ fn bench(a: &ordo_bench::cli::BenchArgs) -> u8 {
     }
 }
 
+/// `ordo crash ...`: the crash explorer parses its own arguments.
 fn crash(args: &[String]) -> u8 {
     match ordo_crash::cli::run(args) {
         Ok(code) => u8::try_from(code).unwrap_or(1),

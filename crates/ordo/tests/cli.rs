@@ -130,6 +130,9 @@ fn an_image_cannot_be_mounted_twice() {
     assert_eq!(out.status.code(), Some(32), "{}", stderr(&out));
     assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
     assert!(!is_mounted(&mp2));
+    // Reading the superblock of a mounted image is fine, as with dumpe2fs.
+    let out = ordo(&["info", image.to_str().unwrap()]);
+    assert!(out.status.success(), "info while mounted: {}", stderr(&out));
     m.stop_ok();
     assert_e2fsck_clean(&image);
 }
@@ -294,4 +297,57 @@ fn corrupt_root_links(image: &std::path::Path) {
     let offset = table_block * block_size + inode_size + 0x1A;
     let f = fs::OpenOptions::new().write(true).open(image).unwrap();
     f.write_all_at(&7u16.to_le_bytes(), offset).unwrap();
+}
+
+#[test]
+fn mkfs_makes_what_it_is_asked_and_refuses_the_rest() {
+    let s = Scratch::new();
+    let image = s.path("img");
+    let out = ordo(&["mkfs", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "no --size for a new image");
+    assert!(stderr(&out).contains("--size"), "{}", stderr(&out));
+    assert!(!image.exists());
+    let out = ordo(&[
+        "mkfs",
+        image.to_str().unwrap(),
+        "--size",
+        "32M",
+        "-O",
+        "no_such_feature",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no_such_feature"), "{}", stderr(&out));
+    assert!(!image.exists(), "a refused mkfs left an image behind");
+    let out = ordo(&["mkfs", image.to_str().unwrap(), "--size", "12Q"]);
+    assert_ne!(out.status.code(), Some(0));
+
+    let out = ordo(&[
+        "mkfs",
+        image.to_str().unwrap(),
+        "--size",
+        "48M",
+        "-b",
+        "1024",
+        "-L",
+        "ordo-label",
+        "-N",
+        "2048",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(fs::metadata(&image).unwrap().len(), 48 << 20);
+    let info =
+        String::from_utf8_lossy(&ordo(&["info", image.to_str().unwrap()]).stdout).into_owned();
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Filesystem volume name:"), "ordo-label");
+    assert_eq!(field("Block size:"), "1024");
+    assert!(
+        field("Inode count:").parse::<u32>().unwrap() >= 2048,
+        "{info}"
+    );
+    assert_e2fsck_clean(&image);
 }

@@ -210,3 +210,48 @@ fn git_and_sqlite_on_ordo() {
     sh(&kmp, "cd repo && git -c safe.directory='*' fsck --full --no-dangling && test $(git -c safe.directory='*' rev-list --count HEAD) = 2");
     k.stop();
 }
+
+#[test]
+fn every_mode_serves_programs_and_unmounts_clean() {
+    require_loop_devices();
+    let s = Scratch::new();
+    let src = s.path("src");
+    make_source_tree(&src, 4, 25);
+    for opts in [
+        "mode=async",
+        "mode=sync",
+        "mode=journal",
+        "mode=journal,data=writeback",
+        "mode=journal,data=journal",
+    ] {
+        let image = s.path(&format!("img-{opts}"));
+        mkfs(&image, "64M");
+        let mp = s.mkdir(&format!("mnt-{opts}"));
+        let m = OrdoMount::start(&image, &mp, opts);
+        sh(
+            &mp,
+            &format!(
+                "cp -a {src}/. copy && tar -C copy -cf t.tar . && mkdir x && tar -C x -xf t.tar \
+                 && diff -r --no-dereference {src} x && rm -rf x t.tar \
+                 && sqlite3 db 'CREATE TABLE t(a); INSERT INTO t VALUES (1),(2),(3); PRAGMA integrity_check;' | grep -qx ok \
+                 && dd if=/dev/urandom of=synced bs=4k count=8 conv=fsync status=none",
+                src = src.display()
+            ),
+        );
+        let listing_before = listing(&mp);
+        m.stop_ok();
+        assert_e2fsck_clean(&image);
+        let kmp = s.mkdir(&format!("kernel-{opts}"));
+        let k = KernelMount::start(&image, &kmp, "ro");
+        sh(
+            &kmp,
+            &format!("diff -r --no-dereference {} copy", src.display()),
+        );
+        assert_eq!(
+            listing_before,
+            listing(&kmp),
+            "-o {opts}: the kernel sees another tree"
+        );
+        k.stop();
+    }
+}

@@ -296,7 +296,6 @@ impl Personality {
     fn varmail_loop(
         &self,
         vfs: &dyn Vfs,
-        seed: u64,
         rng: &mut impl Rng,
         buf: &[u8],
         lat: &mut Vec<u64>,
@@ -332,7 +331,6 @@ impl Personality {
             set.release(i, PRESENT);
             ops += 3;
         }
-        let _ = seed;
         Ok(ops)
     }
 
@@ -456,7 +454,7 @@ impl Case for Personality {
             }
             for _ in 0..self.loops {
                 let n = match self.kind {
-                    Kind::Varmail => self.varmail_loop(vfs, seed, &mut rng, &buf, &mut lat)?,
+                    Kind::Varmail => self.varmail_loop(vfs, &mut rng, &buf, &mut lat)?,
                     Kind::Fileserver => self.fileserver_loop(vfs, seed, &mut rng, &buf)?,
                     Kind::Webserver => self.webserver_loop(vfs, &mut rng, &buf)?,
                     Kind::Createfiles => unreachable!("handled above"),

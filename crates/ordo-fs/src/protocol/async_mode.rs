@@ -34,6 +34,9 @@
 
 use super::*;
 
+/// Longest multi-block write the write-back issues (1 MiB at 4 KiB).
+const MAX_RUN_BLOCKS: usize = 256;
+
 /// The `async` protocol.
 pub struct AsyncProtocol {
     write_backs: u64,
@@ -52,9 +55,7 @@ impl AsyncProtocol {
     fn write_all(&mut self, io: &mut Io, flush: bool) {
         let dirty = io.dirty_blocks();
         self.blocks_written += dirty.len() as u64;
-        for b in dirty {
-            io.write_home(b, false);
-        }
+        io.write_home_runs(&dirty, false, MAX_RUN_BLOCKS);
         if flush {
             io.flush();
         }

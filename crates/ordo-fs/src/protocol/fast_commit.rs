@@ -356,7 +356,10 @@ impl FastCommitProtocol {
             return self.full_commit(io, Some(Reason::AreaFull));
         }
         let phys: Vec<u64> = (0..need)
-            .map(|i| map.phys(first + self.area_used + i).expect("area is mapped"))
+            .map(|i| {
+                map.phys(first + self.area_used + i)
+                    .expect("area is mapped")
+            })
             .collect();
         let blocks = w.finish(tid);
         debug_assert_eq!(blocks.len(), need as usize);
@@ -485,7 +488,11 @@ impl Protocol for FastCommitProtocol {
                 };
                 if h.op == OpKind::Rename {
                     let key = (*dir, name.clone());
-                    if self.renamed_in_handle.iter().any(|(k, o, _)| *k == key && *o != *op) {
+                    if self
+                        .renamed_in_handle
+                        .iter()
+                        .any(|(k, o, _)| *k == key && *o != *op)
+                    {
                         // The same name removed and added: a rename over an
                         // existing entry or an exchange.
                         self.mark_ineligible(Reason::CrossRename);

@@ -228,6 +228,47 @@ impl<'a> Io<'a> {
             });
         }
     }
+    /// Like [`Io::write_home`] for every cached block of `blocks` (sorted
+    /// ascending), coalescing consecutive blocks of one class into one
+    /// multi-block write (at most `max_run` blocks each).
+    pub fn write_home_runs(&mut self, blocks: &[u64], fua: bool, max_run: usize) {
+        let bs = self.cache.block_size() as usize;
+        let mut i = 0;
+        while i < blocks.len() {
+            let first = blocks[i];
+            let Some(d0) = self.cache.snapshot(first) else {
+                i += 1;
+                continue;
+            };
+            let class = self.cache.class_of(first);
+            let mut data = Vec::with_capacity(bs * 8);
+            data.extend_from_slice(&d0);
+            let mut members = vec![(first, self.cache.generation(first))];
+            let mut j = i + 1;
+            while j < blocks.len()
+                && members.len() < max_run.max(1)
+                && blocks[j] == first + members.len() as u64
+                && self.cache.class_of(blocks[j]) == class
+            {
+                let Some(d) = self.cache.snapshot(blocks[j]) else {
+                    break;
+                };
+                data.extend_from_slice(&d);
+                members.push((blocks[j], self.cache.generation(blocks[j])));
+                j += 1;
+            }
+            for &(b, gen) in &members {
+                self.cache.pin(b);
+                self.plan.pinned.push((b, gen));
+            }
+            self.plan.steps.push(IoStep::Write {
+                block: first,
+                data: Arc::new(data),
+                flags: WriteFlags { fua, class },
+            });
+            i = j;
+        }
+    }
     /// Append a write of raw data (whole blocks) at `block` (journal blocks,
     /// committed copies during checkpoint). Does not touch the cache's state.
     pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {

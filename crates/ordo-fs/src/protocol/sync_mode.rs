@@ -78,6 +78,9 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use super::*;
 use crate::update::{BitmapKind, InodeField, LinkOp, MapOp, UpdateKind};
 
+/// Longest multi-block write of data (1 MiB at 4 KiB).
+const MAX_RUN_BLOCKS: usize = 256;
+
 /// The `sync` protocol.
 pub struct SyncProtocol {
     /// The current handle's metadata updates, in program order.
@@ -114,9 +117,8 @@ impl SyncProtocol {
     }
 
     fn write_dirty(&mut self, io: &mut Io, flush: bool) {
-        for b in io.dirty_blocks() {
-            io.write_home(b, false);
-        }
+        let dirty = io.dirty_blocks();
+        io.write_home_runs(&dirty, false, MAX_RUN_BLOCKS);
         if flush {
             io.flush();
         }
@@ -377,13 +379,9 @@ impl Protocol for SyncProtocol {
         // Fresh data first: plain writes and one flush.
         fresh.sort_unstable();
         fresh.dedup();
-        let mut any_data = false;
-        for &b in &fresh {
-            if io.is_dirty(b) {
-                io.write_home(b, false);
-                any_data = true;
-            }
-        }
+        fresh.retain(|&b| io.is_dirty(b));
+        let any_data = !fresh.is_empty();
+        io.write_home_runs(&fresh, false, MAX_RUN_BLOCKS);
         if any_data {
             io.flush();
         }
