@@ -1,8 +1,9 @@
 //! ordo's crash explorer: every disk state a crash can leave, recovered and
 //! checked.
 //!
-//! A workload ([`workload`]) runs through the library API on a recording
-//! device ([`log`]), next to a model of what the tree should hold
+//! A workload ([`workload`]) runs through the library API (or, with
+//! `--fuse`, through the FUSE mount: [`fuse`]) on a recording device
+//! ([`log`]), next to a model of what the tree should hold
 //! ([`model`]); every fsync / fdatasync / sync that returns is logged as a
 //! promise ([`record`]). From the write log, [`states`] generates the crash
 //! states the device's rule allows: everything before the last completed
@@ -10,7 +11,7 @@
 //! acknowledged writes may be. Each state is materialized copy-on-write over
 //! the base image, recovered as the protocol defines, and checked by the
 //! [`oracle`]: ordo's fsck and `e2fsck -fn`, the promises, no foreign or
-//! stale data, and the protocol's own invariants. [`explore`] runs it all in
+//! stale data, and the protocol's own invariants. [`explore()`] runs it all in
 //! parallel and [`report`] says what it found, with a command that rebuilds
 //! each failing state. See `docs/CRASH.md`.
 

@@ -35,8 +35,20 @@ fn fast_commit_is_consistent_and_keeps_promises() {
     }
     // The fault: commits with data skip their flush; some crash state must
     // then lose data an fsync promised.
+    // A scenario whose second fsync is a fast commit carrying data (the
+    // first fsync of a mount is always a full commit).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fc-data.scenario");
+    std::fs::write(
+        &path,
+        "preset\n---\ncreat /A/one\nwrite /A/one 0 4096\nfsync /A/one\ncreat /A/two\nwrite /A/two 0 8192\nfsync /A/two\ncreat /C/three\nfsync /C/three\n",
+    )
+    .unwrap();
+    let path = path.to_str().unwrap().to_string();
+    let clean = run(&path, None);
+    assert!(clean.failures.is_empty(), "{}", clean.summary(5));
     std::env::set_var("ORDO_FAULT", "fc_skip_data_flush");
-    let r = run("seq1", None);
+    let r = run(&path, None);
     std::env::remove_var("ORDO_FAULT");
     assert!(
         !r.failures.is_empty(),

@@ -55,6 +55,29 @@ pub struct FcState {
     pub scan: fc::Scan,
 }
 
+impl std::fmt::Display for FcState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "Fast commit area:         {} blocks", self.area_blocks)?;
+        writeln!(
+            f,
+            "Fast commits to replay:   {} ({} blocks, {} tags, on tid {})",
+            self.scan.commits,
+            self.scan.blocks,
+            self.scan.tags.len(),
+            self.expected_tid
+        )?;
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in &self.scan.tags {
+            *counts.entry(t.name()).or_insert(0) += 1;
+        }
+        if !counts.is_empty() {
+            let list: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            writeln!(f, "Fast commit tags:         {}", list.join(", "))?;
+        }
+        writeln!(f, "Fast commit log end:      {:?}", self.scan.end)
+    }
+}
+
 /// Read and scan the fast-commit area of the image on `dev` without
 /// writing. `Ok(None)` when the image has no journal or no fast-commit area.
 pub fn fc_state(dev: &dyn BlockDevice) -> Result<Option<FcState>> {
@@ -119,7 +142,11 @@ fn scan_area(
         }
     }
     let expected_tid = jscan.end_tid;
-    let scan = fc::scan(blocks.iter().map(|b| b.as_slice()), expected_tid, inode_size);
+    let scan = fc::scan(
+        blocks.iter().map(|b| b.as_slice()),
+        expected_tid,
+        inode_size,
+    );
     Ok(Some(FcState {
         area_blocks: n,
         expected_tid,
@@ -193,7 +220,10 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
                 dev.flush()?;
                 written += 1;
             } else {
-                lines.push(format!("fast commit: nothing to replay ({:?})", st.scan.end));
+                lines.push(format!(
+                    "fast commit: nothing to replay ({:?})",
+                    st.scan.end
+                ));
             }
         }
     }
@@ -296,7 +326,9 @@ impl<'a> Img<'a> {
         let (sb, _) = read_super(dev)?;
         let bs = sb.block_size() as usize;
         if bs != dev.block_size() as usize {
-            return Err(FsError::Invalid("device and file-system block sizes differ".into()));
+            return Err(FsError::Invalid(
+                "device and file-system block sizes differ".into(),
+            ));
         }
         let ds = sb.desc_size();
         let per = bs / ds as usize;
@@ -331,7 +363,11 @@ impl<'a> Img<'a> {
 
     fn block(&mut self, b: u64) -> Result<&mut Vec<u8>> {
         if b >= self.sb.blocks_count {
-            return Err(FsError::corrupt(b, "fast commit replay", "block past the end"));
+            return Err(FsError::corrupt(
+                b,
+                "fast commit replay",
+                "block past the end",
+            ));
         }
         if !self.cache.contains_key(&b) {
             let mut buf = vec![0u8; self.bs];
@@ -348,7 +384,11 @@ impl<'a> Img<'a> {
 
     fn inode_loc(&self, ino: Ino) -> Result<(u64, usize)> {
         if ino == 0 || ino > self.sb.inodes_count {
-            return Err(FsError::corrupt(0, "fast commit inode number", format!("{ino}")));
+            return Err(FsError::corrupt(
+                0,
+                "fast commit inode number",
+                format!("{ino}"),
+            ));
         }
         let g = self.sb.group_of_inode(ino) as usize;
         Ok(self.sb.inode_location(self.groups[g].inode_table, ino))
@@ -488,7 +528,10 @@ impl<'a> Img<'a> {
     /// maps to a file.
     fn alloc_block(&mut self, goal: u64) -> Result<u64> {
         let ngroups = self.groups.len();
-        let start_g = (self.sb.group_of_block(goal.max(self.sb.first_data_block as u64)) as usize)
+        let start_g = (self
+            .sb
+            .group_of_block(goal.max(self.sb.first_data_block as u64))
+            as usize)
             .min(ngroups - 1);
         for k in 0..ngroups {
             let g = (start_g + k) % ngroups;
@@ -565,21 +608,24 @@ impl<'a> Img<'a> {
         let fl = le32(&raw, ioff::FLAGS);
         if fl & iflags::EXTENTS != 0 {
             if fresh
-                || ordo_format::extent::ExtentNode::decode_root(
-                    &raw[ioff::BLOCK..ioff::GENERATION],
-                )
-                .is_err()
+                || ordo_format::extent::ExtentNode::decode_root(&raw[ioff::BLOCK..ioff::GENERATION])
+                    .is_err()
             {
                 raw[ioff::BLOCK..ioff::GENERATION].copy_from_slice(&extent::empty_root());
             }
         } else {
             // Fast symlinks, devices, inline data: i_block is the content.
-            raw[ioff::BLOCK..ioff::GENERATION].copy_from_slice(&logged[ioff::BLOCK..ioff::GENERATION]);
+            raw[ioff::BLOCK..ioff::GENERATION]
+                .copy_from_slice(&logged[ioff::BLOCK..ioff::GENERATION]);
         }
         self.write_inode(ino, raw)
     }
 
-    fn with_tree<T>(&mut self, ino: Ino, f: impl FnOnce(&mut Tree<'_, 'a>) -> Result<T>) -> Result<T> {
+    fn with_tree<T>(
+        &mut self,
+        ino: Ino,
+        f: impl FnOnce(&mut Tree<'_, 'a>) -> Result<T>,
+    ) -> Result<T> {
         let mut raw = self.read_inode(ino)?;
         if le32(&raw, ioff::FLAGS) & iflags::EXTENTS == 0 {
             // A range on an inode without an extent tree yet (its INODE tag
@@ -667,7 +713,10 @@ impl<'a> Img<'a> {
         let blocks = self.dir_blocks(dir)?;
         for &(_, b) in &blocks {
             let blk = self.block(b)?;
-            if fdir::insert(blk, layout, ino, name, ft).map_err(|e| e.at(b))?.is_some() {
+            if fdir::insert(blk, layout, ino, name, ft)
+                .map_err(|e| e.at(b))?
+                .is_some()
+            {
                 placed = Some(b);
                 break;
             }
@@ -731,7 +780,11 @@ impl<'a> Img<'a> {
     fn adjust_links(&mut self, ino: Ino, delta: i32) -> Result<()> {
         let mut raw = self.read_inode(ino)?;
         let n = le16(&raw, ioff::LINKS_COUNT) as i32;
-        put16(&mut raw, ioff::LINKS_COUNT, (n + delta).clamp(0, 65000) as u16);
+        put16(
+            &mut raw,
+            ioff::LINKS_COUNT,
+            (n + delta).clamp(0, 65000) as u16,
+        );
         self.write_inode(ino, raw)
     }
 
@@ -779,7 +832,11 @@ impl<'a> Img<'a> {
             let now_used_dir = is_dir && now_used;
             if t.was_used_dir != now_used_dir {
                 let d = &mut self.groups[g].used_dirs_count;
-                *d = if now_used_dir { *d + 1 } else { d.saturating_sub(1) };
+                *d = if now_used_dir {
+                    *d + 1
+                } else {
+                    d.saturating_sub(1)
+                };
                 self.gd_dirty.insert(g as u32);
             }
             if now_used {
@@ -848,7 +905,8 @@ impl<'a> Img<'a> {
     fn write_out(self) -> Result<()> {
         for b in &self.dirty {
             let data = &self.cache[b];
-            self.dev.write(*b, data, WriteFlags::new(BlockClass::Other))?;
+            self.dev
+                .write(*b, data, WriteFlags::new(BlockClass::Other))?;
         }
         self.dev.flush()?;
         Ok(())
@@ -918,7 +976,8 @@ impl ExtentStore for Tree<'_, '_> {
     }
     fn csum_tree_block(&self, image: &mut [u8]) {
         if self.img.csum {
-            let _ = ordo_format::extent::set_tail(self.img.seed, self.ino, self.generation(), image);
+            let _ =
+                ordo_format::extent::set_tail(self.img.seed, self.ino, self.generation(), image);
         }
     }
 }

@@ -62,7 +62,8 @@ pub const DEFAULT_FEATURES: FeatureSet = FeatureSet {
 };
 
 /// Features `ordo mkfs` can create, per word.
-const MKFS_COMPAT: u32 = compat::HAS_JOURNAL | compat::EXT_ATTR | compat::DIR_INDEX;
+const MKFS_COMPAT: u32 =
+    compat::HAS_JOURNAL | compat::EXT_ATTR | compat::DIR_INDEX | compat::FAST_COMMIT;
 const MKFS_INCOMPAT: u32 = incompat::FILETYPE
     | incompat::EXTENTS
     | incompat::INCOMPAT_64BIT
@@ -75,6 +76,10 @@ const MKFS_RO_COMPAT: u32 = ro_compat::SPARSE_SUPER
     | ro_compat::DIR_NLINK
     | ro_compat::EXTRA_ISIZE
     | ro_compat::METADATA_CSUM;
+
+/// mke2fs's `EXT2_JOURNAL_TO_FC_BLKS_RATIO`: the fast-commit area is 1/64
+/// of the log.
+const FC_BLOCKS_RATIO: u32 = 64;
 
 /// Blocks written per device request when zeroing (inode tables, journal).
 const ZERO_CHUNK_BLOCKS: u64 = 256;
@@ -622,6 +627,13 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         if !extents {
             return Err(invalid("has_journal needs extent in ordo mkfs"));
         }
+        // fast_commit: mke2fs adds a fast-commit area of 1/64 of the log
+        // after it (create_journal records its size).
+        let jb = if features.has_compat(compat::FAST_COMMIT) {
+            jb + jb / FC_BLOCKS_RATIO
+        } else {
+            jb
+        };
         // Middle of the file system, like mke2fs: away from the hot metadata.
         // One run when there is room for it, else as few runs as the free
         // space between backups and flex tables allows.
@@ -919,8 +931,23 @@ fn create_journal(
         }
         w.write(*leaf_block, &img, BlockClass::ExtentTree)?;
     }
-    mkfs_journal::write_journal(w.dev, runs, sb.uuid)?;
+    let jsb = mkfs_journal::write_journal(w.dev, runs, sb.uuid)?;
     let journal_blocks: u64 = runs.iter().map(|r| u64::from(r.2)).sum();
+    if sb.features.has_compat(compat::FAST_COMMIT) {
+        // s_num_fc_blks: the log of `log` blocks got `log / 64` more.
+        let total = journal_blocks as u32;
+        let log = (total * FC_BLOCKS_RATIO / (FC_BLOCKS_RATIO + 1)..=total)
+            .find(|j| j + j / FC_BLOCKS_RATIO == total)
+            .unwrap_or(total);
+        let mut jsb = jsb;
+        jsb.num_fc_blocks = total - log;
+        let p = mkfs_journal::journal_extents(runs)
+            .iter()
+            .find(|e| e.0 == 0)
+            .map(|e| e.1)
+            .ok_or_else(|| invalid("journal block 0 is not mapped"))?;
+        w.write(p, &jsb.encode(), BlockClass::Journal)?;
+    }
     w.bytes_written += journal_blocks * w.block_size;
     Ok(())
 }

@@ -49,7 +49,10 @@ fn interop_case(name: &str, block_size: u32, dirs: &[&str], work: impl FnOnce(&P
     std::fs::copy(&cap, &by_e2fsck).unwrap();
     let report = ordo_recover(&by_ordo);
     assert!(
-        report.lines.iter().any(|l| l.contains("fast commit: replayed")),
+        report
+            .lines
+            .iter()
+            .any(|l| l.contains("fast commit: replayed")),
         "{name}: {:?}",
         report.lines
     );
@@ -57,7 +60,10 @@ fn interop_case(name: &str, block_size: u32, dirs: &[&str], work: impl FnOnce(&P
     // Replaying again changes nothing (the log is gone, the image clean).
     let before = std::fs::read(&by_ordo).unwrap();
     ordo_recover(&by_ordo);
-    assert!(before == std::fs::read(&by_ordo).unwrap(), "{name}: second recovery wrote");
+    assert!(
+        before == std::fs::read(&by_ordo).unwrap(),
+        "{name}: second recovery wrote"
+    );
     let code = e2fsck_fy(&by_e2fsck);
     assert!(code == 0 || code == 1, "{name}: e2fsck -fy exit {code}");
     assert_same_tree(&tree_of(&by_ordo), &tree_of(&by_e2fsck));
@@ -67,7 +73,10 @@ fn interop_case(name: &str, block_size: u32, dirs: &[&str], work: impl FnOnce(&P
 fn creates_appends_links_unlinks_and_truncates_like_e2fsck() {
     interop_case("mixed", 4096, &["d0"], |m| {
         write_fsync(&m.join("a.txt"), b"hello fast commit\n");
-        write_fsync(&m.join("d0/b.bin"), &(0..16384u32).map(|i| i as u8).collect::<Vec<_>>());
+        write_fsync(
+            &m.join("d0/b.bin"),
+            &(0..16384u32).map(|i| i as u8).collect::<Vec<_>>(),
+        );
         write_fsync(&m.join("c.txt"), &[b'c'; 5000]);
         edit_fsync(&m.join("a.txt"), |f| {
             f.seek(SeekFrom::End(0)).unwrap();

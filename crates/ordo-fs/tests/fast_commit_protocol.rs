@@ -35,12 +35,22 @@ fn opts() -> MountOptions {
 
 fn stat(fs: &Fs, name: &str) -> u64 {
     let (_, s) = fs.protocol_stats();
-    s.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or(0)
+    s.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or(0)
 }
 
 fn create(fs: &Fs, name: &str, data: &[u8]) -> u32 {
     let a = fs
-        .create(ROOT_INO, name.as_bytes(), FileType::Regular, 0o644, 0, &Creds::root())
+        .create(
+            ROOT_INO,
+            name.as_bytes(),
+            FileType::Regular,
+            0o644,
+            0,
+            &Creds::root(),
+        )
         .unwrap();
     if !data.is_empty() {
         fs.write(a.ino, 0, data).unwrap();
@@ -183,7 +193,9 @@ fn workload(fs: &Fs, premade_dir: bool) -> BTreeMap<String, Vec<u8>> {
     promised.insert("/dir".to_string(), b"<dir>".to_vec());
     for i in 0..6u32 {
         let name = format!("f{i}");
-        let data: Vec<u8> = (0..(i as usize + 1) * 3000).map(|k| (k as u32 * 7 + i) as u8).collect();
+        let data: Vec<u8> = (0..(i as usize + 1) * 3000)
+            .map(|k| (k as u32 * 7 + i) as u8)
+            .collect();
         let ino = create(fs, &name, &data);
         fs.fsync(ino, false).unwrap();
         promised.insert(format!("/{name}"), data);
@@ -229,7 +241,11 @@ fn crash_after_fast_commits_recovers_like_e2fsck() {
     let img = std::fs::read(&base).unwrap();
     let (dev, fs) = mount_cached(&img, 4096);
     let promised = workload(&fs, true);
-    assert!(stat(&fs, "fc_fast_commits") >= 7, "{:?}", fs.protocol_stats());
+    assert!(
+        stat(&fs, "fc_fast_commits") >= 7,
+        "{:?}",
+        fs.protocol_stats()
+    );
     // Power cut: only what was made durable survives.
     let crashed = dev.crash(1, CrashPolicy::lose_all()).unwrap();
     drop(fs);
@@ -302,8 +318,13 @@ fn tree_after_kernel_replay(img: &Path) -> BTreeMap<String, Obj> {
         .arg(mnt.path())
         .status()
         .unwrap();
-    let _ = std::process::Command::new("umount").arg(mnt.path()).status();
-    let _ = std::process::Command::new("losetup").arg("-d").arg(&dev).status();
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
+    let _ = std::process::Command::new("losetup")
+        .arg("-d")
+        .arg(&dev)
+        .status();
     assert!(st.success(), "kernel mount of the crashed image failed");
     tree_of(img)
 }
@@ -327,9 +348,66 @@ fn random_crashes_recover_consistent_with_every_promise() {
         // Recovering again changes nothing.
         let again = MemDevice::from_image(1024, &recovered).unwrap();
         ordo_fs::protocol::recover(ProtocolKind::FastCommit, &again, &env).unwrap();
-        assert!(again.to_image() == recovered, "seed {seed}: second recovery wrote");
+        assert!(
+            again.to_image() == recovered,
+            "seed {seed}: second recovery wrote"
+        );
         let t = ordo_tree(Arc::new(MemDevice::from_image(1024, &recovered).unwrap()));
         assert_eq!(t, promised, "seed {seed}");
     }
     drop(fs);
+}
+
+#[test]
+fn ordo_mkfs_makes_a_fast_commit_area_like_mke2fs() {
+    use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
+    let dir = tempfile::tempdir().unwrap();
+    let mem = Arc::new(MemDevice::new(4096, 16384).unwrap());
+    let opts = MkfsOptions {
+        block_size: 4096,
+        features: parse_features("has_journal,fast_commit", DEFAULT_FEATURES).unwrap(),
+        journal_blocks: Some(1024),
+        ..MkfsOptions::default()
+    };
+    mkfs(mem.as_ref(), &opts).unwrap();
+    let st = ordo_fs::recovery::journal_state(mem.as_ref()).unwrap().unwrap();
+    // mke2fs: a 1024-block log and 1024 / 64 fast-commit blocks after it.
+    assert_eq!(st.blocks, 1040);
+    let runs = ordo_fs::recovery::locate_journal(mem.as_ref()).unwrap().unwrap();
+    let map = ordo_fs::recovery::JournalMap::new(runs);
+    let jsb = ordo_fs::recovery::read_journal_super(mem.as_ref(), &map).unwrap();
+    assert_eq!(jsb.num_fc_blocks, 16);
+    let dev = Arc::new(WriteCacheDevice::new(mem.snapshot()));
+    let fs = Fs::mount(dev.clone(), opts_fc()).unwrap();
+    let a = create(&fs, "a", b"one");
+    fs.fsync(a, false).unwrap();
+    let b = create(&fs, "b", b"two");
+    fs.fsync(b, false).unwrap();
+    assert_eq!(stat(&fs, "fc_fast_commits"), 1);
+    let crashed = dev.crash(3, CrashPolicy::lose_all()).unwrap();
+    drop(fs);
+    let p = dir.path().join("ordo-mkfs.img");
+    std::fs::write(&p, crashed.to_image()).unwrap();
+    if have("dumpe2fs") {
+        let out = std::process::Command::new("dumpe2fs")
+            .arg("-h")
+            .arg(&p)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("fast_commit"), "{text}");
+        assert!(text.contains("Fast commit length:       16"), "{text}");
+    }
+    ordo_recover(&p);
+    if have("e2fsck") {
+        assert_fsck_clean(&p);
+    }
+    let t = ordo_tree(Arc::new(
+        MemDevice::from_image(4096, &std::fs::read(&p).unwrap()).unwrap(),
+    ));
+    assert_eq!(t["/b"], b"two");
+}
+
+fn opts_fc() -> MountOptions {
+    opts()
 }

@@ -461,9 +461,16 @@ fn targeted() -> Vec<(&'static str, Corruption)> {
     v
 }
 
+/// Fixed UUID and hash seed, so that a seed replays the same damage on the
+/// same bytes (inode times still differ from run to run).
+const FIXED_UUID: &str = "6f72646f-6673-636b-2d63-6f7270757321";
+
 fn mkfs_ext4(opts: &'static str, size: &'static str) -> impl FnOnce(&Path) {
     move |img: &Path| {
-        must(&format!("mkfs.ext4 -q -F {opts} {} {size}", img.display()));
+        must(&format!(
+            "mkfs.ext4 -q -F -U {FIXED_UUID} -E hash_seed={FIXED_UUID} {opts} {} {size}",
+            img.display()
+        ));
     }
 }
 
@@ -475,6 +482,8 @@ fn mkfs_ordo(img: &Path) {
         &MkfsOptions {
             size_bytes: 32 << 20,
             assume_zeroed: true,
+            uuid: Some(*b"ordo-fsck-corpus"),
+            hash_seed: Some(*b"ordo-fsck-hashes"),
             ..MkfsOptions::default()
         },
     )

@@ -232,6 +232,39 @@ fn crashed_image_is_recovered_alike_by_ordo_e2fsck_and_the_kernel() {
 }
 
 #[test]
+fn ordo_mkfs_image_journal_is_replayed_by_e2fsck_like_ordo() {
+    use ordo_fs::mkfs::{mkfs as ordo_mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
+    if !have("e2fsck") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mem = MemDevice::new(4096, 16384).unwrap();
+    let opts = MkfsOptions {
+        block_size: 4096,
+        features: parse_features("has_journal", DEFAULT_FEATURES).unwrap(),
+        ..MkfsOptions::default()
+    };
+    ordo_mkfs(&mem, &opts).unwrap();
+    let dev = Arc::new(WriteCacheDevice::new(mem));
+    let fs = Fs::mount(dev.clone(), opts_for(DataMode::Journal)).unwrap();
+    let want = workload(&fs, 0x33);
+    let crashed = dev.crash(3, CrashPolicy::lose_all()).unwrap();
+    let path = dir.path().join("ordo-mkfs.img");
+    std::fs::write(&path, crashed.to_image()).unwrap();
+    let (by_ordo, by_e2) = recover_both(&path, dir.path());
+    assert_fsck_clean(&by_ordo);
+    assert_same_as_e2fsck(&by_ordo, &by_e2);
+    let fs2 = Fs::mount(Arc::new(load(&by_e2)), opts_for(DataMode::Journal)).unwrap();
+    assert_eq!(ordo_tree(&fs2), want, "e2fsck's replay, read by ordo");
+    fs2.unmount().unwrap();
+    drop(fs);
+}
+
+fn opts_for(data: DataMode) -> MountOptions {
+    opts(data)
+}
+
+#[test]
 fn info_reports_a_journal_that_needs_recovery() {
     if !have("mkfs.ext4") {
         return;

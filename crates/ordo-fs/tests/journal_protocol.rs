@@ -296,3 +296,29 @@ fn ordo_journal_is_replayed_by_e2fsck_and_the_kernel_like_ordo() {
         let _ = crashed.block_size();
     }
 }
+
+#[test]
+fn a_transaction_commits_at_its_size_bound() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("s.img");
+    mkfs(&img, "16M", 1024, &[]);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    // A quarter of the 1023-block log is 255 blocks: 20 handles of 20
+    // blocks cross it once, with no fsync and no timer.
+    for i in 0..20u64 {
+        let blocks: Vec<u64> = (0..20).map(|k| 12000 + i * 20 + k).collect();
+        h.meta(&blocks, 1);
+    }
+    assert_eq!(h.stat("commits"), 1, "{:?}", h.proto.stats());
+    let dev = h.crash_and_recover(0, CrashPolicy::keep_all());
+    let replayed = (12000..12400u64)
+        .filter(|&b| Harness::block_of(&dev, b)[0] == 1)
+        .count();
+    assert!(
+        replayed > 200 && replayed % 20 == 0,
+        "whole handles: {replayed}"
+    );
+}

@@ -128,6 +128,13 @@ fn info(a: &InfoArgs) -> u8 {
                 return 1;
             }
         }
+        // The fast-commit log a recovery would replay after the journal.
+        let fc = ordo_dev::FileDevice::open(&a.image, sb.block_size, unlocked)
+            .map_err(|e| e.to_string())
+            .and_then(|dev| ordo_fs::fc_replay::fc_state(&dev).map_err(|e| e.to_string()));
+        if let Ok(Some(st)) = fc {
+            print!("{st}");
+        }
     }
     0
 }

@@ -378,7 +378,10 @@ impl FastCommitProtocol {
         for (i, (img, p)) in blocks.into_iter().zip(&phys).enumerate() {
             if i == last {
                 let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
-                if !(single && !wrote_data && !unflushed_before) && !skip {
+                // Selective flushing: a lone block with nothing volatile
+                // under it needs no flush; its FUA makes it durable.
+                let needs_flush = !single || wrote_data || unflushed_before;
+                if needs_flush && !skip {
                     io.flush();
                     self.stats.flushes += 1;
                 }

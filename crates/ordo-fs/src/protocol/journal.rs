@@ -508,19 +508,34 @@ impl JournalProtocol {
             return;
         }
         let committed = std::mem::take(&mut self.committed);
+        // Home blocks ascending: neighbours of one class go in one write.
+        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
         for (block, c) in committed {
-            let mut data = c.copy;
-            if block == self.super_block {
-                // A committed superblock copy already carries needs_recovery.
-                debug_assert!(self.recover_flag_set);
-            }
+            debug_assert!(block != self.super_block || self.recover_flag_set);
             if io.cache.generation(block) == c.generation && io.cache.is_dirty(block) {
                 // Pin so the core marks it clean once the copy is home.
                 io.cache.pin(block);
                 io.plan.pinned.push((block, c.generation));
             }
-            io.write_raw(block, std::mem::take(&mut data), WriteFlags::new(c.class));
             self.stats.checkpoint_blocks += 1;
+            match &mut run {
+                Some((at, class, buf))
+                    if *class == c.class
+                        && *at + (buf.len() / self.bs as usize) as u64 == block
+                        && buf.len() < (1 << 20) =>
+                {
+                    buf.extend_from_slice(&c.copy);
+                }
+                _ => {
+                    if let Some((at, class, buf)) = run.take() {
+                        io.write_raw(at, Arc::new(buf), WriteFlags::new(class));
+                    }
+                    run = Some((block, c.class, c.copy.to_vec()));
+                }
+            }
+        }
+        if let Some((at, class, buf)) = run.take() {
+            io.write_raw(at, Arc::new(buf), WriteFlags::new(class));
         }
         self.flush(io);
         self.in_log.clear();
@@ -533,7 +548,7 @@ impl JournalProtocol {
     }
 
     /// The image to log for `block`: the cached one (the superblock with
-    /// needs_recovery set), escaped; returns (copy, escaped, generation, class).
+    /// needs_recovery set); returns (copy, generation, class).
     fn take_copy(&mut self, io: &Io, block: u64) -> Option<(Arc<Vec<u8>>, u64, BlockClass)> {
         let snap = io.snapshot(block)?;
         let gen = io.generation(block);

@@ -154,7 +154,8 @@ pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
     let bs = dev.block_size();
     let mut buf = vec![0u8; bs as usize];
     let (blk, off) = if bs == 1024 { (1, 0) } else { (0, 1024) };
-    dev.read(blk, &mut buf, ordo_dev::BlockClass::Super).unwrap();
+    dev.read(blk, &mut buf, ordo_dev::BlockClass::Super)
+        .unwrap();
     let s = Superblock::decode(&buf[off..off + 1024]).unwrap();
     ProtocolEnv {
         block_size: bs,
@@ -179,7 +180,9 @@ pub fn ordo_recover(img: &Path) -> RecoveryReport {
 /// What ordo's scan of the fast-commit area of an image finds.
 pub fn fc_state(img: &Path) -> ordo_fs::fc_replay::FcState {
     let dev = open_rw(img);
-    ordo_fs::fc_replay::fc_state(&dev).unwrap().expect("a fast-commit area")
+    ordo_fs::fc_replay::fc_state(&dev)
+        .unwrap()
+        .expect("a fast-commit area")
 }
 
 /// `e2fsck -fy`; returns its exit code.
