@@ -98,11 +98,17 @@ impl Core {
                 &img,
                 UpdateKind::Other,
             );
+            // The flag says the whole inode table is unused: clearing it
+            // moves the group's unused-inode mark, like bg_itable_unused.
             self.set_gd16(
                 g,
                 gd::FLAGS,
                 flags & !gd::FLAG_INODE_UNINIT,
-                UpdateKind::Other,
+                UpdateKind::Counter {
+                    what: CounterKind::ItableUnused,
+                    group: Some(g),
+                    delta: 0,
+                },
             );
             self.csum_inode_bitmap(g);
         } else {

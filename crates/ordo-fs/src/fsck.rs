@@ -83,8 +83,10 @@ impl Default for FsckOptions {
 /// How bad a problem is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
-    /// Reported, but not an error (superblock free counts: the kernel keeps
-    /// them only approximately and e2fsck fixes them silently).
+    /// Reported, but not an error, as `e2fsck -n` treats it (superblock
+    /// free counts, which the kernel keeps only approximately; a group
+    /// descriptor checksum alone; a journal that needs recovery). The
+    /// benign repair still fixes the first two.
     Info,
     /// Derivable state only; repairing it loses nothing that was reachable.
     Benign,

@@ -166,7 +166,7 @@ impl Core {
             return Ok(());
         }
         let n = d.links + 1;
-        if n >= LINK_MAX && self.sbi.has_dir_nlink() {
+        if n > LINK_MAX && self.sbi.has_dir_nlink() {
             self.set_links(dir, 1);
         } else {
             self.set_links(dir, n);
@@ -353,6 +353,7 @@ impl Core {
             return Ok(());
         }
         self.free_all_blocks(ino)?;
+        self.release_xattr_block(ino)?;
         let i = self.read_inode(ino)?;
         self.clear_inode(&i)
     }
@@ -533,14 +534,14 @@ impl Core {
             // inode may have one name more than before: count it first (as
             // FFS's rename does), and uncount it once both are in place.
             for x in [&si, &ti] {
-                if !x.is_dir() {
+                if x.links > 1 {
                     self.set_links(x.ino, x.links.saturating_add(1));
                 }
             }
             self.dir_retarget(p2, n2, si.ino, skind)?;
             self.dir_retarget(p1, n1, ti.ino, tkind)?;
             for x in [&si, &ti] {
-                if !x.is_dir() {
+                if x.links > 1 {
                     self.set_links(x.ino, x.links);
                 }
             }
@@ -573,9 +574,12 @@ impl Core {
             self.dir_inc_links(p2)?;
         }
         // The source has two names between the new entry and the removal of
-        // the old one: its link count covers both meanwhile (FFS does the
-        // same), so that no crash leaves it with more names than links.
-        if !si.is_dir() {
+        // the old one: its link count covers both meanwhile (FFS's rename
+        // does the same, directories included), so that no crash leaves it
+        // with more names than links. A directory counted as "many" (1,
+        // dir_nlink) stays so.
+        let bump = !si.is_dir() || si.links > 1;
+        if bump {
             self.set_links(si.ino, si.links.saturating_add(1));
         }
         match &ti {
@@ -584,12 +588,16 @@ impl Core {
             }
             None => self.dir_add(p2, n2, si.ino, skind)?,
         }
+        // A moved directory's `..` follows its new entry before the old
+        // entry goes, so no crash leaves its only name disagreeing with `..`.
+        if moving_dir {
+            self.dir_retarget(si.ino, b"..", p2, FileType::Directory)?;
+        }
         self.dir_remove(p1, n1)?;
-        if !si.is_dir() {
+        if bump {
             self.set_links(si.ino, si.links);
         }
         if moving_dir {
-            self.dir_retarget(si.ino, b"..", p2, FileType::Directory)?;
             self.dir_dec_links(p1)?;
         }
         if let Some(ti) = &ti {

@@ -100,7 +100,10 @@ pub enum CounterKind {
     FreeBlocks,
     FreeInodes,
     UsedDirs,
-    /// Unused-inode high-water mark of a group (`bg_itable_unused`).
+    /// Unused-inode high-water mark of a group (`bg_itable_unused`, and
+    /// the `INODE_UNINIT` flag that marks the whole table unused, reported
+    /// with delta 0 when cleared). e2fsck treats inodes past the mark as
+    /// uninitialized: an entry may only name an inode below it.
     ItableUnused,
 }
 

@@ -295,3 +295,55 @@ fn refusals_name_the_reason() {
     let e = mount_err(&img, ProtocolKind::Async);
     assert!(e.contains("block 1") && e.contains("bg_checksum"), "{e}");
 }
+
+#[test]
+fn link_count_limits_as_ext4() {
+    if !have("mkfs.ext4") || !have("e2fsck") {
+        return;
+    }
+    let (_dir, img) = scratch();
+    // Enough inodes for 65,000 subdirectories.
+    let st = std::process::Command::new("mkfs.ext4")
+        .args([
+            "-F",
+            "-q",
+            "-b",
+            "4096",
+            "-N",
+            "70000",
+            "-O",
+            "^has_journal",
+        ])
+        .arg(&img)
+        .arg("512M")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let fs = mount(&img, ProtocolKind::Async);
+    let c = Creds::root();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
+    let f = fs
+        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &c)
+        .unwrap();
+    for i in 1..65_000u32 {
+        fs.link(f.ino, d.ino, format!("l{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 65_000);
+    assert_eq!(
+        fs.link(f.ino, d.ino, b"one-more").unwrap_err().errno(),
+        libc::EMLINK
+    );
+    // dir_nlink: a directory past 65,000 subdirectories counts 1.
+    let e = fs.mkdir(ROOT_INO, b"e", 0o755, &c).unwrap();
+    for i in 0..64_999u32 {
+        fs.mkdir(e.ino, format!("s{i}").as_bytes(), 0o755, &c)
+            .unwrap();
+    }
+    assert_eq!(fs.getattr(e.ino).unwrap().nlink, 1);
+    fs.mkdir(e.ino, b"more", 0o755, &c).unwrap();
+    assert_eq!(fs.getattr(e.ino).unwrap().nlink, 1);
+    fs.rmdir(e.ino, b"s0").unwrap();
+    assert_eq!(fs.getattr(e.ino).unwrap().nlink, 1);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}

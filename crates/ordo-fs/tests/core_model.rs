@@ -858,9 +858,7 @@ impl Runner {
                 } else {
                     libc::ENOTEMPTY
                 })
-            } else if t == Some(s) {
-                None
-            } else if flags.exchange {
+            } else if t == Some(s) || flags.exchange {
                 None
             } else if let Some(t) = t {
                 if sd && !td {

@@ -78,3 +78,242 @@ fn basic_ops_1k_debian_defaults_async() {
 fn basic_ops_1k_sync() {
     basic_ops(1024, "^has_journal", ProtocolKind::Sync);
 }
+
+#[test]
+fn paths_access_statfs_and_attributes() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let (_dir, img) = scratch();
+    mkfs(&img, 32, 4096, "^has_journal");
+    let fs = mount(&img, ProtocolKind::Async);
+    let root = Creds::root();
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![50],
+    };
+    let a = fs.mkdir(ROOT_INO, b"a", 0o2775, &root).unwrap();
+    fs.setattr(
+        a.ino,
+        &ordo_fs::SetAttr {
+            gid: Some(50),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // setgid directory: group and S_ISGID inherited by a subdirectory.
+    let b = fs.mkdir(a.ino, b"b", 0o755, &user).unwrap();
+    assert_eq!(b.gid, 50);
+    assert_eq!(b.perm & 0o2000, 0o2000);
+    let f = fs
+        .create(b.ino, b"f", FileType::Regular, 0o640, 0, &user)
+        .unwrap();
+    assert_eq!((f.uid, f.gid), (1000, 50));
+    fs.symlink(ROOT_INO, b"l", b"a/b", &root).unwrap();
+    assert_eq!(fs.lookup_path("/l/f").unwrap().ino, f.ino);
+    assert_eq!(fs.lookup_path("/l").unwrap().kind, FileType::Symlink);
+    assert_eq!(fs.lookup_path("/a/b/../b/f").unwrap().ino, f.ino);
+    assert_eq!(
+        fs.lookup_path("/a/b/f/x").unwrap_err().errno(),
+        libc::ENOTDIR
+    );
+    // access: owner bits for the owner, group bits via supplementary groups.
+    fs.access(f.ino, 4 | 2, &user).unwrap();
+    let other = Creds {
+        uid: 2000,
+        gid: 2000,
+        groups: vec![50],
+    };
+    fs.access(f.ino, 4, &other).unwrap();
+    assert_eq!(
+        fs.access(f.ino, 2, &other).unwrap_err().errno(),
+        libc::EACCES
+    );
+    assert_eq!(
+        fs.access(f.ino, 1, &root).unwrap_err().errno(),
+        libc::EACCES
+    );
+    fs.access(f.ino, 4 | 2, &root).unwrap();
+    // chmod by a caller outside the group drops S_ISGID; chown drops suid.
+    let g = fs
+        .setattr_as(
+            f.ino,
+            &ordo_fs::SetAttr {
+                perm: Some(0o2755),
+                ..Default::default()
+            },
+            &Creds {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![],
+            },
+        )
+        .unwrap();
+    assert_eq!(g.perm, 0o755);
+    fs.setattr(
+        f.ino,
+        &ordo_fs::SetAttr {
+            perm: Some(0o6755),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let g = fs
+        .setattr(
+            f.ino,
+            &ordo_fs::SetAttr {
+                uid: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        g.perm, 0o755,
+        "chown clears suid and (group-executable) sgid"
+    );
+    // Device numbers, both encodings.
+    for (name, rdev) in [
+        (&b"old"[..], (8u32 << 8) | 1),
+        (b"new", (300 << 8) | 0x200005),
+    ] {
+        let d = fs
+            .create(ROOT_INO, name, FileType::BlockDevice, 0o600, rdev, &root)
+            .unwrap();
+        assert_eq!(fs.getattr(d.ino).unwrap().rdev, rdev);
+    }
+    // statfs follows allocation.
+    let s0 = fs.statfs().unwrap();
+    fs.write(f.ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    let s1 = fs.statfs().unwrap();
+    assert_eq!(s0.blocks_free - s1.blocks_free, 256);
+    assert_eq!(s0.files_free, s1.files_free);
+    assert!(s1.blocks <= 32 * 256 && s1.blocks > 7000);
+    // Punch and SEEK_HOLE / SEEK_DATA.
+    fs.fallocate(
+        f.ino,
+        4096,
+        8192,
+        ordo_fs::FallocFlags {
+            keep_size: true,
+            punch_hole: true,
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.read(f.ino, 4096, 8192).unwrap(), vec![0u8; 8192]);
+    assert_eq!(fs.seek(f.ino, 0, ordo_fs::SeekWhence::Hole).unwrap(), 4096);
+    assert_eq!(
+        fs.seek(f.ino, 4096, ordo_fs::SeekWhence::Data).unwrap(),
+        12288
+    );
+    assert_eq!(fs.statfs().unwrap().blocks_free, s1.blocks_free + 2);
+    // Hard links to directories are refused, EMLINK-free otherwise.
+    assert_eq!(
+        fs.link(a.ino, ROOT_INO, b"x").unwrap_err().errno(),
+        libc::EPERM
+    );
+    assert_eq!(
+        fs.rename(ROOT_INO, b"a", b.ino, b"loop", RenameFlags::default())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn basic_ops_2k_sync() {
+    basic_ops(2048, "", ProtocolKind::Sync);
+}
+
+#[test]
+fn threads_share_one_mount() {
+    if !have("mkfs.ext4") || !have("e2fsck") {
+        return;
+    }
+    for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
+        let (_dir, img) = scratch();
+        mkfs(&img, 64, 4096, "^has_journal");
+        let fs = std::sync::Arc::new(mount(&img, mode));
+        let handles: Vec<_> = (0..4u8)
+            .map(|t| {
+                let fs = fs.clone();
+                std::thread::spawn(move || {
+                    let c = Creds::root();
+                    let d = fs
+                        .mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, &c)
+                        .unwrap();
+                    for i in 0..50u32 {
+                        let f = fs
+                            .create(
+                                d.ino,
+                                format!("f{i}").as_bytes(),
+                                FileType::Regular,
+                                0o644,
+                                0,
+                                &c,
+                            )
+                            .unwrap();
+                        fs.write(f.ino, 0, &vec![t; 5000 + i as usize]).unwrap();
+                        if i % 10 == 0 {
+                            fs.fsync(f.ino, false).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        for t in 0..4u8 {
+            let d = fs.lookup(ROOT_INO, format!("t{t}").as_bytes()).unwrap();
+            for i in 0..50u32 {
+                let f = fs.lookup(d.ino, format!("f{i}").as_bytes()).unwrap();
+                assert_eq!(
+                    fs.read(f.ino, 0, 10_000).unwrap(),
+                    vec![t; 5000 + i as usize]
+                );
+            }
+        }
+        let fs = std::sync::Arc::try_unwrap(fs).ok().unwrap();
+        fs.unmount().unwrap();
+        assert_fsck_clean(&img);
+    }
+}
+
+#[test]
+fn background_write_back_cleans_the_cache() {
+    if !have("mkfs.ext4") || !have("e2fsck") {
+        return;
+    }
+    let (_dir, img) = scratch();
+    mkfs(&img, 32, 4096, "^has_journal");
+    let fs = ordo_fs::Fs::mount(
+        device(&img),
+        ordo_fs::MountOptions {
+            background: true,
+            commit_interval_ms: 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let f = fs
+        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &Creds::root())
+        .unwrap();
+    fs.write(f.ino, 0, b"written by the timer").unwrap();
+    assert!(fs.cache_stats().dirty_blocks > 0);
+    // Wait (bounded) for the commit timer; no assertion on how long it took.
+    let mut cleaned = false;
+    for _ in 0..2000 {
+        if fs.cache_stats().dirty_blocks == 0 {
+            cleaned = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(cleaned, "the background write-back never ran");
+    assert!(fs.counters().total().writes > 0);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}

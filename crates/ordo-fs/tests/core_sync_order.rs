@@ -78,11 +78,7 @@ fn check_state(dev: MemDevice) -> Result<(), String> {
                 }
                 *refs.entry(e.ino).or_default() += 1;
                 match a.kind {
-                    FileType::Directory => {
-                        if visited.insert(e.ino) {
-                            todo.push(e.ino);
-                        }
-                    }
+                    FileType::Directory if visited.insert(e.ino) => todo.push(e.ino),
                     FileType::Regular => {
                         fs.read(e.ino, 0, a.size.min(1 << 24) as u32)
                             .map_err(|er| format!("read {}: {er}", e.ino))?;
@@ -150,7 +146,7 @@ fn state(
         Volatile::Some(seed) => seed | 1,
         _ => 1,
     };
-    let mut apply = |ev: &ordo_dev::Event| {
+    let apply = |ev: &ordo_dev::Event| {
         if let EventKind::Write { block, data, .. } = &ev.kind {
             d.write(*block, data, WriteFlags::new(ordo_dev::BlockClass::Other))
                 .unwrap();

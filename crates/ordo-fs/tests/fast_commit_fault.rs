@@ -51,7 +51,9 @@ fn lost_after_crash(fault: bool) -> bool {
         },
     )
     .unwrap();
-    let a = fs.lookup(ROOT_INO, b"second").expect("the fast commit replayed");
+    let a = fs
+        .lookup(ROOT_INO, b"second")
+        .expect("the fast commit replayed");
     fs.read(a.ino, 0, 8192).unwrap() != vec![0x5a; 8192]
 }
 
@@ -61,6 +63,9 @@ fn skipping_the_data_flush_loses_promised_data() {
         eprintln!("skipped: no mkfs.ext4");
         return;
     }
-    assert!(!lost_after_crash(false), "with the flush, the data survives");
+    assert!(
+        !lost_after_crash(false),
+        "with the flush, the data survives"
+    );
     assert!(lost_after_crash(true), "without it, the crash loses it");
 }

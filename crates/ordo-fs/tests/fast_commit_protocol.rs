@@ -231,7 +231,7 @@ fn workload(fs: &Fs, premade_dir: bool) -> BTreeMap<String, Vec<u8>> {
 }
 
 #[test]
-fn crash_after_fast_commits_recovers_like_e2fsck() {
+fn crash_after_fast_commits_replays_like_the_kernel_and_e2fsck() {
     let dir = tempfile::tempdir().unwrap();
     if image(dir.path(), 4096).is_none() {
         return;
@@ -370,10 +370,14 @@ fn ordo_mkfs_makes_a_fast_commit_area_like_mke2fs() {
         ..MkfsOptions::default()
     };
     mkfs(mem.as_ref(), &opts).unwrap();
-    let st = ordo_fs::recovery::journal_state(mem.as_ref()).unwrap().unwrap();
+    let st = ordo_fs::recovery::journal_state(mem.as_ref())
+        .unwrap()
+        .unwrap();
     // mke2fs: a 1024-block log and 1024 / 64 fast-commit blocks after it.
     assert_eq!(st.blocks, 1040);
-    let runs = ordo_fs::recovery::locate_journal(mem.as_ref()).unwrap().unwrap();
+    let runs = ordo_fs::recovery::locate_journal(mem.as_ref())
+        .unwrap()
+        .unwrap();
     let map = ordo_fs::recovery::JournalMap::new(runs);
     let jsb = ordo_fs::recovery::read_journal_super(mem.as_ref(), &map).unwrap();
     assert_eq!(jsb.num_fc_blocks, 16);
@@ -410,4 +414,47 @@ fn ordo_mkfs_makes_a_fast_commit_area_like_mke2fs() {
 
 fn opts_fc() -> MountOptions {
     opts()
+}
+
+#[test]
+fn a_crash_during_replay_then_replay_again_gives_the_same_tree() {
+    use ordo_dev::{EventKind, RecordingDevice};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), 4096) else {
+        return;
+    };
+    let (dev, fs) = mount_cached(&img, 4096);
+    let promised = workload(&fs, false);
+    let crashed = dev.crash(11, CrashPolicy::lose_all()).unwrap();
+    drop(fs);
+    let env = env_of(&crashed);
+    // One uninterrupted recovery, recorded write by write.
+    let rec = RecordingDevice::new(crashed.snapshot());
+    ordo_fs::protocol::recover(ProtocolKind::FastCommit, &rec, &env).unwrap();
+    let log = rec.log();
+    let reference = ordo_tree(Arc::new(rec.into_inner()));
+    assert_eq!(reference, promised);
+    let writes: Vec<_> = log
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Write { .. }))
+        .collect();
+    assert!(writes.len() > 5);
+    // Power cut after each prefix of those writes, then recovery again.
+    let step = (writes.len() / 12).max(1);
+    for k in (0..writes.len()).step_by(step) {
+        let cut = crashed.snapshot();
+        for e in &writes[..k] {
+            for (b, data) in e.blocks(4096) {
+                cut.write(b, data, ordo_dev::WriteFlags::new(BlockClass::Other))
+                    .unwrap();
+            }
+        }
+        ordo_fs::protocol::recover(ProtocolKind::FastCommit, &cut, &env).unwrap();
+        let p = dir.path().join(format!("cut{k}.img"));
+        std::fs::write(&p, cut.to_image()).unwrap();
+        if have("e2fsck") {
+            assert_fsck_clean(&p);
+        }
+        assert_eq!(ordo_tree(Arc::new(cut)), reference, "cut after {k} writes");
+    }
 }

@@ -16,11 +16,11 @@
 //! (random cases on one base only), `ORDO_FSCK_RANDOM_ONLY` (skip the
 //! targeted cases).
 //!
-//! Intentional disagreements: none are expected. Three things are reported
+//! Intentional disagreements: none are expected. Four things are reported
 //! without being errors, exactly as `e2fsck -fn` does (it answers "no" or
-//! warns, and exits 0): superblock free counts, uninit flags on an image
-//! without group checksums, and a journal that needs recovery (checked
-//! without replay).
+//! warns, and exits 0): superblock free counts, a group descriptor
+//! checksum alone, uninit flags on an image without group checksums, and a
+//! journal that needs recovery (checked without replay).
 
 mod fsck_common;
 

@@ -3,6 +3,8 @@
 //! - a clean unmount leaves an image `e2fsck -fn` passes, with the journal
 //!   empty and `needs_recovery` clear, that the kernel mounts with the same
 //!   tree and contents;
+//! - an image made by `ordo mkfs` and left with a live journal is
+//!   replayed by `e2fsck` to the image ordo's recovery gives;
 //! - an image left with a live journal by a crash injected through the
 //!   device layer (a write cache that loses everything not flushed) is
 //!   recovered by `e2fsck -fy` to the image ordo's recovery gives, by a
@@ -239,14 +241,14 @@ fn ordo_mkfs_image_journal_is_replayed_by_e2fsck_like_ordo() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mem = MemDevice::new(4096, 16384).unwrap();
-    let opts = MkfsOptions {
+    let mkfs_opts = MkfsOptions {
         block_size: 4096,
         features: parse_features("has_journal", DEFAULT_FEATURES).unwrap(),
         ..MkfsOptions::default()
     };
-    ordo_mkfs(&mem, &opts).unwrap();
+    ordo_mkfs(&mem, &mkfs_opts).unwrap();
     let dev = Arc::new(WriteCacheDevice::new(mem));
-    let fs = Fs::mount(dev.clone(), opts_for(DataMode::Journal)).unwrap();
+    let fs = Fs::mount(dev.clone(), opts(DataMode::Journal)).unwrap();
     let want = workload(&fs, 0x33);
     let crashed = dev.crash(3, CrashPolicy::lose_all()).unwrap();
     let path = dir.path().join("ordo-mkfs.img");
@@ -254,14 +256,10 @@ fn ordo_mkfs_image_journal_is_replayed_by_e2fsck_like_ordo() {
     let (by_ordo, by_e2) = recover_both(&path, dir.path());
     assert_fsck_clean(&by_ordo);
     assert_same_as_e2fsck(&by_ordo, &by_e2);
-    let fs2 = Fs::mount(Arc::new(load(&by_e2)), opts_for(DataMode::Journal)).unwrap();
+    let fs2 = Fs::mount(Arc::new(load(&by_e2)), opts(DataMode::Journal)).unwrap();
     assert_eq!(ordo_tree(&fs2), want, "e2fsck's replay, read by ordo");
     fs2.unmount().unwrap();
     drop(fs);
-}
-
-fn opts_for(data: DataMode) -> MountOptions {
-    opts(data)
 }
 
 #[test]

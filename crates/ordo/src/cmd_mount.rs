@@ -71,16 +71,27 @@ fn check_paths(image: &Path, mountpoint: &Path) -> Result<(), String> {
     Ok(())
 }
 
+fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path)
+        .map(|m| m.file_type().is_block_device())
+        .unwrap_or(false)
+}
+
 fn open_image(
     image: &Path,
     parsed: &ParsedMount,
 ) -> Result<(Arc<Fs>, Arc<dyn BlockDevice>), String> {
     let sb = SuperblockView::read(image).map_err(|e| format!("{}: {e}", image.display()))?;
-    let opts = if parsed.fs.read_only {
+    let mut opts = if parsed.fs.read_only {
         OpenOptions::read_only()
     } else {
         OpenOptions::read_write()
     };
+    // On a block device, bypass the host page cache: otherwise the kernel
+    // splits and merges ordo's requests, and `/sys/block/*/stat` no longer
+    // counts the writes and flushes the protocol asked for.
+    opts.direct = is_block_device(image);
     let dev = FileDevice::open(image, sb.block_size, opts).map_err(|e| match e {
         DevError::InUse { .. } => format!("{e} (is it mounted already?)"),
         e => e.to_string(),

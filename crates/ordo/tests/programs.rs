@@ -217,15 +217,25 @@ fn every_mode_serves_programs_and_unmounts_clean() {
     let s = Scratch::new();
     let src = s.path("src");
     make_source_tree(&src, 4, 25);
-    for opts in [
-        "mode=async",
-        "mode=sync",
-        "mode=journal",
-        "mode=journal,data=writeback",
-        "mode=journal,data=journal",
+    for (features, opts) in [
+        ("", "mode=async"),
+        ("", "mode=sync"),
+        ("", "mode=journal"),
+        ("", "mode=journal,data=writeback"),
+        ("", "mode=journal,data=journal"),
+        ("fast_commit", "mode=fast_commit"),
     ] {
         let image = s.path(&format!("img-{opts}"));
-        mkfs(&image, "64M");
+        let mut args = vec!["mkfs", image.to_str().unwrap(), "--size", "64M"];
+        if !features.is_empty() {
+            args.extend(["-O", features]);
+        }
+        let out = ordo(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mp = s.mkdir(&format!("mnt-{opts}"));
         let m = OrdoMount::start(&image, &mp, opts);
         sh(

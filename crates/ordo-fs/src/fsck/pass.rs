@@ -329,13 +329,17 @@ impl<'a> Checker<'a> {
             let gd_block = gdt_first + (g as u64 * ds as u64) / self.geo.block_size;
             if let Some(want) = GroupDesc::computed_checksum(&self.sb, seed, g, raw) {
                 if want != gd.checksum {
+                    // `e2fsck -n` reports this and exits 0 when nothing
+                    // else is wrong; the kernel refuses to mount it, and
+                    // the repair rewrites the checksum.
                     problem!(
                         self,
-                        Unsafe,
+                        Info,
                         GroupDescriptor,
                         None,
                         Some(gd_block),
-                        "group {g} descriptor (block {gd_block}) bg_checksum is {:#06x}, computed {want:#06x}",
+                        "group {g} descriptor (block {gd_block}) bg_checksum is {:#06x}, computed \
+                         {want:#06x} (the kernel will not mount this until it is repaired)",
                         gd.checksum
                     );
                 }

@@ -22,8 +22,9 @@
 //! Operations replay cannot express or cannot make idempotent fall back
 //! to a full JBD2 commit of everything, counted by reason: rename of a
 //! directory (its ".." changes) and cross-rename, fallocate (unwritten
-//! extents are not reported), data=journal, an update of a kind the log
-//! has no tag for (xattr blocks, a special inode), a record too large for
+//! extents are not reported), data=journal, symlinks and device nodes
+//! (their `i_block` content, which the kernel's INODE replay does not
+//! copy), an update of a special inode, a record too large for
 //! a block, a full fast-commit area, a journal that is not live yet (the
 //! kernel's rule: fast commits only after a full commit), and changes made
 //! outside a system call. A full commit also happens every commit interval
@@ -103,6 +104,9 @@ pub enum Reason {
     AreaFull,
     /// No geometry from recovery (read-only or unrecovered mount).
     NoGeometry,
+    /// A symlink or device node: its `i_block` holds the target or device
+    /// number, which the kernel's replay of an INODE record does not copy.
+    SpecialInode,
 }
 
 impl Reason {
@@ -117,6 +121,7 @@ impl Reason {
             Reason::TooLarge => "record_too_large",
             Reason::AreaFull => "area_full",
             Reason::NoGeometry => "no_geometry",
+            Reason::SpecialInode => "symlink_or_device",
         }
     }
 }
@@ -431,6 +436,7 @@ impl Protocol for FastCommitProtocol {
                 match h.op {
                     OpKind::Internal => self.mark_ineligible(Reason::Unsupported),
                     OpKind::Fallocate => self.mark_ineligible(Reason::Fallocate),
+                    OpKind::Symlink | OpKind::Mknod => self.mark_ineligible(Reason::SpecialInode),
                     _ => {}
                 }
                 self.track_inode(*ino);

@@ -34,8 +34,12 @@
 //!   the bitmap bit allocating `p` -> every `Extent { op: Set }` covering `p`;
 //! - `Inode { field: Whole }` initializing inode `x`, a raised `Links` of
 //!   `x`, and the bitmap bit allocating `x` -> every `Dirent { op: Add }`
-//!   naming `x`;
+//!   naming `x`; a move of a group's unused-inode mark (`ItableUnused`,
+//!   below which e2fsck considers inodes initialized at all) -> every
+//!   `Dirent { op: Add }`;
 //! - `Dirent { op: Add }` of `x` -> `Dirent { op: Remove }` of `x` (rename);
+//!   an entry added inside directory `x` (its new `..` when it moves) ->
+//!   the removal of `x`'s old entry;
 //! - `Dirent { op: Remove }` of `x` -> a lowered `Links` of `x`, the
 //!   clearing of inode `x`, and the bitmap bit freeing `x`;
 //! - `Extent { op: Clear }` covering `p` -> the bitmap bit freeing `p`.
@@ -76,7 +80,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use super::*;
-use crate::update::{BitmapKind, InodeField, LinkOp, MapOp, UpdateKind};
+use crate::update::{BitmapKind, CounterKind, InodeField, LinkOp, MapOp, UpdateKind};
 
 /// Longest multi-block write of data (1 MiB at 4 KiB).
 const MAX_RUN_BLOCKS: usize = 256;
@@ -155,6 +159,12 @@ fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
         | UpdateKind::Dirent { .. }
         | UpdateKind::DirBlockInit { .. } => true,
         UpdateKind::Other => tree_blocks.contains(&u.block),
+        // The unused-inode mark decides whether e2fsck sees an inode as
+        // initialized at all.
+        UpdateKind::Counter {
+            what: CounterKind::ItableUnused,
+            ..
+        } => true,
         UpdateKind::Bitmap { .. } | UpdateKind::Counter { .. } | UpdateKind::Checksum => false,
     }
 }
@@ -172,6 +182,8 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
     let mut block_ready: HashMap<u64, Vec<usize>> = HashMap::new(); // init or bitmap-set of a block
     let mut inode_ready: HashMap<u32, Vec<usize>> = HashMap::new(); // init, links up, bitmap-set
     let mut adds: HashMap<u32, Vec<usize>> = HashMap::new();
+    // Entries added inside each directory (a moved directory's new `..`).
+    let mut adds_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut removes: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
     for (i, u) in ups.iter().enumerate() {
@@ -198,10 +210,14 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                 field: InodeField::Links,
             } if u16_of(&u.new) > u16_of(&u.old) => inode_ready.entry(*ino).or_default().push(i),
             UpdateKind::Dirent {
+                dir,
                 ino,
                 op: LinkOp::Add,
                 ..
-            } => adds.entry(*ino).or_default().push(i),
+            } => {
+                adds.entry(*ino).or_default().push(i);
+                adds_in.entry(*dir).or_default().push(i);
+            }
             UpdateKind::Dirent {
                 ino,
                 op: LinkOp::Remove,
@@ -217,6 +233,7 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
         }
     }
     let mut index_sets: Vec<usize> = Vec::new();
+    let mut unused_marks: Vec<usize> = Vec::new();
     let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
     // Same-block overlap keeps program order: the last writer of each byte.
     let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
@@ -254,6 +271,20 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
         } = u.kind
         {
             flag_changes.entry(ino).or_default().push(i);
+        }
+        if let UpdateKind::Counter {
+            what: CounterKind::ItableUnused,
+            ..
+        } = u.kind
+        {
+            unused_marks.push(i);
+        }
+        if let UpdateKind::Dirent {
+            op: LinkOp::Add, ..
+        } = u.kind
+        {
+            // The inode named must be below its group's unused mark.
+            p.extend(unused_marks.iter().copied());
         }
         if let UpdateKind::DirBlockInit { dir } = u.kind {
             // A directory block rewritten after its index flag was cleared.
@@ -295,6 +326,11 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
             } => {
                 if let Some(v) = adds.get(ino) {
                     p.extend(v.iter().copied());
+                }
+                // A moved directory's `..` names its new parent before its
+                // old entry goes.
+                if let Some(v) = adds_in.get(ino) {
+                    p.extend(v.iter().copied().filter(|&j| j < i));
                 }
             }
             UpdateKind::Inode {
