@@ -74,22 +74,8 @@ fn workload_names() -> String {
     WorkloadName::ALL.map(|w| w.name()).join(", ")
 }
 
-/// Parses "4096", "64M", "2G" (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let (digits, shift) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 30),
-        Some('t' | 'T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid size '{s}' (expected e.g. 512M, 2G)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{s}' is too large"))
-}
+/// Parses "4096", "64M", "2G" (powers of 1024), as every ordo tool does.
+pub use ordo_dev::parse_size_bytes as parse_size;
 
 /// Parses the workload list.
 pub fn parse_workloads(s: &str) -> Result<Vec<WorkloadName>> {

@@ -613,7 +613,7 @@ impl Instance {
                     m.fs_cpu_us = Some(b.saturating_sub(a));
                 }
                 m.fs_peak_kib = sys::process_peak_kib(pid);
-                let r = sys::run(Command::new("fusermount3").arg("-u").arg(&self.mnt));
+                let r = unmount_retrying("fusermount3", &["-u"], &self.mnt);
                 if let Err(e) = r {
                     // Leave the child to Drop's cleanup.
                     self.mounted = Mounted::Fuse {
@@ -711,14 +711,20 @@ fn wait_child(child: &mut Child, limit: Duration) -> std::io::Result<std::proces
     }
 }
 
-/// `umount`, retried while the mount is busy (a program that just exited
-/// may still hold it for a moment).
+/// `umount`, retried while the mount is busy.
 fn umount_retrying(mnt: &Path) -> Result<()> {
+    unmount_retrying("umount", &[], mnt)
+}
+
+/// Runs an unmount command, retried while the mount is busy: a program
+/// that just exited, or a child another thread is forking, may hold it for
+/// a moment.
+fn unmount_retrying(program: &str, args: &[&str], mnt: &Path) -> Result<()> {
     /// Attempts before giving up.
     const UMOUNT_TRIES: u32 = 50;
     let mut last = None;
     for _ in 0..UMOUNT_TRIES {
-        match sys::run(Command::new("umount").arg(mnt)) {
+        match sys::run(Command::new(program).args(args).arg(mnt)) {
             Ok(_) => return Ok(()),
             Err(e) => last = Some(e),
         }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::counting::{AtomicCounters, TicketTracker};
+use crate::counting::Bookkeeping;
 use crate::mem::MemDevice;
 use crate::{check_request, BlockClass, BlockDevice, Counters, Ticket, WriteFlags};
 
@@ -83,8 +83,7 @@ pub struct WriteCacheDevice<D: BlockDevice> {
     inner: D,
     /// Block -> pending versions, oldest first.
     pending: Mutex<BTreeMap<u64, Vec<Version>>>,
-    counters: AtomicCounters,
-    tickets: TicketTracker,
+    book: Bookkeeping,
 }
 
 impl<D: BlockDevice> WriteCacheDevice<D> {
@@ -93,8 +92,7 @@ impl<D: BlockDevice> WriteCacheDevice<D> {
         WriteCacheDevice {
             inner,
             pending: Mutex::new(BTreeMap::new()),
-            counters: AtomicCounters::new(),
-            tickets: TicketTracker::new(),
+            book: Bookkeeping::new(),
         }
     }
 
@@ -228,7 +226,7 @@ impl<D: BlockDevice> BlockDevice for WriteCacheDevice<D> {
             }
         }
         drop(pending);
-        self.counters.record_read(class, buf.len() as u64);
+        self.book.record_read(class, buf.len() as u64);
         Ok(())
     }
 
@@ -236,57 +234,51 @@ impl<D: BlockDevice> BlockDevice for WriteCacheDevice<D> {
         let bs = self.block_size() as usize;
         check_request(self.block_size(), self.block_count(), block, data.len())?;
         let mut pending = self.lock();
-        let ticket = self.tickets.begin_write();
-        if flags.fua {
-            // Straight to the medium; older cached versions of these blocks
-            // are superseded (a disk never writes them over the new data).
-            let r = self.inner.write(block, data, flags);
-            self.tickets.end_write(ticket, r.is_ok());
-            r?;
-            for i in 0..(data.len() / bs) as u64 {
-                pending.remove(&(block + i));
+        self.book.write(flags, data.len() as u64, |ticket| {
+            if flags.fua {
+                // Straight to the medium; older cached versions of these
+                // blocks are superseded (a disk never writes them over the
+                // new data).
+                self.inner.write(block, data, flags)?;
+                for i in 0..(data.len() / bs) as u64 {
+                    pending.remove(&(block + i));
+                }
+            } else {
+                for (i, chunk) in data.chunks_exact(bs).enumerate() {
+                    pending.entry(block + i as u64).or_default().push(Version {
+                        ticket,
+                        class: flags.class,
+                        data: Arc::from(chunk),
+                    });
+                }
             }
-        } else {
-            for (i, chunk) in data.chunks_exact(bs).enumerate() {
-                pending.entry(block + i as u64).or_default().push(Version {
-                    ticket,
-                    class: flags.class,
-                    data: Arc::from(chunk),
-                });
-            }
-            self.tickets.end_write(ticket, false);
-        }
-        drop(pending);
-        self.counters
-            .record_write(flags.class, data.len() as u64, flags.fua);
-        Ok(ticket)
+            Ok(())
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut pending = self.lock();
-        let cover = self.tickets.flush_cover();
-        // Write back the newest version of each block, in block order (the
-        // order does not matter: nothing is durable until the inner flush).
-        while let Some((block, versions)) = pending.pop_first() {
-            let v = versions.last().expect("pending entries are never empty");
-            if let Err(e) = self.inner.write(block, &v.data, WriteFlags::new(v.class)) {
-                pending.insert(block, versions);
-                return Err(e);
+        self.book.flush(|| {
+            // Write back the newest version of each block, in block order
+            // (the order does not matter: nothing is durable until the inner
+            // flush).
+            while let Some((block, versions)) = pending.pop_first() {
+                let v = versions.last().expect("pending entries are never empty");
+                if let Err(e) = self.inner.write(block, &v.data, WriteFlags::new(v.class)) {
+                    pending.insert(block, versions);
+                    return Err(e);
+                }
             }
-        }
-        self.inner.flush()?;
-        drop(pending);
-        self.counters.record_flush();
-        self.tickets.flush_done(cover);
-        Ok(())
+            self.inner.flush()
+        })
     }
 
     fn durable(&self) -> Ticket {
-        self.tickets.durable()
+        self.book.durable()
     }
 
     fn counters(&self) -> Counters {
-        self.counters.snapshot()
+        self.book.counters()
     }
 }
 

@@ -17,10 +17,11 @@
 //! back): the caller saw the error and no ticket was handed out.
 
 use std::collections::BTreeSet;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::{BlockClass, ClassCounters, Counters, Ticket, BLOCK_CLASS_COUNT};
+use crate::{BlockClass, ClassCounters, Counters, Ticket, WriteFlags, BLOCK_CLASS_COUNT};
 
 #[derive(Default)]
 struct ClassAtomics {
@@ -196,6 +197,64 @@ impl TicketTracker {
     /// The last ticket handed out (0 if none).
     pub fn last_issued(&self) -> Ticket {
         self.lock().last_issued
+    }
+}
+
+/// The counters and tickets of one backend, with the order in which every
+/// backend applies them: a write takes its ticket before it starts, is
+/// counted once it succeeded, and is durable by itself only as a FUA write
+/// that succeeded; a flush covers what had completed when it started.
+#[derive(Default)]
+pub struct Bookkeeping {
+    counters: AtomicCounters,
+    tickets: TicketTracker,
+}
+
+impl Bookkeeping {
+    /// Nothing counted, nothing written.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts a read of `bytes` bytes that succeeded.
+    pub fn record_read(&self, class: BlockClass, bytes: u64) {
+        self.counters.record_read(class, bytes);
+    }
+
+    /// Runs `write` (given its ticket) as one write request of `bytes`
+    /// bytes, and returns the ticket once it succeeded.
+    pub fn write(
+        &self,
+        flags: WriteFlags,
+        bytes: u64,
+        write: impl FnOnce(Ticket) -> io::Result<()>,
+    ) -> io::Result<Ticket> {
+        let ticket = self.tickets.begin_write();
+        let r = write(ticket);
+        self.tickets.end_write(ticket, flags.fua && r.is_ok());
+        r?;
+        self.counters.record_write(flags.class, bytes, flags.fua);
+        Ok(ticket)
+    }
+
+    /// Runs `flush` as one flush request: once it succeeded, every write
+    /// completed before it started is durable.
+    pub fn flush(&self, flush: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let cover = self.tickets.flush_cover();
+        flush()?;
+        self.counters.record_flush();
+        self.tickets.flush_done(cover);
+        Ok(())
+    }
+
+    /// See [`BlockDevice::durable`](crate::BlockDevice::durable).
+    pub fn durable(&self) -> Ticket {
+        self.tickets.durable()
+    }
+
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> Counters {
+        self.counters.snapshot()
     }
 }
 

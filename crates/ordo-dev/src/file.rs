@@ -33,7 +33,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::counting::{AtomicCounters, TicketTracker};
+use crate::counting::Bookkeeping;
 use crate::{
     check_block_size, check_request, BlockClass, BlockDevice, Counters, DevError, Ticket,
     WriteFlags,
@@ -153,8 +153,7 @@ pub struct FileDevice {
     fua_fallback: AtomicBool,
     /// Set after a failed flush; see the module comment.
     flush_failed: AtomicBool,
-    counters: AtomicCounters,
-    tickets: TicketTracker,
+    book: Bookkeeping,
 }
 
 impl std::fmt::Debug for FileDevice {
@@ -346,8 +345,7 @@ impl FileDevice {
             is_block_device,
             fua_fallback: AtomicBool::new(false),
             flush_failed: AtomicBool::new(false),
-            counters: AtomicCounters::new(),
-            tickets: TicketTracker::new(),
+            book: Bookkeeping::new(),
         })
     }
 
@@ -485,7 +483,7 @@ impl BlockDevice for FileDevice {
     fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
         check_request(self.block_size, self.block_count, block, buf.len())?;
         self.read_at(buf, self.offset(block))?;
-        self.counters.record_read(class, buf.len() as u64);
+        self.book.record_read(class, buf.len() as u64);
         Ok(())
     }
 
@@ -495,33 +493,26 @@ impl BlockDevice for FileDevice {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
         self.check_not_failed()?;
-        let ticket = self.tickets.begin_write();
-        let r = self.write_at(data, self.offset(block), flags.fua);
-        self.tickets.end_write(ticket, flags.fua && r.is_ok());
-        r?;
-        self.counters
-            .record_write(flags.class, data.len() as u64, flags.fua);
-        Ok(ticket)
+        self.book.write(flags, data.len() as u64, |_| {
+            self.write_at(data, self.offset(block), flags.fua)
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
         self.check_not_failed()?;
-        let cover = self.tickets.flush_cover();
-        if let Err(e) = self.file.sync_data() {
-            self.flush_failed.store(true, Ordering::SeqCst);
-            return Err(e);
-        }
-        self.counters.record_flush();
-        self.tickets.flush_done(cover);
-        Ok(())
+        self.book.flush(|| {
+            self.file.sync_data().inspect_err(|_| {
+                self.flush_failed.store(true, Ordering::SeqCst);
+            })
+        })
     }
 
     fn durable(&self) -> Ticket {
-        self.tickets.durable()
+        self.book.durable()
     }
 
     fn counters(&self) -> Counters {
-        self.counters.snapshot()
+        self.book.counters()
     }
 }
 

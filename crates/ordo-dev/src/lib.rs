@@ -35,14 +35,16 @@ pub mod file;
 pub mod mem;
 pub mod overlay;
 pub mod record;
+pub mod size;
 pub mod timing;
 
 pub use cache_model::{CrashPolicy, WriteCacheDevice};
-pub use counting::{AtomicCounters, TicketTracker};
+pub use counting::{AtomicCounters, Bookkeeping, TicketTracker};
 pub use file::{FileDevice, OpenOptions};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
 pub use record::{Event, EventKind, RecordingDevice};
+pub use size::parse_size_bytes;
 pub use timing::{DiskModel, TimedDevice};
 
 /// A monotonically increasing number handed out for every write; see

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::counting::{AtomicCounters, TicketTracker};
+use crate::counting::Bookkeeping;
 use crate::{
     check_block_size, check_request, BlockClass, BlockDevice, Counters, DevError, Ticket,
     WriteFlags,
@@ -28,8 +28,7 @@ pub struct MemDevice {
     block_count: u64,
     /// Block number -> image; absent means all zeros.
     blocks: RwLock<HashMap<u64, Arc<[u8]>>>,
-    counters: AtomicCounters,
-    tickets: TicketTracker,
+    book: Bookkeeping,
 }
 
 impl std::fmt::Debug for MemDevice {
@@ -64,8 +63,7 @@ impl MemDevice {
             block_size,
             block_count,
             blocks: RwLock::new(HashMap::new()),
-            counters: AtomicCounters::new(),
-            tickets: TicketTracker::new(),
+            book: Bookkeeping::new(),
         })
     }
 
@@ -136,8 +134,7 @@ impl MemDevice {
             block_size: self.block_size,
             block_count: self.block_count,
             blocks: RwLock::new(self.read_map().clone()),
-            counters: AtomicCounters::new(),
-            tickets: TicketTracker::new(),
+            book: Bookkeeping::new(),
         }
     }
 
@@ -199,15 +196,14 @@ impl BlockDevice for MemDevice {
                 }
             }
         }
-        self.counters.record_read(class, buf.len() as u64);
+        self.book.record_read(class, buf.len() as u64);
         Ok(())
     }
 
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
         check_request(self.block_size, self.block_count, block, data.len())?;
-        let ticket = self.tickets.begin_write();
         let bs = self.block_size as usize;
-        {
+        self.book.write(flags, data.len() as u64, |_| {
             let mut map = self.write_map();
             for (i, chunk) in data.chunks_exact(bs).enumerate() {
                 let b = block + i as u64;
@@ -217,26 +213,20 @@ impl BlockDevice for MemDevice {
                     map.insert(b, Arc::from(chunk));
                 }
             }
-        }
-        self.counters
-            .record_write(flags.class, data.len() as u64, flags.fua);
-        self.tickets.end_write(ticket, flags.fua);
-        Ok(ticket)
+            Ok(())
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
-        let cover = self.tickets.flush_cover();
-        self.counters.record_flush();
-        self.tickets.flush_done(cover);
-        Ok(())
+        self.book.flush(|| Ok(()))
     }
 
     fn durable(&self) -> Ticket {
-        self.tickets.durable()
+        self.book.durable()
     }
 
     fn counters(&self) -> Counters {
-        self.counters.snapshot()
+        self.book.counters()
     }
 }
 

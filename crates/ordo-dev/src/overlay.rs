@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::counting::{AtomicCounters, TicketTracker};
+use crate::counting::Bookkeeping;
 use crate::mem::{is_zero, MemDevice};
 use crate::{check_request, BlockClass, BlockDevice, Counters, Ticket, WriteFlags};
 
@@ -37,8 +37,7 @@ pub struct OverlayDevice {
     /// Blocks written through the overlay: block -> image (zeros included,
     /// since they hide the base).
     blocks: RwLock<HashMap<u64, Arc<[u8]>>>,
-    counters: AtomicCounters,
-    tickets: TicketTracker,
+    book: Bookkeeping,
 }
 
 impl std::fmt::Debug for OverlayDevice {
@@ -72,8 +71,7 @@ impl OverlayDevice {
             block_size,
             block_count,
             blocks: RwLock::new(HashMap::new()),
-            counters: AtomicCounters::new(),
-            tickets: TicketTracker::new(),
+            book: Bookkeeping::new(),
         }
     }
 
@@ -255,38 +253,31 @@ impl BlockDevice for OverlayDevice {
     fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
         check_request(self.block_size, self.block_count, block, buf.len())?;
         self.read_uncounted(block, buf)?;
-        self.counters.record_read(class, buf.len() as u64);
+        self.book.record_read(class, buf.len() as u64);
         Ok(())
     }
 
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
         check_request(self.block_size, self.block_count, block, data.len())?;
-        let ticket = self.tickets.begin_write();
-        {
+        self.book.write(flags, data.len() as u64, |_| {
             let mut map = self.write_map();
             for (i, chunk) in data.chunks_exact(self.block_size as usize).enumerate() {
                 map.insert(block + i as u64, Arc::from(chunk));
             }
-        }
-        self.counters
-            .record_write(flags.class, data.len() as u64, flags.fua);
-        self.tickets.end_write(ticket, flags.fua);
-        Ok(ticket)
+            Ok(())
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
-        let cover = self.tickets.flush_cover();
-        self.counters.record_flush();
-        self.tickets.flush_done(cover);
-        Ok(())
+        self.book.flush(|| Ok(()))
     }
 
     fn durable(&self) -> Ticket {
-        self.tickets.durable()
+        self.book.durable()
     }
 
     fn counters(&self) -> Counters {
-        self.counters.snapshot()
+        self.book.counters()
     }
 }
 

@@ -30,6 +30,7 @@ use crate::layout::{dirent as de, ino as io, le16, le32, put16, put32};
 use crate::state::{Core, Owner};
 use crate::types::FileType;
 use crate::update::{Ino, LinkOp, UpdateKind};
+use ordo_format::dir as fdir;
 
 /// Where one name lives.
 #[derive(Clone, Copy, Debug)]
@@ -225,6 +226,11 @@ impl Core {
                 },
             );
             let is_node = indexed && l > 0 && le32(&img, 0) == 0 && le16(&img, 4) as u32 == self.bs;
+            if indexed && (l == 0 || is_node) {
+                // Lookups scan the leaves, yet a damaged index must still be
+                // reported as what it is (the kernel refuses the directory).
+                self.check_dx_block(dir, i.generation, l, p, &img)?;
+            }
             if is_node {
                 continue;
             }
@@ -325,6 +331,53 @@ impl Core {
             self.put_tail(&mut img);
         }
         img
+    }
+
+    /// Validate an htree root (`lblk` 0) or interior node of `dir`: its
+    /// structure, and its `dx_tail` checksum when the block is as on disk.
+    fn check_dx_block(
+        &self,
+        dir: Ino,
+        generation: u32,
+        lblk: usize,
+        pblk: u64,
+        img: &[u8],
+    ) -> Result<()> {
+        let csum = self.seal.csum;
+        let what = if lblk == 0 {
+            "htree root"
+        } else {
+            "htree node"
+        };
+        let located = |e: ordo_format::FormatError| {
+            FsError::corrupt(
+                pblk,
+                format!("directory {dir} {what} (block {lblk}) {}", e.field),
+                e.detail,
+            )
+        };
+        let d = if lblk == 0 {
+            fdir::decode_dx_root(img, csum)
+        } else {
+            fdir::decode_dx_node(img, csum)
+        }
+        .map_err(located)?;
+        let large_dir = self
+            .sbi
+            .features
+            .has_incompat(ordo_format::features::incompat::LARGEDIR);
+        if lblk == 0 && d.indirect_levels > fdir::DX_MAX_INDIRECT_LEVELS && !large_dir {
+            return Err(FsError::corrupt(
+                pblk,
+                format!("directory {dir} htree root (block 0) dx_root indirect_levels"),
+                format!("{} without large_dir", d.indirect_levels),
+            ));
+        }
+        if csum && !self.cache.is_dirty(pblk) {
+            fdir::verify_dx_checksum(img, &d, self.seal.ino_seed(dir, generation))
+                .map_err(located)?;
+        }
+        Ok(())
     }
 
     /// Turn an indexed directory into a linear one (before its first change).

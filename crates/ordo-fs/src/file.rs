@@ -422,8 +422,10 @@ impl Core {
         }
         if size != i.size {
             self.set_size(ino, size);
-            self.touch_times(ino, true);
         }
+        // truncate(2) and ftruncate(2) on ext4 set mtime and ctime even when
+        // the size does not change.
+        self.touch_times(ino, true);
         Ok(())
     }
 
@@ -453,6 +455,8 @@ impl Core {
                 return Err(errno(libc::EOPNOTSUPP));
             }
             if off >= i.size {
+                // Nothing to punch, yet ext4 still stamps the times.
+                self.touch_times(ino, true);
                 return Ok(());
             }
             // As ext4: the hole stops at the page after i_size.
@@ -518,10 +522,10 @@ impl Core {
         }
         if !flags.keep_size && end > i.size {
             self.set_size(ino, end);
-            self.touch_times(ino, true);
-        } else {
-            self.touch_times(ino, false);
         }
+        // ext4 sets mtime and ctime on every successful fallocate, in every
+        // mode, even one that changes nothing.
+        self.touch_times(ino, true);
         Ok(())
     }
 

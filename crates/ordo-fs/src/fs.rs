@@ -33,6 +33,10 @@ use crate::update::OpKind;
 /// that the buffer cache can be relieved between the pieces.
 const WRITE_CHUNK_BYTES: usize = 1 << 20;
 
+/// Most path components [`Fs::lookup_path`] visits: 40 symlinks (Linux's
+/// `MAXSYMLINKS`) of at most a 4 KiB target each, over a `PATH_MAX` path.
+const LOOKUP_PATH_STEPS_MAX: usize = 41 * 4096;
+
 struct Sequencer {
     /// The next ticket to hand out.
     next_ticket: u64,
@@ -530,7 +534,15 @@ impl Fs {
             let mut cur = c.op_lookup(ROOT_INO, b".")?;
             let mut stack: Vec<Ino> = Vec::new();
             let mut links = 0;
+            let mut steps = 0usize;
             while let Some(name) = todo.pop() {
+                // Each step consumes a component and symlinks are capped,
+                // yet a corrupted image should never be what keeps a walk
+                // going: an explicit cap on the components visited.
+                steps += 1;
+                if steps > LOOKUP_PATH_STEPS_MAX {
+                    return Err(errno(libc::ELOOP));
+                }
                 if cur.kind != FileType::Directory {
                     return Err(errno(libc::ENOTDIR));
                 }

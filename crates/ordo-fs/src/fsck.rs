@@ -28,7 +28,14 @@
 //!   i_size, symlinks, device inodes, xattr blocks and their refcounts;
 //! - pass 2: directory blocks (rec_len chain, names, file types, "." and
 //!   "..", checksum tail, htree root/node structure and checksums), entries
-//!   pointing at free or reserved inodes, directories linked twice;
+//!   pointing at free or reserved inodes, directories linked twice. One
+//!   shape of the last is benign: a directory with exactly two entries, one
+//!   of them in the directory its ".." names. An in-place file system that
+//!   keeps rule 3 (the new entry before the old one is removed, `..`
+//!   following the new entry) leaves it after a crash inside a rename of a
+//!   directory, as FFS does; the repair removes the entry in the parent
+//!   ".." does not name (when both are in that parent, the one found
+//!   second) and the link counts are counted without it;
 //! - pass 3: connectivity of every directory to the root, ".." correctness;
 //! - pass 4: link counts (with the dir_nlink rule), unreferenced inodes;
 //! - pass 5: bitmaps against use (emulating `BLOCK_UNINIT`/`INODE_UNINIT`
@@ -62,7 +69,8 @@ use crate::error::FsError;
 #[derive(Clone, Debug)]
 pub struct FsckOptions {
     /// Repair the benign problems (bitmaps, free counts, leaked inodes,
-    /// link counts that are too high, orphan list) by writing through the
+    /// link counts that are too high, orphan list, the stale second name of
+    /// a directory moved by an interrupted rename) by writing through the
     /// device, but only when no unsafe problem was found: an image with
     /// anything unsafe is never written.
     pub repair_benign: bool,

@@ -138,20 +138,19 @@ impl Core {
             },
             dtime: le32(&raw, io::DTIME),
         };
-        if inode.mode != 0 && self.seal.csum && !self.cache.is_dirty(block) {
-            // A clean block is what the disk holds: its checksums must hold.
-            let c = self.seal.inode_csum(ino, &raw);
-            let mut stored = le16(&raw, io::CHECKSUM_LO) as u32;
-            let mut computed = c & 0xFFFF;
-            if self.seal.inode_size > 128 && le16(&raw, io::EXTRA_ISIZE) >= 4 {
-                stored |= (le16(&raw, io::CHECKSUM_HI) as u32) << 16;
-                computed = c;
-            }
-            if stored != computed {
+        if inode.mode != 0 && self.seal.csum {
+            // A clean block is what the disk holds: check it in place. A
+            // dirty one was checked when it was read from the device.
+            let bad = if self.cache.is_dirty(block) {
+                self.inode_csum_bad.get(&ino).copied()
+            } else {
+                self.seal.verify_inode_csum(ino, &raw).err()
+            };
+            if let Some((stored, computed)) = bad {
                 return Err(FsError::corrupt(
                     block,
-                    format!("inode {ino} i_checksum"),
-                    format!("stored {stored:#010x}, computed {computed:#010x}"),
+                    format!("inode {ino} checksum"),
+                    format!("i_checksum stored {stored:#010x}, computed {computed:#010x}"),
                 ));
             }
         }

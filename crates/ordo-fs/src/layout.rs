@@ -29,72 +29,53 @@ pub fn ext4_crc(seed: u32, data: &[u8]) -> u32 {
     !crc32c::crc32c_append(!seed, data)
 }
 
+// The offsets and flags below are declared once, in `ordo-format`, next
+// to its decoders; the core re-exports them under the short names it
+// writes updates with.
+
 /// Superblock field offsets (within the 1024-byte superblock).
 pub mod sb {
-    pub const INODES_COUNT: usize = 0x0;
-    pub const BLOCKS_COUNT_LO: usize = 0x4;
-    pub const R_BLOCKS_COUNT_LO: usize = 0x8;
-    pub const FREE_BLOCKS_LO: usize = 0xC;
-    pub const FREE_INODES: usize = 0x10;
-    pub const FIRST_DATA_BLOCK: usize = 0x14;
-    pub const LOG_BLOCK_SIZE: usize = 0x18;
-    pub const LOG_CLUSTER_SIZE: usize = 0x1C;
-    pub const BLOCKS_PER_GROUP: usize = 0x20;
-    pub const INODES_PER_GROUP: usize = 0x28;
-    pub const MTIME: usize = 0x2C;
-    pub const WTIME: usize = 0x30;
-    pub const MNT_COUNT: usize = 0x34;
-    pub const MAGIC: usize = 0x38;
-    pub const STATE: usize = 0x3A;
-    pub const REV_LEVEL: usize = 0x4C;
-    pub const FIRST_INO: usize = 0x54;
-    pub const INODE_SIZE: usize = 0x58;
-    pub const FEATURE_COMPAT: usize = 0x5C;
-    pub const FEATURE_INCOMPAT: usize = 0x60;
-    pub const FEATURE_RO_COMPAT: usize = 0x64;
-    pub const UUID: usize = 0x68;
-    pub const JOURNAL_INUM: usize = 0xE0;
-    pub const LAST_ORPHAN: usize = 0xE8;
-    pub const DESC_SIZE: usize = 0xFE;
-    pub const BLOCKS_COUNT_HI: usize = 0x150;
-    pub const R_BLOCKS_COUNT_HI: usize = 0x154;
-    pub const FREE_BLOCKS_HI: usize = 0x158;
-    pub const MIN_EXTRA_ISIZE: usize = 0x15C;
-    pub const WANT_EXTRA_ISIZE: usize = 0x15E;
-    pub const KBYTES_WRITTEN: usize = 0x178;
-    pub const CHECKSUM_TYPE: usize = 0x175;
-    pub const CHECKSUM_SEED: usize = 0x270;
-    pub const CHECKSUM: usize = 0x3FC;
-    pub const MAGIC_VALUE: u16 = 0xEF53;
-    pub const STATE_VALID: u16 = 1;
-    pub const STATE_ERROR: u16 = 2;
+    pub use ordo_format::superblock::off::{
+        BLOCKS_COUNT_HI, BLOCKS_COUNT_LO, BLOCKS_PER_GROUP, CHECKSUM, CHECKSUM_SEED, CHECKSUM_TYPE,
+        DESC_SIZE, FEATURE_COMPAT, FEATURE_INCOMPAT, FEATURE_RO_COMPAT, FIRST_DATA_BLOCK,
+        FIRST_INO, INODES_COUNT, INODES_PER_GROUP, INODE_SIZE, JOURNAL_INUM, KBYTES_WRITTEN,
+        LAST_ORPHAN, LOG_BLOCK_SIZE, LOG_CLUSTER_SIZE, MAGIC, MIN_EXTRA_ISIZE, MNT_COUNT, MTIME,
+        REV_LEVEL, R_BLOCKS_COUNT_HI, R_BLOCKS_COUNT_LO, STATE, UUID, WANT_EXTRA_ISIZE, WTIME,
+    };
+    pub use ordo_format::superblock::off::{
+        FREE_BLOCKS_COUNT_HI as FREE_BLOCKS_HI, FREE_BLOCKS_COUNT_LO as FREE_BLOCKS_LO,
+        FREE_INODES_COUNT as FREE_INODES,
+    };
+    pub use ordo_format::superblock::{EXT4_MAGIC as MAGIC_VALUE, STATE_ERROR, STATE_VALID};
 }
 
 /// Feature bits.
 pub mod feat {
-    pub const COMPAT_HAS_JOURNAL: u32 = 0x4;
-    pub const COMPAT_EXT_ATTR: u32 = 0x8;
-    pub const COMPAT_RESIZE_INODE: u32 = 0x10;
-    pub const COMPAT_DIR_INDEX: u32 = 0x20;
-    pub const COMPAT_FAST_COMMIT: u32 = 0x400;
-    pub const COMPAT_ORPHAN_FILE: u32 = 0x1000;
+    use ordo_format::features::{compat, incompat, ro_compat, FeatureKind, ALL_FEATURES};
 
-    pub const INCOMPAT_FILETYPE: u32 = 0x2;
-    pub const INCOMPAT_RECOVER: u32 = 0x4;
-    pub const INCOMPAT_EXTENTS: u32 = 0x40;
-    pub const INCOMPAT_64BIT: u32 = 0x80;
-    pub const INCOMPAT_FLEX_BG: u32 = 0x200;
-    pub const INCOMPAT_CSUM_SEED: u32 = 0x2000;
-    pub const INCOMPAT_LARGEDIR: u32 = 0x4000;
+    pub const COMPAT_HAS_JOURNAL: u32 = compat::HAS_JOURNAL;
+    pub const COMPAT_EXT_ATTR: u32 = compat::EXT_ATTR;
+    pub const COMPAT_RESIZE_INODE: u32 = compat::RESIZE_INODE;
+    pub const COMPAT_DIR_INDEX: u32 = compat::DIR_INDEX;
+    pub const COMPAT_FAST_COMMIT: u32 = compat::FAST_COMMIT;
+    pub const COMPAT_ORPHAN_FILE: u32 = compat::ORPHAN_FILE;
 
-    pub const RO_COMPAT_SPARSE_SUPER: u32 = 0x1;
-    pub const RO_COMPAT_LARGE_FILE: u32 = 0x2;
-    pub const RO_COMPAT_HUGE_FILE: u32 = 0x8;
-    pub const RO_COMPAT_GDT_CSUM: u32 = 0x10;
-    pub const RO_COMPAT_DIR_NLINK: u32 = 0x20;
-    pub const RO_COMPAT_EXTRA_ISIZE: u32 = 0x40;
-    pub const RO_COMPAT_METADATA_CSUM: u32 = 0x400;
-    pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
+    pub const INCOMPAT_FILETYPE: u32 = incompat::FILETYPE;
+    pub const INCOMPAT_RECOVER: u32 = incompat::RECOVER;
+    pub const INCOMPAT_EXTENTS: u32 = incompat::EXTENTS;
+    pub const INCOMPAT_64BIT: u32 = incompat::INCOMPAT_64BIT;
+    pub const INCOMPAT_FLEX_BG: u32 = incompat::FLEX_BG;
+    pub const INCOMPAT_CSUM_SEED: u32 = incompat::CSUM_SEED;
+    pub const INCOMPAT_LARGEDIR: u32 = incompat::LARGEDIR;
+
+    pub const RO_COMPAT_SPARSE_SUPER: u32 = ro_compat::SPARSE_SUPER;
+    pub const RO_COMPAT_LARGE_FILE: u32 = ro_compat::LARGE_FILE;
+    pub const RO_COMPAT_HUGE_FILE: u32 = ro_compat::HUGE_FILE;
+    pub const RO_COMPAT_GDT_CSUM: u32 = ro_compat::GDT_CSUM;
+    pub const RO_COMPAT_DIR_NLINK: u32 = ro_compat::DIR_NLINK;
+    pub const RO_COMPAT_EXTRA_ISIZE: u32 = ro_compat::EXTRA_ISIZE;
+    pub const RO_COMPAT_METADATA_CSUM: u32 = ro_compat::METADATA_CSUM;
+    pub const RO_COMPAT_ORPHAN_PRESENT: u32 = ro_compat::ORPHAN_PRESENT;
 
     /// Incompatible features ordo reads and writes.
     pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_FILETYPE
@@ -113,144 +94,76 @@ pub mod feat {
         | RO_COMPAT_METADATA_CSUM
         | RO_COMPAT_ORPHAN_PRESENT;
 
+    /// The e2fsprogs name of bit `bit` of feature word `kind`.
+    fn name_of(kind: FeatureKind, bit: u32) -> &'static str {
+        ALL_FEATURES
+            .iter()
+            .find(|f| f.kind == kind && f.bit == bit)
+            .map_or("unknown", |f| f.name)
+    }
     /// Names of incompat bits, for refusal messages.
     pub fn incompat_name(bit: u32) -> &'static str {
-        match bit {
-            0x1 => "compression",
-            0x2 => "filetype",
-            0x4 => "needs_recovery",
-            0x8 => "journal_dev",
-            0x10 => "meta_bg",
-            0x40 => "extent",
-            0x80 => "64bit",
-            0x100 => "mmp",
-            0x200 => "flex_bg",
-            0x400 => "ea_inode",
-            0x1000 => "dirdata",
-            0x2000 => "metadata_csum_seed",
-            0x4000 => "large_dir",
-            0x8000 => "inline_data",
-            0x10000 => "encrypt",
-            0x20000 => "casefold",
-            _ => "unknown",
-        }
+        name_of(FeatureKind::Incompat, bit)
     }
     /// Names of ro_compat bits, for refusal messages.
     pub fn ro_compat_name(bit: u32) -> &'static str {
-        match bit {
-            0x1 => "sparse_super",
-            0x2 => "large_file",
-            0x4 => "btree_dir",
-            0x8 => "huge_file",
-            0x10 => "uninit_bg",
-            0x20 => "dir_nlink",
-            0x40 => "extra_isize",
-            0x100 => "quota",
-            0x200 => "bigalloc",
-            0x400 => "metadata_csum",
-            0x1000 => "read-only",
-            0x2000 => "project",
-            0x8000 => "verity",
-            0x10000 => "orphan_present",
-            _ => "unknown",
-        }
+        name_of(FeatureKind::RoCompat, bit)
     }
 }
 
 /// Group descriptor field offsets.
 pub mod gd {
-    pub const BLOCK_BITMAP_LO: usize = 0x0;
-    pub const INODE_BITMAP_LO: usize = 0x4;
-    pub const INODE_TABLE_LO: usize = 0x8;
-    pub const FREE_BLOCKS_LO: usize = 0xC;
-    pub const FREE_INODES_LO: usize = 0xE;
-    pub const USED_DIRS_LO: usize = 0x10;
-    pub const FLAGS: usize = 0x12;
-    pub const BLOCK_BITMAP_CSUM_LO: usize = 0x18;
-    pub const INODE_BITMAP_CSUM_LO: usize = 0x1A;
-    pub const ITABLE_UNUSED_LO: usize = 0x1C;
-    pub const CHECKSUM: usize = 0x1E;
-    pub const BLOCK_BITMAP_HI: usize = 0x20;
-    pub const INODE_BITMAP_HI: usize = 0x24;
-    pub const INODE_TABLE_HI: usize = 0x28;
-    pub const FREE_BLOCKS_HI: usize = 0x2C;
-    pub const FREE_INODES_HI: usize = 0x2E;
-    pub const USED_DIRS_HI: usize = 0x30;
-    pub const ITABLE_UNUSED_HI: usize = 0x32;
-    pub const BLOCK_BITMAP_CSUM_HI: usize = 0x38;
-    pub const INODE_BITMAP_CSUM_HI: usize = 0x3A;
-
-    pub const FLAG_INODE_UNINIT: u16 = 0x1;
-    pub const FLAG_BLOCK_UNINIT: u16 = 0x2;
-    pub const FLAG_INODE_ZEROED: u16 = 0x4;
+    pub use ordo_format::group::off::{
+        BLOCK_BITMAP_CSUM_HI, BLOCK_BITMAP_CSUM_LO, BLOCK_BITMAP_HI, BLOCK_BITMAP_LO, CHECKSUM,
+        FLAGS, INODE_BITMAP_CSUM_HI, INODE_BITMAP_CSUM_LO, INODE_BITMAP_HI, INODE_BITMAP_LO,
+        INODE_TABLE_HI, INODE_TABLE_LO, ITABLE_UNUSED_HI, ITABLE_UNUSED_LO,
+    };
+    pub use ordo_format::group::off::{
+        FREE_BLOCKS_COUNT_HI as FREE_BLOCKS_HI, FREE_BLOCKS_COUNT_LO as FREE_BLOCKS_LO,
+        FREE_INODES_COUNT_HI as FREE_INODES_HI, FREE_INODES_COUNT_LO as FREE_INODES_LO,
+        USED_DIRS_COUNT_HI as USED_DIRS_HI, USED_DIRS_COUNT_LO as USED_DIRS_LO,
+    };
+    pub use ordo_format::group::{
+        BG_BLOCK_UNINIT as FLAG_BLOCK_UNINIT, BG_INODE_UNINIT as FLAG_INODE_UNINIT,
+        BG_INODE_ZEROED as FLAG_INODE_ZEROED,
+    };
 }
 
 /// Inode field offsets.
 pub mod ino {
-    pub const MODE: usize = 0x0;
-    pub const UID: usize = 0x2;
-    pub const SIZE_LO: usize = 0x4;
-    pub const ATIME: usize = 0x8;
-    pub const CTIME: usize = 0xC;
-    pub const MTIME: usize = 0x10;
-    pub const DTIME: usize = 0x14;
-    pub const GID: usize = 0x18;
-    pub const LINKS: usize = 0x1A;
-    pub const BLOCKS_LO: usize = 0x1C;
-    pub const FLAGS: usize = 0x20;
-    pub const BLOCK: usize = 0x28;
-    pub const BLOCK_LEN: usize = 60;
-    pub const GENERATION: usize = 0x64;
-    pub const FILE_ACL_LO: usize = 0x68;
-    pub const SIZE_HI: usize = 0x6C;
-    pub const BLOCKS_HI: usize = 0x74;
-    pub const FILE_ACL_HI: usize = 0x76;
-    pub const UID_HI: usize = 0x78;
-    pub const GID_HI: usize = 0x7A;
-    pub const CHECKSUM_LO: usize = 0x7C;
-    pub const EXTRA_ISIZE: usize = 0x80;
-    pub const CHECKSUM_HI: usize = 0x82;
-    pub const CTIME_EXTRA: usize = 0x84;
-    pub const MTIME_EXTRA: usize = 0x88;
-    pub const ATIME_EXTRA: usize = 0x8C;
-    pub const CRTIME: usize = 0x90;
-    pub const CRTIME_EXTRA: usize = 0x94;
-
-    pub const FL_INDEX: u32 = 0x1000;
-    pub const FL_HUGE_FILE: u32 = 0x40000;
-    pub const FL_EXTENTS: u32 = 0x80000;
-    pub const FL_EA_INODE: u32 = 0x200000;
-    pub const FL_INLINE_DATA: u32 = 0x1000_0000;
+    pub use ordo_format::inode::flags::{
+        EA_INODE as FL_EA_INODE, EXTENTS as FL_EXTENTS, HUGE_FILE as FL_HUGE_FILE,
+        INDEX as FL_INDEX, INLINE_DATA as FL_INLINE_DATA,
+    };
+    pub use ordo_format::inode::off::{
+        ATIME, ATIME_EXTRA, BLOCK, BLOCKS_LO, CHECKSUM_HI, CHECKSUM_LO, CRTIME, CRTIME_EXTRA,
+        CTIME, CTIME_EXTRA, DTIME, EXTRA_ISIZE, FILE_ACL_LO, FLAGS, GENERATION, GID, MODE, MTIME,
+        MTIME_EXTRA, SIZE_LO, UID,
+    };
+    pub use ordo_format::inode::off::{
+        BLOCKS_HIGH as BLOCKS_HI, FILE_ACL_HIGH as FILE_ACL_HI, GID_HIGH as GID_HI,
+        LINKS_COUNT as LINKS, SIZE_HIGH as SIZE_HI, UID_HIGH as UID_HI,
+    };
+    pub use ordo_format::inode::I_BLOCK_SIZE as BLOCK_LEN;
 }
 
 /// Directory entry constants.
 pub mod dirent {
-    /// Size of the checksum tail at the end of a leaf block.
-    pub const TAIL_LEN: usize = 12;
-    /// `det_reserved_ft` of the tail.
-    pub const TAIL_FT: u8 = 0xDE;
-    /// ext4 file-type codes.
-    pub const FT_UNKNOWN: u8 = 0;
-    pub const FT_REG: u8 = 1;
-    pub const FT_DIR: u8 = 2;
-    pub const FT_CHR: u8 = 3;
-    pub const FT_BLK: u8 = 4;
-    pub const FT_FIFO: u8 = 5;
-    pub const FT_SOCK: u8 = 6;
-    pub const FT_SYMLINK: u8 = 7;
-    /// The record length an entry with a name of `name_len` bytes needs.
-    pub fn rec_len_for(name_len: usize) -> usize {
-        (8 + name_len + 3) & !3
-    }
+    pub use ordo_format::dir::ft::{
+        BLKDEV as FT_BLK, CHRDEV as FT_CHR, DIR as FT_DIR, FIFO as FT_FIFO, REG_FILE as FT_REG,
+        SOCK as FT_SOCK, SYMLINK as FT_SYMLINK, UNKNOWN as FT_UNKNOWN,
+    };
+    pub use ordo_format::dir::{
+        rec_len_for, DIRENT_TAIL_FT as TAIL_FT, DIRENT_TAIL_SIZE as TAIL_LEN,
+    };
 }
 
 /// Extent-tree constants.
 pub mod ext {
-    pub const MAGIC: u16 = 0xF30A;
-    /// Longest initialized extent.
-    pub const MAX_INIT_LEN: u32 = 32768;
-    /// Longest unwritten extent.
-    pub const MAX_UNWRITTEN_LEN: u32 = 32767;
+    pub use ordo_format::extent::{
+        EXTENT_INIT_MAX_LEN as MAX_INIT_LEN, EXTENT_MAGIC as MAGIC,
+        EXTENT_UNWRITTEN_MAX_LEN as MAX_UNWRITTEN_LEN,
+    };
 }
 
 /// Encode a timestamp as ext4's (seconds low 32 bits, extra field).

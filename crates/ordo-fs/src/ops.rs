@@ -407,6 +407,10 @@ impl Core {
     }
 
     /// Whether directory `ancestor` is `dir` or one of its ancestors.
+    ///
+    /// The walk follows `..` entries read from disk, so a corrupted image
+    /// can make them cycle: a chain longer than the number of inodes cannot
+    /// reach the root, and a directory that is its own parent is not one.
     fn is_ancestor(&mut self, ancestor: Ino, mut dir: Ino) -> Result<bool> {
         let mut steps = 0u32;
         loop {
@@ -420,18 +424,16 @@ impl Core {
                 .dir_lookup(dir, b"..")?
                 .ok_or_else(|| errno(libc::ENOENT))?
                 .ino;
-            if up == dir {
-                return Ok(false);
-            }
-            dir = up;
             steps += 1;
-            if steps > self.sbi.inodes_count {
+            if up == dir || steps > self.sbi.inodes_count {
+                let block = self.dir_index(dir)?.pblks.first().copied().unwrap_or(0);
                 return Err(crate::error::FsError::corrupt(
-                    0,
-                    "directory tree",
-                    "`..` chain loops",
+                    block,
+                    format!("directory {dir} \"..\" entry"),
+                    format!("points at {up}: the parent chain loops after {steps} steps"),
                 ));
             }
+            dir = up;
         }
     }
 
@@ -672,12 +674,16 @@ impl Core {
             };
             self.set_time(ino, io::ATIME, v);
         }
+        // A size change stamps mtime (file_truncate did) unless the caller
+        // names another one.
         if let Some(t) = set.mtime {
             let v = match t {
                 TimeSet::Now => now,
                 TimeSet::At(ts) => ts,
             };
             self.set_time(ino, io::MTIME, v);
+        } else if set.size.is_some() {
+            self.set_time(ino, io::MTIME, now);
         }
         self.set_time(ino, io::CTIME, set.ctime.unwrap_or(now));
         let i = self.read_inode(ino)?;

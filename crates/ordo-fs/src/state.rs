@@ -78,6 +78,34 @@ impl SealCtx {
         ordo_format::csum::inode_csum_seed(self.csum_seed, ino, generation)
     }
 
+    /// Check the stored checksum of in-use inode `ino` (raw bytes): `Err`
+    /// carries (stored, computed), each as wide as the inode keeps it.
+    pub fn verify_inode_csum(&self, ino: Ino, raw: &[u8]) -> std::result::Result<(), (u32, u32)> {
+        let c = self.inode_csum(ino, raw);
+        let mut stored = le16(raw, layout::ino::CHECKSUM_LO) as u32;
+        let mut computed = c & 0xFFFF;
+        if self.inode_size > 128 && le16(raw, layout::ino::EXTRA_ISIZE) >= 4 {
+            stored |= (le16(raw, layout::ino::CHECKSUM_HI) as u32) << 16;
+            computed = c;
+        }
+        if stored == computed {
+            Ok(())
+        } else {
+            Err((stored, computed))
+        }
+    }
+
+    /// The first inode kept in inode-table block `block`, if it is one.
+    pub fn first_ino_of_itable_block(&self, block: u64) -> Option<Ino> {
+        let (&start, &g) = self.itables.range(..=block).next_back()?;
+        let index = block - start;
+        if index >= self.itable_blocks {
+            return None;
+        }
+        let per_block = self.block_size as u64 / self.inode_size as u64;
+        Ino::try_from(g as u64 * self.inodes_per_group as u64 + index * per_block + 1).ok()
+    }
+
     /// Recompute the checksum of the inode at `off` of an inode-table image.
     pub fn inode_csum(&self, ino: Ino, raw: &[u8]) -> u32 {
         let generation = le32(raw, layout::ino::GENERATION);
@@ -251,6 +279,11 @@ pub(crate) struct Core {
     pub gen_state: u64,
     /// Plans made while the lock was held, waiting to be executed.
     pub plans: Vec<IoPlan>,
+    /// In-use inodes whose checksum was wrong when their inode-table block
+    /// came from the device, with (stored, computed): once the block is
+    /// dirtied by a neighbour the bytes can no longer be checked in place,
+    /// yet the inode must keep failing as ext4's would.
+    pub inode_csum_bad: BTreeMap<Ino, (u32, u32)>,
 }
 
 impl Core {
@@ -289,6 +322,7 @@ impl Core {
             dir_rotor: 0,
             gen_state: (seed.sec as u64) ^ ((seed.nsec as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15,
             plans: Vec::new(),
+            inode_csum_bad: BTreeMap::new(),
         }
     }
 
@@ -309,9 +343,36 @@ impl Core {
         if self.cache.get(block).is_none() {
             let mut buf = vec![0u8; self.bs as usize];
             self.dev.read(block, &mut buf, class)?;
+            if class == BlockClass::InodeTable && self.seal.csum {
+                self.note_inode_csums(block, &buf);
+            }
             self.cache.insert_clean(block, class, buf);
         }
         Ok(self.cache.snapshot(block).expect("just cached"))
+    }
+
+    /// Record which in-use inodes of inode-table `block` (as read from the
+    /// device) fail their checksum.
+    fn note_inode_csums(&mut self, block: u64, image: &[u8]) {
+        let Some(first) = self.seal.first_ino_of_itable_block(block) else {
+            return;
+        };
+        let isz = self.seal.inode_size as usize;
+        for (k, raw) in image.chunks_exact(isz).enumerate() {
+            let ino = first.saturating_add(k as Ino);
+            if ino > self.sbi.inodes_count {
+                break;
+            }
+            let in_use = le16(raw, layout::ino::MODE) != 0;
+            match self.seal.verify_inode_csum(ino, raw) {
+                Err(bad) if in_use => {
+                    self.inode_csum_bad.insert(ino, bad);
+                }
+                _ => {
+                    self.inode_csum_bad.remove(&ino);
+                }
+            }
+        }
     }
 
     /// Make sure `block` is cached (for a following [`Core::modify`]).
@@ -488,6 +549,8 @@ impl Core {
                 let raw = &img[off..off + isz];
                 let c = self.seal.inode_csum(ino, raw);
                 let has_hi = isz > 128 && le16(raw, layout::ino::EXTRA_ISIZE) >= 4;
+                // The core rewrote the inode: its checksum now holds.
+                self.inode_csum_bad.remove(&ino);
                 drop(img);
                 self.modify(
                     block,

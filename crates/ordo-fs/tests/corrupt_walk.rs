@@ -189,6 +189,14 @@ fn run_case(label: &str, img: &Path, bs: u32) -> WalkStats {
 
 type Corruption = Box<dyn Fn(&Path)>;
 
+/// Physical block of logical block `lblk` of `path`, from debugfs `bmap`.
+fn logical_block(img: &Path, path: &str, lblk: u64) -> u64 {
+    let out = debugfs_ro(img, &format!("bmap {path} {lblk}"));
+    let b: u64 = out.trim().parse().expect("bmap prints a block number");
+    assert!(b != 0, "{path} has no block {lblk}");
+    b
+}
+
 fn targeted() -> Vec<(&'static str, Corruption)> {
     let mut v: Vec<(&'static str, Corruption)> = Vec::new();
     v.push((
@@ -322,10 +330,12 @@ fn targeted() -> Vec<(&'static str, Corruption)> {
             patch(img, b * bs + 24 + 7, &[2]);
         }),
     ));
+    // The htree root is the directory's logical block 0 (`blocks` lists
+    // the extent tree block first).
     v.push((
         "htree root count zero",
         Box::new(|img| {
-            let b = blocks_of(img, "/d")[0];
+            let b = logical_block(img, "/d", 0);
             let bs = block_size(img);
             patch(img, b * bs + 0x22, &[0, 0]);
         }),
@@ -333,9 +343,26 @@ fn targeted() -> Vec<(&'static str, Corruption)> {
     v.push((
         "htree root levels huge",
         Box::new(|img| {
-            let b = blocks_of(img, "/d")[0];
+            let b = logical_block(img, "/d", 0);
             let bs = block_size(img);
             patch(img, b * bs + 0x1E, &[7]);
+        }),
+    ));
+    v.push((
+        "htree root hash entry flipped",
+        Box::new(|img| {
+            let b = logical_block(img, "/d", 0);
+            let bs = block_size(img);
+            xor_byte(img, b * bs + 0x28, 0x01);
+        }),
+    ));
+    v.push((
+        "directory extent block entry start huge",
+        Box::new(|img| {
+            if let Some(b) = extent_tree_block(img, "/d") {
+                let bs = block_size(img);
+                patch(img, b * bs + 0x1E, &[7]);
+            }
         }),
     ));
     v.push((

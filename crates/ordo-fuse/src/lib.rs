@@ -387,7 +387,6 @@ impl OrdoFuse {
         }
         let mut set = SetAttr {
             size: Some(0),
-            mtime: Some(TimeSet::Now),
             ..SetAttr::default()
         };
         if caller_uid != 0 {
@@ -489,10 +488,8 @@ impl fuser::Filesystem for OrdoFuse {
             gid,
             size,
             atime: atime.map(time_set),
-            // truncate(2) and ftruncate(2) on ext4 set mtime and ctime
-            // even when the size does not change; the FUSE layer drops the
-            // kernel's time attributes from a truncation, so restore them.
-            mtime: mtime.map(time_set).or(size.map(|_| TimeSet::Now)),
+            // A size change stamps mtime and ctime in the core, as ext4 does.
+            mtime: mtime.map(time_set),
             ctime: ctime.map(timespec),
         };
         let ino = ino_from_fuse(ino);
@@ -934,19 +931,7 @@ impl fuser::Filesystem for OrdoFuse {
             Err(e) => return reply.error(e),
         };
         let ino = ino_from_fuse(ino);
-        let result = self
-            .fs
-            .fallocate(ino, offset, length, flags)
-            .and_then(|()| {
-                // ext4 sets mtime and ctime on every successful fallocate, in
-                // every mode, even one that changes nothing (a hole punched
-                // past the end of the file).
-                let set = SetAttr {
-                    mtime: Some(TimeSet::Now),
-                    ..SetAttr::default()
-                };
-                self.fs.setattr(ino, &set).map(|_| ())
-            });
+        let result = self.fs.fallocate(ino, offset, length, flags);
         Self::empty(reply, result);
     }
 

@@ -27,27 +27,7 @@ ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS";
 
 /// Parse a size: a number of bytes with an optional suffix K, M, G or T
 /// (powers of 1024; a trailing "B" or "iB" is accepted: "64M", "64MiB").
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix("ib"))
-        .or_else(|| t.strip_suffix('B'))
-        .or_else(|| t.strip_suffix('b'))
-        .unwrap_or(t);
-    let (digits, shift) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 30),
-        Some('t' | 'T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid size '{s}' (expected e.g. 4096, 64M, 2G)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{s}' is too large"))
-}
+pub use ordo_dev::parse_size_bytes as parse_size;
 
 /// Parse a comma-separated `-o` list (several `-o` are joined first).
 pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {

@@ -4,21 +4,21 @@
 //! Reading the few fields `dumpe2fs -h` prints needs no file system: the
 //! superblock sits at byte 1024 whatever the block size, and its layout is
 //! fixed (`struct ext2_super_block` in e2fsprogs' `ext2_fs.h`, whose byte
-//! offsets are written next to each field below).
+//! offsets `ordo_format::superblock::off` declares).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use ordo_format::features::{FeatureKind, ALL_FEATURES};
+use ordo_format::features::FeatureSet;
+use ordo_format::superblock::{off, STATE_ERROR, STATE_ORPHAN, STATE_VALID};
 
 /// Byte offset of the primary superblock.
-pub const SUPERBLOCK_OFFSET_BYTES: u64 = 1024;
+pub const SUPERBLOCK_OFFSET_BYTES: u64 = ordo_format::superblock::SUPERBLOCK_OFFSET;
 /// Size of the superblock structure.
-pub const SUPERBLOCK_SIZE_BYTES: usize = 1024;
-/// `s_magic`.
-pub const EXT4_MAGIC: u16 = 0xEF53;
+pub const SUPERBLOCK_SIZE_BYTES: usize = ordo_format::superblock::SUPERBLOCK_SIZE;
+pub use ordo_format::superblock::EXT4_MAGIC;
 
 /// The superblock fields `ordo info` shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,19 +102,19 @@ impl SuperblockView {
                 b.len()
             )));
         }
-        let magic = le16(b, 0x38);
+        let magic = le16(b, off::MAGIC);
         if magic != EXT4_MAGIC {
             return Err(ProbeError::NotExt4(format!(
                 "block 0 byte 1024: superblock s_magic is {magic:#06x}, not {EXT4_MAGIC:#06x}: not an ext4 image"
             )));
         }
-        let log_block_size = le32(b, 0x18);
+        let log_block_size = le32(b, off::LOG_BLOCK_SIZE);
         if log_block_size > 6 {
             return Err(ProbeError::NotExt4(format!(
                 "superblock s_log_block_size is {log_block_size} (block size would exceed 64 KiB)"
             )));
         }
-        let incompat = le32(b, 0x60);
+        let incompat = le32(b, off::FEATURE_INCOMPAT);
         let is_64bit = incompat & ordo_format::features::incompat::INCOMPAT_64BIT != 0;
         let hi = |lo: u32, hi_off: usize| -> u64 {
             u64::from(lo)
@@ -125,41 +125,44 @@ impl SuperblockView {
                 }
         };
         let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&b[0x68..0x78]);
+        uuid.copy_from_slice(&b[off::UUID..off::UUID + 16]);
         Ok(SuperblockView {
-            inodes_count: le32(b, 0x00),
-            blocks_count: hi(le32(b, 0x04), 0x150),
-            reserved_blocks_count: hi(le32(b, 0x08), 0x154),
-            free_blocks_count: hi(le32(b, 0x0C), 0x158),
-            free_inodes_count: le32(b, 0x10),
-            first_data_block: le32(b, 0x14),
+            inodes_count: le32(b, off::INODES_COUNT),
+            blocks_count: hi(le32(b, off::BLOCKS_COUNT_LO), off::BLOCKS_COUNT_HI),
+            reserved_blocks_count: hi(le32(b, off::R_BLOCKS_COUNT_LO), off::R_BLOCKS_COUNT_HI),
+            free_blocks_count: hi(
+                le32(b, off::FREE_BLOCKS_COUNT_LO),
+                off::FREE_BLOCKS_COUNT_HI,
+            ),
+            free_inodes_count: le32(b, off::FREE_INODES_COUNT),
+            first_data_block: le32(b, off::FIRST_DATA_BLOCK),
             block_size: 1024 << log_block_size,
-            blocks_per_group: le32(b, 0x20),
-            inodes_per_group: le32(b, 0x28),
-            mount_time: le32(b, 0x2C),
-            write_time: le32(b, 0x30),
-            mount_count: le16(b, 0x34),
-            max_mount_count: le16(b, 0x36) as i16,
-            state: le16(b, 0x3A),
-            errors: le16(b, 0x3C),
-            rev_level: le32(b, 0x4C),
-            first_ino: le32(b, 0x54),
-            inode_size: le16(b, 0x58),
-            feature_compat: le32(b, 0x5C),
+            blocks_per_group: le32(b, off::BLOCKS_PER_GROUP),
+            inodes_per_group: le32(b, off::INODES_PER_GROUP),
+            mount_time: le32(b, off::MTIME),
+            write_time: le32(b, off::WTIME),
+            mount_count: le16(b, off::MNT_COUNT),
+            max_mount_count: le16(b, off::MAX_MNT_COUNT) as i16,
+            state: le16(b, off::STATE),
+            errors: le16(b, off::ERRORS),
+            rev_level: le32(b, off::REV_LEVEL),
+            first_ino: le32(b, off::FIRST_INO),
+            inode_size: le16(b, off::INODE_SIZE),
+            feature_compat: le32(b, off::FEATURE_COMPAT),
             feature_incompat: incompat,
-            feature_ro_compat: le32(b, 0x64),
+            feature_ro_compat: le32(b, off::FEATURE_RO_COMPAT),
             uuid,
-            volume_name: cstr(&b[0x78..0x88]),
-            last_mounted: cstr(&b[0x88..0xC8]),
-            journal_inum: le32(b, 0xE0),
-            last_orphan: le32(b, 0xE8),
-            desc_size: le16(b, 0xFE),
-            mkfs_time: le32(b, 0x108),
-            flags: le32(b, 0x160),
-            checksum_type: b[0x175],
-            kbytes_written: le64(b, 0x178),
-            error_count: le32(b, 0x194),
-            checksum: le32(b, 0x3FC),
+            volume_name: cstr(&b[off::VOLUME_NAME..off::LAST_MOUNTED]),
+            last_mounted: cstr(&b[off::LAST_MOUNTED..off::ALGORITHM_USAGE_BITMAP]),
+            journal_inum: le32(b, off::JOURNAL_INUM),
+            last_orphan: le32(b, off::LAST_ORPHAN),
+            desc_size: le16(b, off::DESC_SIZE),
+            mkfs_time: le32(b, off::MKFS_TIME),
+            flags: le32(b, off::FLAGS),
+            checksum_type: b[off::CHECKSUM_TYPE],
+            kbytes_written: le64(b, off::KBYTES_WRITTEN),
+            error_count: le32(b, off::ERROR_COUNT),
+            checksum: le32(b, off::CHECKSUM),
         })
     }
 
@@ -181,40 +184,25 @@ impl SuperblockView {
     /// Feature names in `dumpe2fs` order (compat, incompat, ro_compat),
     /// with unknown bits as `FEATURE_X0x...`.
     pub fn feature_names(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (kind, word, tag) in [
-            (FeatureKind::Compat, self.feature_compat, "C"),
-            (FeatureKind::Incompat, self.feature_incompat, "I"),
-            (FeatureKind::RoCompat, self.feature_ro_compat, "R"),
-        ] {
-            for bit in 0..32 {
-                let mask = 1u32 << bit;
-                if word & mask == 0 {
-                    continue;
-                }
-                match ALL_FEATURES
-                    .iter()
-                    .find(|f| f.kind == kind && f.bit == mask)
-                {
-                    Some(f) => out.push(f.name.to_string()),
-                    None => out.push(format!("FEATURE_{tag}{bit}")),
-                }
-            }
+        FeatureSet {
+            compat: self.feature_compat,
+            incompat: self.feature_incompat,
+            ro_compat: self.feature_ro_compat,
         }
-        out
+        .names()
     }
 
     /// `s_state` as dumpe2fs words it.
     pub fn state_name(&self) -> String {
-        let mut s = if self.state & 1 != 0 {
+        let mut s = if self.state & STATE_VALID != 0 {
             "clean".to_string()
         } else {
             "not clean".to_string()
         };
-        if self.state & 2 != 0 {
+        if self.state & STATE_ERROR != 0 {
             s.push_str(" with errors");
         }
-        if self.state & 4 != 0 {
+        if self.state & STATE_ORPHAN != 0 {
             s.push_str(", orphans being processed");
         }
         s

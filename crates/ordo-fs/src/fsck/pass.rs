@@ -73,6 +73,19 @@ impl InodeInfo {
     }
 }
 
+/// Where a directory entry naming a directory is.
+#[derive(Clone, Debug)]
+pub(crate) struct DirName {
+    /// The directory holding the entry.
+    pub(crate) dir: u32,
+    /// Physical block of the entry and its byte offset in the block.
+    pub(crate) pblk: u64,
+    pub(crate) off: usize,
+    pub(crate) name: String,
+    /// The directory named.
+    pub(crate) ino: u32,
+}
+
 /// Everything one run of the checker found.
 pub(crate) struct Checker<'a> {
     pub(crate) disk: &'a Disk<'a>,
@@ -106,6 +119,12 @@ pub(crate) struct Checker<'a> {
     pub(crate) dotdot: HashMap<u32, u32>,
     /// Directories with entries other than "." and "..".
     pub(crate) nonempty_dirs: HashSet<u32>,
+    /// Every entry naming each directory (other than "." and ".."), in the
+    /// order pass 2 found them.
+    dir_names: HashMap<u32, Vec<DirName>>,
+    /// Stale second names of directories moved by an interrupted rename,
+    /// for the benign repair to remove.
+    pub(crate) stale_names: Vec<DirName>,
     /// In-use inodes to release in the benign repair (no entry names them).
     pub(crate) leaked: Vec<u32>,
     /// Xattr blocks: references counted, and the refcount on disk.
@@ -235,6 +254,8 @@ impl<'a> Checker<'a> {
             parent: HashMap::new(),
             dotdot: HashMap::new(),
             nonempty_dirs: HashSet::new(),
+            dir_names: HashMap::new(),
+            stale_names: Vec::new(),
             leaked: Vec::new(),
             xattr: HashMap::new(),
             disk_block_bitmaps: Vec::new(),
@@ -287,6 +308,8 @@ impl<'a> Checker<'a> {
             parent: HashMap::new(),
             dotdot: HashMap::new(),
             nonempty_dirs: HashSet::new(),
+            dir_names: HashMap::new(),
+            stale_names: Vec::new(),
             leaked: Vec::new(),
             xattr: HashMap::new(),
             disk_block_bitmaps: Vec::new(),
@@ -1667,7 +1690,75 @@ impl<'a> Checker<'a> {
         for dir in dirs {
             self.check_dir(dir)?;
         }
+        self.check_double_names();
         Ok(())
+    }
+
+    /// Directories named by more than one entry. One case is benign: a
+    /// directory with exactly two names, one of them in the directory its
+    /// `..` names. That is what a crash inside a rename of a directory
+    /// leaves under rule 3 (the new entry is written before the old one is
+    /// removed, and `..` follows the new entry), as FFS's fsck knows it:
+    /// the name in the parent `..` does not name is stale and the repair
+    /// removes it; link counts are then counted without it. When both
+    /// names are in the `..` parent (a rename within one directory whose
+    /// two entries are in different blocks) either name is the rename's
+    /// outcome or its origin: the one found second is removed. Anything
+    /// else (three names, or `..` naming neither holder) is unsafe.
+    fn check_double_names(&mut self) {
+        let mut multi: Vec<(u32, Vec<DirName>)> = self
+            .dir_names
+            .iter()
+            .filter(|(_, v)| v.len() > 1)
+            .map(|(&d, v)| (d, v.clone()))
+            .collect();
+        multi.sort_by_key(|(d, _)| *d);
+        for (d, names) in multi {
+            let dd = self.dotdot.get(&d).copied();
+            let stale = match (names.len(), dd) {
+                (2, Some(dd)) if names[0].dir == dd => Some(1),
+                (2, Some(dd)) if names[1].dir == dd => Some(0),
+                _ => None,
+            };
+            match stale {
+                Some(k) => {
+                    let keep = &names[1 - k];
+                    let gone = names[k].clone();
+                    problem!(
+                        self,
+                        Benign,
+                        Connectivity,
+                        Some(d),
+                        Some(gone.pblk),
+                        "directory inode {d} has two names, '{}' in {} (its '..') and '{}' in                          {} (stale, from an interrupted rename)",
+                        keep.name,
+                        keep.dir,
+                        gone.name,
+                        gone.dir
+                    );
+                    self.parent.insert(d, keep.dir);
+                    if let Some(c) = self.counted.get_mut(&d) {
+                        *c = c.saturating_sub(1);
+                    }
+                    self.stale_names.push(gone);
+                }
+                None => {
+                    let first = names[0].dir;
+                    for n in &names[1..] {
+                        problem!(
+                            self,
+                            Unsafe,
+                            Connectivity,
+                            Some(d),
+                            Some(n.pblk),
+                            "directory inode {d} is linked twice: from {first} and as '{}' in {}",
+                            n.name,
+                            n.dir
+                        );
+                    }
+                }
+            }
+        }
     }
 
     fn check_dir(&mut self, dir: u32) -> Result<(), FsError> {
@@ -1871,6 +1962,7 @@ impl<'a> Checker<'a> {
                 );
             }
             let dot_entry = first_block && index < 2;
+            let entry_off = off;
             index += 1;
             off += rec_len;
             if ino == 0 {
@@ -1973,18 +2065,16 @@ impl<'a> Checker<'a> {
                          directory"
                     );
                 } else if tdir {
-                    if let Some(&p) = self.parent.get(&ino) {
-                        problem!(
-                            self,
-                            Unsafe,
-                            Connectivity,
-                            Some(ino),
-                            Some(pblk),
-                            "directory inode {ino} is linked twice: from {p} and as '{shown}' in {dir}"
-                        );
-                    } else {
-                        self.parent.insert(ino, dir);
-                    }
+                    // A second name is judged once every `..` is known
+                    // (check_double_names).
+                    self.parent.entry(ino).or_insert(dir);
+                    self.dir_names.entry(ino).or_default().push(DirName {
+                        dir,
+                        pblk,
+                        off: entry_off,
+                        name: shown.clone(),
+                        ino,
+                    });
                 }
             }
             *self.counted.entry(ino).or_insert(0) += 1;

@@ -3,17 +3,20 @@
 //! It rewrites only derivable state, from what the checker found: the
 //! allocation bitmaps and their checksums, group and superblock free
 //! counts, link counts that are too high, leaked inodes (in use, named by
-//! no entry) and the orphan list. It never runs when the check found an
-//! unsafe problem (the caller makes sure), so it never writes to an image
-//! it does not understand, and it writes nothing that a reachable file
-//! depends on. Writes go straight to the device, then one flush.
+//! no entry) and the orphan list; and it removes the stale second name of
+//! a directory that an interrupted rename left with two (the name in the
+//! parent its `..` does not name: the directory stays reachable). It never
+//! runs when the check found an unsafe problem (the caller makes sure), so
+//! it never writes to an image it does not understand, and it writes
+//! nothing that a reachable file depends on. Writes go straight to the
+//! device, then one flush.
 
 use std::collections::HashSet;
 
 use ordo_dev::BlockClass;
 
 use super::layout::*;
-use super::pass::Checker;
+use super::pass::{Checker, DirName};
 use super::Disk;
 use crate::error::FsError;
 
@@ -46,6 +49,61 @@ fn edit_inode(
     Ok(true)
 }
 
+/// Remove the entry at `gone` from its directory block, as ext4 does, and
+/// reseal the block's checksum tail. The checker found the block well
+/// formed, so the walk from its start reaches the entry.
+fn remove_entry(disk: &Disk<'_>, c: &Checker<'_>, gone: &DirName) -> Result<(), FsError> {
+    let bs = c.geo.block_size as usize;
+    let mut block = disk.read_block(gone.pblk, BlockClass::Directory)?;
+    let csum = c.sb.metadata_csum();
+    let end = if csum { bs - 12 } else { bs };
+    let rec_len_at = |b: &[u8], off: usize| -> usize {
+        let r = le16(b, off + 4) as usize;
+        if bs >= 65536 && (r == 65535 || r == 0) {
+            65536
+        } else {
+            r
+        }
+    };
+    let mut prev: Option<usize> = None;
+    let mut off = 0usize;
+    while off < gone.off {
+        let r = rec_len_at(&block, off);
+        if r < 12 || off + r > end {
+            break;
+        }
+        prev = Some(off);
+        off += r;
+    }
+    if off != gone.off || le32(&block, off) != gone.ino {
+        return Err(FsError::corrupt(
+            gone.pblk,
+            "directory entry",
+            format!(
+                "entry '{}' -> {} expected at offset {} of directory {} block {} is not there",
+                gone.name, gone.ino, gone.off, gone.dir, gone.pblk
+            ),
+        ));
+    }
+    let r = rec_len_at(&block, off);
+    match prev {
+        Some(p) => {
+            let merged = rec_len_at(&block, p) + r;
+            let enc = if merged >= 65536 { 65535 } else { merged };
+            put_le16(&mut block, p + 4, enc as u16);
+        }
+        None => put_le32(&mut block, off, 0),
+    }
+    if csum {
+        let generation = c.inodes.get(&gone.dir).map_or(0, |i| i.generation);
+        let dseed = Inode::csum_seed(c.geo.csum_seed, gone.dir, generation);
+        let sum = crc32c_raw(dseed, &block[..bs - 12]);
+        put_le32(&mut block, bs - 4, sum);
+    }
+    disk.write_block(gone.pblk, &block, BlockClass::Directory)?;
+    Ok(())
+}
+
 fn set_bit(bytes: &mut [u8], i: u64) {
     bytes[(i / 8) as usize] |= 1 << (i % 8);
 }
@@ -55,6 +113,18 @@ pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>
     let mut done = Vec::new();
     let now = now_secs();
     let bs = c.geo.block_size as usize;
+
+    // Stale names of directories moved by an interrupted rename: the
+    // entry is removed as ext4 removes one (merged into its predecessor,
+    // or its inode zeroed when it opens the block), and the block's
+    // checksum tail recomputed.
+    for gone in c.stale_names.clone() {
+        remove_entry(disk, c, &gone)?;
+        done.push(format!(
+            "removed stale entry '{}' -> {} from directory {} (block {} offset {})",
+            gone.name, gone.ino, gone.dir, gone.pblk, gone.off
+        ));
+    }
 
     // Inodes: leaked ones released, orphans settled, link counts lowered,
     // deleted inodes given a dtime.

@@ -37,11 +37,21 @@
 //!   naming `x`; a move of a group's unused-inode mark (`ItableUnused`,
 //!   below which e2fsck considers inodes initialized at all) -> every
 //!   `Dirent { op: Add }`;
+//! - a raised `Links` of directory `d` -> every later `Dirent { op: Add }`
+//!   inside `d` (the count covers a new subdirectory's `..` before its
+//!   entry exists);
 //! - `Dirent { op: Add }` of `x` -> `Dirent { op: Remove }` of `x` (rename);
-//!   an entry added inside directory `x` (its new `..` when it moves) ->
-//!   the removal of `x`'s old entry;
+//!   `Dirent { op: Add }` of `x` -> the retargeting of `x`'s own `..` (a
+//!   moved directory's `..` names its new parent only once the new entry
+//!   is durable); an entry added inside directory `x` (that new `..`) ->
+//!   the removal of `x`'s old entry. So a crash in a cross-directory
+//!   rename of a directory leaves it with one name or with two names, one
+//!   of them in the parent `..` names: the benign repair removes the
+//!   other (rule 3 makes the second name unavoidable, as in FFS);
 //! - `Dirent { op: Remove }` of `x` -> a lowered `Links` of `x`, the
-//!   clearing of inode `x`, and the bitmap bit freeing `x`;
+//!   clearing of inode `x`, and the bitmap bit freeing `x`; a removal
+//!   inside directory `d` -> a later lowered `Links` of `d` (rmdir, a
+//!   directory moved out);
 //! - `Extent { op: Clear }` covering `p` -> the bitmap bit freeing `p`.
 //!
 //! Updates of one block that overlap keep their program order. The graph
@@ -182,9 +192,13 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
     let mut block_ready: HashMap<u64, Vec<usize>> = HashMap::new(); // init or bitmap-set of a block
     let mut inode_ready: HashMap<u32, Vec<usize>> = HashMap::new(); // init, links up, bitmap-set
     let mut adds: HashMap<u32, Vec<usize>> = HashMap::new();
+    // Raised link counts, by inode.
+    let mut links_up: HashMap<u32, Vec<usize>> = HashMap::new();
     // Entries added inside each directory (a moved directory's new `..`).
     let mut adds_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut removes: HashMap<u32, Vec<usize>> = HashMap::new();
+    // Entries removed from each directory.
+    let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
     for (i, u) in ups.iter().enumerate() {
         match &u.kind {
@@ -208,7 +222,10 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
             UpdateKind::Inode {
                 ino,
                 field: InodeField::Links,
-            } if u16_of(&u.new) > u16_of(&u.old) => inode_ready.entry(*ino).or_default().push(i),
+            } if u16_of(&u.new) > u16_of(&u.old) => {
+                inode_ready.entry(*ino).or_default().push(i);
+                links_up.entry(*ino).or_default().push(i);
+            }
             UpdateKind::Dirent {
                 dir,
                 ino,
@@ -219,10 +236,14 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                 adds_in.entry(*dir).or_default().push(i);
             }
             UpdateKind::Dirent {
+                dir,
                 ino,
                 op: LinkOp::Remove,
                 ..
-            } => removes.entry(*ino).or_default().push(i),
+            } => {
+                removes.entry(*ino).or_default().push(i);
+                removes_in.entry(*dir).or_default().push(i);
+            }
             UpdateKind::Extent {
                 pblk,
                 len,
@@ -311,12 +332,26 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                 }
             }
             UpdateKind::Dirent {
+                dir,
+                name,
                 ino,
                 op: LinkOp::Add,
-                ..
             } => {
                 if let Some(v) = inode_ready.get(ino) {
                     p.extend(v.iter().copied());
+                }
+                // A moved directory's `..` names its new parent only once
+                // the new parent's entry naming it is durable: until then
+                // `..` keeps naming the parent that holds its only name.
+                if name.as_slice() == b".." {
+                    if let Some(v) = adds.get(dir) {
+                        p.extend(v.iter().copied().filter(|&j| j < i));
+                    }
+                } else if let Some(v) = links_up.get(dir) {
+                    // A directory's count is raised for a subdirectory
+                    // created or moved into it before the entry naming that
+                    // subdirectory is.
+                    p.extend(v.iter().copied().filter(|&j| j < i));
                 }
             }
             UpdateKind::Dirent {
@@ -339,6 +374,11 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
             } if u16_of(&u.new) < u16_of(&u.old) => {
                 if let Some(v) = removes.get(ino) {
                     p.extend(v.iter().copied());
+                }
+                // A directory's count drops for a subdirectory removed or
+                // moved away only after the entry inside it is gone.
+                if let Some(v) = removes_in.get(ino) {
+                    p.extend(v.iter().copied().filter(|&j| j < i));
                 }
             }
             UpdateKind::Inode {
