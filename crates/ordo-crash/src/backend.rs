@@ -37,11 +37,16 @@ pub fn make_image(params: &ImageParams, mode: ProtocolKind) -> Result<Arc<MemDev
         MemDevice::new(params.block_size, blocks).map_err(|e| CrashError::Mkfs(e.to_string()))?,
     );
     let journaled = matches!(mode, ProtocolKind::Journal | ProtocolKind::FastCommit);
-    let features = if journaled {
-        parse_features("has_journal", DEFAULT_FEATURES)
-            .map_err(|e| CrashError::Mkfs(e.to_string()))?
-    } else {
-        DEFAULT_FEATURES
+    let extra = match mode {
+        ProtocolKind::FastCommit => Some("has_journal,fast_commit"),
+        ProtocolKind::Journal => Some("has_journal"),
+        _ => None,
+    };
+    let features = match extra {
+        Some(spec) => {
+            parse_features(spec, DEFAULT_FEATURES).map_err(|e| CrashError::Mkfs(e.to_string()))?
+        }
+        None => DEFAULT_FEATURES,
     };
     let opts = MkfsOptions {
         block_size: params.block_size,

@@ -233,6 +233,16 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
             "needs_recovery: the journal needs recovery (replay it with e2fsck or mount with mode=journal)".into(),
         ));
     }
+    if opts.mode == protocol::ProtocolKind::FastCommit
+        && s.features.compat & ordo_format::features::compat::FAST_COMMIT == 0
+    {
+        // The fast-commit area is part of the journal's geometry, fixed at
+        // mkfs: growing it at mount would change what e2fsck and the kernel
+        // read as the journal. Refuse, as the kernel ignores the mount option.
+        return Err(FsError::Unsupported(
+            "mode=fast_commit needs an image made with -O fast_commit".into(),
+        ));
+    }
     if !opts.read_only {
         let ro = s.features.ro_compat;
         let unknown = ro & !(feat::RO_COMPAT_SUPPORTED | feat::RO_COMPAT_GDT_CSUM);

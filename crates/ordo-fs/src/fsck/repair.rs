@@ -2,8 +2,8 @@
 //!
 //! It rewrites only derivable state, from what the checker found: the
 //! allocation bitmaps and their checksums, group and superblock free
-//! counts, link counts that are too high, leaked inodes (in use, named by
-//! no entry) and the orphan list; and it removes the stale second name of
+//! counts, link counts that are too high, i_blocks that is too high,
+//! leaked inodes (in use, named by no entry) and the orphan list; and it removes the stale second name of
 //! a directory that an interrupted rename left with two (the name in the
 //! parent its `..` does not name: the directory stays reachable). It never
 //! runs when the check found an unsafe problem (the caller makes sure), so
@@ -148,6 +148,20 @@ pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>
         done.push(format!("released leaked inode {ino}"));
     }
     let leaked_set: HashSet<u32> = leaked.iter().copied().collect();
+    // i_blocks that is too high (blocks counted whose mappings are not
+    // set, or no longer are) lowered to what the tree maps.
+    for (ino, want) in c.high_iblocks.clone() {
+        if leaked_set.contains(&ino) {
+            continue;
+        }
+        edit_inode(disk, c, ino, |r| {
+            put_le32(r, I_BLOCKS_LO, want as u32);
+            if r.len() >= I_BLOCKS_HI + 2 {
+                put_le16(r, I_BLOCKS_HI, (want >> 32) as u16);
+            }
+        })?;
+        done.push(format!("inode {ino}: i_blocks lowered to {want}"));
+    }
     for (&ino, &n) in &wanted_links {
         if leaked_set.contains(&ino) {
             continue;

@@ -139,6 +139,26 @@ impl SyncProtocol {
     }
 }
 
+/// The little-endian value of a field's bytes (up to eight).
+fn le_of(b: &[u8]) -> u64 {
+    b.iter()
+        .take(8)
+        .rev()
+        .fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
+
+/// Whether an update of `ino`'s `field` raised (`Some(true)`) or lowered
+/// (`Some(false)`) its value.
+fn inode_field_moved(u: &Update, field: InodeField) -> Option<(Ino, bool)> {
+    match u.kind {
+        UpdateKind::Inode { ino, field: f } if f == field => {
+            let (old, new) = (le_of(&u.old), le_of(&u.new));
+            (old != new).then_some((ino, new > old))
+        }
+        _ => None,
+    }
+}
+
 fn u16_of(b: &[u8]) -> u16 {
     if b.len() >= 2 {
         u16::from_le_bytes([b[0], b[1]])
@@ -200,7 +220,25 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
     // Entries removed from each directory.
     let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
+    // Raised i_blocks and i_size, and cleared mappings, by inode.
+    let mut count_up: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut size_up: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut map_clears: HashMap<Ino, Vec<usize>> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
+        if let Some((ino, true)) = inode_field_moved(u, InodeField::BlockCount) {
+            count_up.entry(ino).or_default().push(i);
+        }
+        if let Some((ino, true)) = inode_field_moved(u, InodeField::Size) {
+            size_up.entry(ino).or_default().push(i);
+        }
+        if let UpdateKind::Extent {
+            ino,
+            op: MapOp::Clear,
+            ..
+        } = u.kind
+        {
+            map_clears.entry(ino).or_default().push(i);
+        }
         match &u.kind {
             UpdateKind::DirBlockInit { .. } | UpdateKind::ExtentBlockInit { .. } => {
                 block_ready.entry(u.block).or_default().push(i)
@@ -311,6 +349,41 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
             // A directory block rewritten after its index flag was cleared.
             if let Some(v) = flag_changes.get(&dir) {
                 p.extend(v.iter().copied());
+            }
+        }
+        // i_blocks is raised before a mapping (or the index entry of a new
+        // tree block) counted in it is set, and lowered only after the
+        // mapping is cleared: a crash between the two leaves i_blocks too
+        // high, which the benign repair lowers. i_size likewise grows
+        // before new mappings (a crash leaves a hole at the end) and
+        // shrinks only after the mappings beyond it are cleared, so no
+        // mapped block ever lies past i_size.
+        let other_block = |j: &usize| ups[*j].block != u.block;
+        if let UpdateKind::Extent {
+            ino,
+            len,
+            op: MapOp::Set,
+            ..
+        } = u.kind
+        {
+            if let Some(v) = count_up.get(&ino) {
+                p.extend(v.iter().copied().filter(other_block));
+            }
+            if len > 0 {
+                if let Some(v) = size_up.get(&ino) {
+                    p.extend(v.iter().copied().filter(other_block));
+                }
+            }
+        }
+        for field in [InodeField::BlockCount, InodeField::Size] {
+            if let Some((ino, false)) = inode_field_moved(u, field) {
+                if let Some(v) = map_clears.get(&ino) {
+                    p.extend(v.iter().copied().filter(|j| {
+                        other_block(j)
+                            && (field == InodeField::BlockCount
+                                || matches!(ups[*j].kind, UpdateKind::Extent { len, .. } if len > 0))
+                    }));
+                }
             }
         }
         match &u.kind {
