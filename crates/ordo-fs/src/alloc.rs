@@ -18,8 +18,8 @@
 
 use ordo_dev::BlockClass;
 
-use crate::error::{errno, Result};
-use crate::layout::gd;
+use crate::error::{errno, FsError, Result};
+use crate::layout::{self, gd};
 use crate::state::Core;
 use crate::update::{BitmapKind, CounterKind, Ino, UpdateKind};
 
@@ -77,9 +77,47 @@ impl Core {
             );
             self.csum_block_bitmap(g);
         } else {
-            self.ensure(loc.block_bitmap, BlockClass::GroupMeta)?;
+            let bits = self.sbi.clusters_per_group;
+            let csum = (gd::BLOCK_BITMAP_CSUM_LO, gd::BLOCK_BITMAP_CSUM_HI);
+            self.check_bitmap_csum(g, loc.block_bitmap, bits, csum)?;
         }
         Ok(loc.block_bitmap)
+    }
+
+    /// Read bitmap `block` of group `g` and, when it is what the disk holds
+    /// (clean), check it against the descriptor's checksum (fields
+    /// `csum_lo`, `csum_hi`). Bits past `bits_per_group` are not covered.
+    fn check_bitmap_csum(
+        &mut self,
+        g: u32,
+        block: u64,
+        bits_per_group: u32,
+        (csum_lo, csum_hi): (usize, usize),
+    ) -> Result<()> {
+        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        if !self.seal.csum || self.cache.is_dirty(block) {
+            return Ok(());
+        }
+        let n = (bits_per_group as usize / 8).min(img.len());
+        let mut want = layout::ext4_crc(self.seal.csum_seed, &img[..n]);
+        drop(img);
+        let stored = self.gd_count(g, csum_lo, csum_hi)?;
+        if self.seal.desc_size < 64 {
+            want &= 0xFFFF;
+        }
+        if stored != want {
+            let what = if csum_lo == gd::BLOCK_BITMAP_CSUM_LO {
+                "block bitmap"
+            } else {
+                "inode bitmap"
+            };
+            return Err(FsError::corrupt(
+                block,
+                format!("group {g} {what} checksum"),
+                format!("descriptor holds {stored:#010x}, computed {want:#010x}"),
+            ));
+        }
+        Ok(())
     }
 
     /// Load group `g`'s inode bitmap, building it if `INODE_UNINIT`.
@@ -112,7 +150,9 @@ impl Core {
             );
             self.csum_inode_bitmap(g);
         } else {
-            self.ensure(loc.inode_bitmap, BlockClass::GroupMeta)?;
+            let bits = self.sbi.inodes_per_group;
+            let csum = (gd::INODE_BITMAP_CSUM_LO, gd::INODE_BITMAP_CSUM_HI);
+            self.check_bitmap_csum(g, loc.inode_bitmap, bits, csum)?;
         }
         Ok(loc.inode_bitmap)
     }

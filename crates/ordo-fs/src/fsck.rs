@@ -25,7 +25,18 @@
 //!   and the `bg_itable_unused` tail, as e2fsck does): checksum, mode,
 //!   flags, extent trees (magic, depth, ordering, overlap, range, tree-block
 //!   checksums, not pointing at metadata, no block claimed twice), i_blocks,
-//!   i_size, symlinks, device inodes, xattr blocks and their refcounts;
+//!   i_size, symlinks, device inodes, xattr blocks and their refcounts.
+//!   Two shapes here are benign, because a file's block count and its
+//!   extent tree live in different blocks that an in-place file system
+//!   writes one after the other: i_blocks *higher* than the blocks the tree
+//!   maps (counted before a mapping is set, or still counted after it was
+//!   cleared: nothing mapped is lost, the repair lowers it), and an index
+//!   key *lower* than its child's first key but above the previous entry's
+//!   range, in the inode's root or not first in its node (a first key
+//!   would have to be raised in its own parent too) (a child's leading mappings cleared before the key followed:
+//!   lookups in the gap find a hole, the repair raises the key). i_blocks
+//!   too low and a key above its child's first (hidden mappings) stay
+//!   unsafe;
 //! - pass 2: directory blocks (rec_len chain, names, file types, "." and
 //!   "..", checksum tail, htree root/node structure and checksums), entries
 //!   pointing at free or reserved inodes, directories linked twice. One
@@ -69,8 +80,9 @@ use crate::error::FsError;
 #[derive(Clone, Debug)]
 pub struct FsckOptions {
     /// Repair the benign problems (bitmaps, free counts, leaked inodes,
-    /// link counts that are too high, orphan list, the stale second name of
-    /// a directory moved by an interrupted rename) by writing through the
+    /// link counts and i_blocks that are too high, extent index keys below
+    /// their child's first key, orphan list, the stale second name of a
+    /// directory moved by an interrupted rename) by writing through the
     /// device, but only when no unsafe problem was found: an image with
     /// anything unsafe is never written.
     pub repair_benign: bool,
@@ -546,6 +558,63 @@ mod tests {
         assert_eq!(fixed.remaining.as_deref(), Some(&[][..]));
         assert_eq!(fixed.exit_code(), 1);
         assert!(check(&dev, &FsckOptions::default()).unwrap().is_clean());
+    }
+
+    /// Adds `delta_sectors` to the root inode's i_blocks, checksum kept valid.
+    fn shift_root_iblocks(dev: &MemDevice, delta_sectors: i64) {
+        use super::layout::{Inode, Super, INCOMPAT_64BIT, I_BLOCKS_LO};
+        let disk = Disk::new(dev);
+        disk.set_block_size(4096);
+        let mut sb_raw = vec![0u8; 1024];
+        disk.read_bytes(1024, &mut sb_raw, BlockClass::Super)
+            .unwrap();
+        let sb = Super::decode(&sb_raw);
+        let mut gd = vec![0u8; 12];
+        disk.read_bytes(4096, &mut gd, BlockClass::GroupMeta)
+            .unwrap();
+        let itable = u32::from_le_bytes([gd[8], gd[9], gd[10], gd[11]]) as u64;
+        let mut it = disk.read_block(itable, BlockClass::InodeTable).unwrap();
+        let mut inode = Inode::decode(&it[256..512], sb.has_incompat(INCOMPAT_64BIT));
+        let old = u32::from_le_bytes(inode.raw[I_BLOCKS_LO..I_BLOCKS_LO + 4].try_into().unwrap());
+        let new = (old as i64 + delta_sectors) as u32;
+        inode.raw[I_BLOCKS_LO..I_BLOCKS_LO + 4].copy_from_slice(&new.to_le_bytes());
+        inode.set_checksum(sb.csum_seed(), 2);
+        it[256..512].copy_from_slice(&inode.raw);
+        disk.write_block(itable, &it, BlockClass::InodeTable)
+            .unwrap();
+    }
+
+    #[test]
+    fn i_blocks_too_high_is_benign_and_lowered() {
+        let dev = fresh(4096, 32 << 20);
+        shift_root_iblocks(&dev, 8);
+        let r = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(!r.has_unsafe(), "{:?}", r.problems);
+        assert!(r
+            .problems
+            .iter()
+            .any(|p| p.class == ProblemClass::Inode && p.ino == Some(2)));
+        let fixed = check(
+            &dev,
+            &FsckOptions {
+                repair_benign: true,
+                ..FsckOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(fixed.repairs.iter().any(|l| l.contains("i_blocks lowered")));
+        assert!(check(&dev, &FsckOptions::default()).unwrap().is_clean());
+    }
+
+    #[test]
+    fn i_blocks_too_low_is_unsafe() {
+        let dev = fresh(4096, 32 << 20);
+        shift_root_iblocks(&dev, -8);
+        let r = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(r.has_unsafe(), "{:?}", r.problems);
+        assert!(r.problems.iter().any(|p| p.severity == Severity::Unsafe
+            && p.class == ProblemClass::Inode
+            && p.ino == Some(2)));
     }
 
     #[test]

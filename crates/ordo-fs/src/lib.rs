@@ -10,7 +10,6 @@
 
 mod alloc;
 pub mod cache;
-mod state;
 mod dir;
 pub mod error;
 pub mod extent;
@@ -25,6 +24,7 @@ pub mod mkfs_journal;
 mod ops;
 pub mod protocol;
 pub mod recovery;
+mod state;
 pub mod types;
 pub mod update;
 

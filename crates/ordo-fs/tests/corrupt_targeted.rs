@@ -8,7 +8,9 @@
 //! - a damaged htree root or a bad `dx_tail` checksum is reported as the
 //!   htree root, not as the directory's extent block;
 //! - `..` entries that form a cycle make rename's ancestor walk fail
-//!   (EUCLEAN naming the `..` entry) instead of looping or succeeding.
+//!   (EUCLEAN naming the `..` entry) instead of looping or succeeding;
+//! - a block or inode bitmap that fails its checksum fails the allocation
+//!   that reads it.
 
 mod fsck_common;
 
@@ -201,5 +203,46 @@ fn dotdot_cycles_make_rename_fail_not_loop() {
         );
         assert!(fs.lookup(ROOT_INO, b"c").is_ok(), "{label}: /c moved");
         fs.unmount().unwrap();
+    }
+}
+
+#[test]
+fn bad_bitmap_checksum_fails_the_allocation() {
+    assert!(is_root(), "this test needs root (loop mounts); run as root");
+    let dir = tempfile::tempdir().unwrap();
+    let base = base(dir.path(), "csum", "^has_journal,^resize_inode");
+    let bs = block_size(&base);
+    // One group (8 MiB of 1 KiB blocks): every allocation reads its bitmaps.
+    let bitmap_of = |img: &Path, field: &str| -> u64 {
+        let out = sh(&format!("dumpe2fs {} 2>/dev/null", img.display())).1;
+        let at = out.find(field).expect("dumpe2fs names the bitmap") + field.len();
+        out[at..]
+            .trim_start_matches([' ', ':'])
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for (label, field, words) in [
+        ("block", "Block bitmap at ", "block bitmap checksum"),
+        ("inode", "Inode bitmap at ", "inode bitmap checksum"),
+    ] {
+        let img = copy(&base, "bitmap.img");
+        let b = bitmap_of(&img, field);
+        // Flip a bit of a used entry near the start: covered by the checksum.
+        xor_byte(&img, b * bs, 0x01);
+        let fs = mount(&img, false);
+        let created = fs.create(
+            ROOT_INO,
+            b"new",
+            ordo_fs::FileType::Regular,
+            0o644,
+            0,
+            &ordo_fs::Creds::root(),
+        );
+        let r = created.and_then(|a| fs.write(a.ino, 0, &[1u8; 4096]));
+        assert_corrupt(label, r, &[words, &format!("block {b}")]);
+        drop(fs);
     }
 }

@@ -87,6 +87,19 @@ pub(crate) struct DirName {
 }
 
 /// Everything one run of the checker found.
+/// An extent index entry whose key is lower than its child's first key.
+#[derive(Clone, Debug)]
+pub(crate) struct StaleIndexKey {
+    pub(crate) ino: u32,
+    /// The tree block holding the index entry (`None`: the inode's
+    /// `i_block`).
+    pub(crate) node_block: Option<u64>,
+    /// The entry's position in its node.
+    pub(crate) entry: usize,
+    /// The child's first key, which the entry should carry.
+    pub(crate) key: u32,
+}
+
 pub(crate) struct Checker<'a> {
     pub(crate) disk: &'a Disk<'a>,
     pub(crate) sb: Super,
@@ -130,6 +143,9 @@ pub(crate) struct Checker<'a> {
     /// Inodes whose i_blocks is higher than their blocks add up to, with
     /// the counted value in i_blocks' own unit, for the benign repair.
     pub(crate) high_iblocks: Vec<(u32, u64)>,
+    /// Extent index keys lower than their child's first key, for the
+    /// benign repair to raise.
+    pub(crate) stale_index_keys: Vec<StaleIndexKey>,
     /// Xattr blocks: references counted, and the refcount on disk.
     xattr: HashMap<u64, (u32, u32)>,
     /// The on-disk bitmaps as libext2fs reads them (uninit groups
@@ -261,6 +277,7 @@ impl<'a> Checker<'a> {
             stale_names: Vec::new(),
             leaked: Vec::new(),
             high_iblocks: Vec::new(),
+            stale_index_keys: Vec::new(),
             xattr: HashMap::new(),
             disk_block_bitmaps: Vec::new(),
             disk_inode_bitmaps: Vec::new(),
@@ -316,6 +333,7 @@ impl<'a> Checker<'a> {
             stale_names: Vec::new(),
             leaked: Vec::new(),
             high_iblocks: Vec::new(),
+            stale_index_keys: Vec::new(),
             xattr: HashMap::new(),
             disk_block_bitmaps: Vec::new(),
             disk_inode_bitmaps: Vec::new(),
@@ -1404,7 +1422,31 @@ impl<'a> Checker<'a> {
                 let data = self.disk.read_block(child, BlockClass::ExtentTree)?;
                 if le16(&data, 0) == 0xF30A && le16(&data, 2) > 0 {
                     let f = le32(&data, 12) as u64;
-                    if f != lblk {
+                    // Raising the first key of a non-root node would
+                    // leave its own parent's key behind: that deeper
+                    // shape is not repaired, so it stays unsafe.
+                    if f > lblk && f < next_lblk && (node_block.is_none() || i > 0) {
+                        // The child's first mappings were cleared before
+                        // the key was raised (or the key lowered before a
+                        // mapping was inserted in front): lookups in
+                        // [key, first) find a hole either way, and the
+                        // repair raises the key to the child's first.
+                        problem!(
+                            self,
+                            Benign,
+                            ExtentTree,
+                            Some(ino),
+                            Some(child),
+                            "inode {ino} {where_}: index {i} ei_block {lblk} is lower than its \
+                             child's (block {child}) first key {f}"
+                        );
+                        self.stale_index_keys.push(StaleIndexKey {
+                            ino,
+                            node_block,
+                            entry: i,
+                            key: f as u32,
+                        });
+                    } else if f != lblk {
                         problem!(
                             self,
                             Unsafe,

@@ -2,8 +2,9 @@
 //!
 //! It rewrites only derivable state, from what the checker found: the
 //! allocation bitmaps and their checksums, group and superblock free
-//! counts, link counts that are too high, i_blocks that is too high,
-//! leaked inodes (in use, named by no entry) and the orphan list; and it removes the stale second name of
+//! counts, link counts and i_blocks that are too high, extent index keys
+//! below their child's first key, leaked inodes (in use, named by no entry)
+//! and the orphan list; and it removes the stale second name of
 //! a directory that an interrupted rename left with two (the name in the
 //! parent its `..` does not name: the directory stays reachable). It never
 //! runs when the check found an unsafe problem (the caller makes sure), so
@@ -148,6 +149,42 @@ pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>
         done.push(format!("released leaked inode {ino}"));
     }
     let leaked_set: HashSet<u32> = leaked.iter().copied().collect();
+    // Extent index keys lower than their child's first key raised to it
+    // (a tree block's tail checksum recomputed).
+    for k in c.stale_index_keys.clone() {
+        if leaked_set.contains(&k.ino) {
+            continue;
+        }
+        let at = 12 + 12 * k.entry;
+        match k.node_block {
+            None => {
+                edit_inode(disk, c, k.ino, |r| put_le32(r, I_BLOCK + at, k.key))?;
+            }
+            Some(b) => {
+                let mut block = disk.read_block(b, BlockClass::ExtentTree)?;
+                put_le32(&mut block, at, k.key);
+                if c.sb.metadata_csum() {
+                    let max = le16(&block, 4) as usize;
+                    let tail = 12 + 12 * max;
+                    if tail + 4 <= block.len() {
+                        let generation = c.inodes.get(&k.ino).map_or(0, |i| i.generation);
+                        let seed = Inode::csum_seed(c.geo.csum_seed, k.ino, generation);
+                        let sum = crc32c_raw(seed, &block[..tail]);
+                        put_le32(&mut block, tail, sum);
+                    }
+                }
+                disk.write_block(b, &block, BlockClass::ExtentTree)?;
+            }
+        }
+        done.push(format!(
+            "inode {}: extent index {} of {} raised to {}",
+            k.ino,
+            k.entry,
+            k.node_block
+                .map_or_else(|| "i_block".to_string(), |b| format!("block {b}")),
+            k.key
+        ));
+    }
     // i_blocks that is too high (blocks counted whose mappings are not
     // set, or no longer are) lowered to what the tree maps.
     for (ino, want) in c.high_iblocks.clone() {

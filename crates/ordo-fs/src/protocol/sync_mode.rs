@@ -52,7 +52,21 @@
 //!   clearing of inode `x`, and the bitmap bit freeing `x`; a removal
 //!   inside directory `d` -> a later lowered `Links` of `d` (rmdir, a
 //!   directory moved out);
-//! - `Extent { op: Clear }` covering `p` -> the bitmap bit freeing `p`.
+//! - `Extent { op: Clear }` covering `p` -> the bitmap bit freeing `p`;
+//! - a raised `BlockCount` (`i_blocks`) of `x` -> every `Extent { op: Set }`
+//!   of `x` (a mapping, or the index entry of a new tree block, is counted
+//!   before it exists); `Extent { op: Clear }` of `x` -> a lowered
+//!   `BlockCount` of `x`. A crash in between leaves `i_blocks` too high,
+//!   which the benign repair lowers; never too low;
+//! - a raised `Size` of `x` -> every mapping `Set` of `x`, and a mapping
+//!   `Clear` of `x` -> a lowered `Size` of `x`: a crash leaves at most a hole
+//!   at the end of the file, never a mapped block past `i_size`;
+//! - an index key and its child's first key: when the child's leading
+//!   mappings were cleared (the key rises), every mapping update of that
+//!   child -> the index entry; when a mapping is inserted in front (the key
+//!   falls), the index entry -> that mapping. Either way the key is only
+//!   ever below the child's first key, a gap that reads as a hole and that
+//!   the benign repair closes.
 //!
 //! Updates of one block that overlap keep their program order. The graph
 //! is then released in program order (Kahn's algorithm, smallest update
@@ -220,10 +234,55 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
     // Entries removed from each directory.
     let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
+
     // Raised i_blocks and i_size, and cleared mappings, by inode.
     let mut count_up: HashMap<Ino, Vec<usize>> = HashMap::new();
     let mut size_up: HashMap<Ino, Vec<usize>> = HashMap::new();
     let mut map_clears: HashMap<Ino, Vec<usize>> = HashMap::new();
+    // Index entries set (added or re-keyed), by (inode, child block), with
+    // their keys; tree blocks initialized in this handle.
+    let mut index_keys: HashMap<(Ino, u64), Vec<(usize, u32)>> = HashMap::new();
+    let mut inited: HashSet<u64> = HashSet::new();
+    // Mapping updates (not index entries) by (inode, tree block).
+    let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::new();
+    for (i, u) in ups.iter().enumerate() {
+        match u.kind {
+            UpdateKind::Extent {
+                ino,
+                lblk,
+                pblk,
+                len: 0,
+                op: MapOp::Set,
+            } => index_keys.entry((ino, pblk)).or_default().push((i, lblk)),
+            UpdateKind::Extent { ino, len, .. } if len > 0 => {
+                maps_in.entry((ino, u.block)).or_default().push(i)
+            }
+            UpdateKind::ExtentBlockInit { .. } => {
+                inited.insert(u.block);
+            }
+            _ => {}
+        }
+    }
+    // Index entries whose key rose because their child's leading mappings
+    // were cleared earlier in the handle.
+    let mut raised_keys: HashSet<usize> = HashSet::new();
+    for (&(ino, child), v) in &index_keys {
+        if inited.contains(&child) {
+            continue;
+        }
+        let Some(maps) = maps_in.get(&(ino, child)) else {
+            continue;
+        };
+        for &(x, key) in v {
+            if maps.iter().any(|&j| {
+                j < x
+                    && matches!(ups[j].kind,
+                        UpdateKind::Extent { lblk, op: MapOp::Clear, .. } if lblk < key)
+            }) {
+                raised_keys.insert(x);
+            }
+        }
+    }
     for (i, u) in ups.iter().enumerate() {
         if let Some((ino, true)) = inode_field_moved(u, InodeField::BlockCount) {
             count_up.entry(ino).or_default().push(i);
@@ -374,6 +433,41 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                     p.extend(v.iter().copied().filter(other_block));
                 }
             }
+        }
+        // An index key and its child's first key live in two blocks. The
+        // key only ever runs *below* the child's first key, the shape the
+        // benign repair raises (a lookup in the gap finds a hole, as it
+        // would after the repair): a key is raised after the child's
+        // leading mappings are cleared, and lowered before a mapping in
+        // front of them is set.
+        match u.kind {
+            UpdateKind::Extent {
+                ino,
+                pblk,
+                len: 0,
+                op: MapOp::Set,
+                ..
+            } if raised_keys.contains(&i) => {
+                if let Some(v) = maps_in.get(&(ino, pblk)) {
+                    p.extend(v.iter().copied().filter(|&j| j < i));
+                }
+            }
+            UpdateKind::Extent {
+                ino,
+                lblk,
+                len,
+                op: MapOp::Set,
+                ..
+            } if len > 0 && !inited.contains(&u.block) => {
+                if let Some(v) = index_keys.get(&(ino, u.block)) {
+                    p.extend(
+                        v.iter()
+                            .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
+                            .map(|&(j, _)| j),
+                    );
+                }
+            }
+            _ => {}
         }
         for field in [InodeField::BlockCount, InodeField::Size] {
             if let Some((ino, false)) = inode_field_moved(u, field) {
