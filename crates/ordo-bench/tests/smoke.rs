@@ -175,6 +175,37 @@ fn every_workload_on_ordo_through_fuse() {
 }
 
 #[test]
+fn every_ordo_mode_runs_fcmicro_through_fuse() {
+    let rows = run(&plan(
+        &["ordo:sync", "ordo:journal", "ordo:fast_commit"],
+        &[WorkloadName::Fcmicro],
+        None,
+    ));
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        check_ok(r, true);
+        assert_eq!(
+            r.counters_agree,
+            Some(true),
+            "{} on {}: {}",
+            r.title(),
+            r.target,
+            r.counters_note.as_deref().unwrap_or("")
+        );
+    }
+    let kib = |t: &str| {
+        rows.iter()
+            .find(|r| r.target == t)
+            .and_then(|r| r.kib_per_op)
+            .unwrap()
+    };
+    assert!(
+        kib("ordo:fast_commit") < kib("ordo:journal"),
+        "a fast commit writes less than a full JBD2 commit"
+    );
+}
+
+#[test]
 fn in_process_ordo_counters_agree_with_the_kernel() {
     let rows = run(&plan(&["ordo-lib:async"], &WorkloadName::ALL, None));
     for r in &rows {
