@@ -368,6 +368,15 @@ pub fn record(
     } else {
         None
     };
+    if params.mode == ProtocolKind::FastCommit {
+        // Steady state: a mounted fast-commit file system has made a full
+        // commit (the timer makes one every few seconds). The kernel's
+        // rule, which ordo follows, makes every fsync before the first
+        // full commit of a mount a full commit itself, so without this a
+        // seq-1 sequence would never fast-commit. Its writes belong to op
+        // 0, whose crash states promise the base tree.
+        fs.sync().map_err(|e| rec_err(seq, 0, "sync after mount", e))?;
+    }
     let mut tree = (*base_tree).clone();
     let mut snapshots = vec![base_tree.clone()];
     let mut promises = vec![Promise {

@@ -269,7 +269,11 @@ impl Fs {
     /// unsupported incompatible features by name), run the protocol's
     /// recovery, process the orphan list, and start the protocol.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
-        if opts.mode == protocol::ProtocolKind::Journal && !opts.read_only {
+        if matches!(
+            opts.mode,
+            protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
+        ) && !opts.read_only
+        {
             // A crash can tear the superblock while the journal flips its
             // needs_recovery flag; undo that before validating it.
             crate::recovery::repair_torn_recover_flag(dev.as_ref())?;
