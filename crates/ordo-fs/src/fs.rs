@@ -264,11 +264,48 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
     Ok(())
 }
 
+/// What a read-only mount reads: the device itself, or, when its journal
+/// needs recovery, a copy-on-write view of it with the journal (and any
+/// fast commits) replayed in memory. The kernel either writes to a device
+/// mounted read-only to recover it or, with `noload`, serves metadata the
+/// log would have replaced; ordo serves the recovered file system and
+/// leaves the image untouched (a later read-write mount recovers it).
+fn recovered_view(dev: Arc<dyn BlockDevice>) -> Result<Arc<dyn BlockDevice>> {
+    let (sb_block, _, raw) = read_superblock(dev.as_ref())?;
+    let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
+    if s.features.incompat & feat::INCOMPAT_RECOVER == 0 || s.block_size() != dev.block_size() {
+        return Ok(dev);
+    }
+    let kind = if s.features.compat & ordo_format::features::compat::FAST_COMMIT != 0 {
+        protocol::ProtocolKind::FastCommit
+    } else {
+        protocol::ProtocolKind::Journal
+    };
+    let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev));
+    crate::recovery::repair_torn_recover_flag(view.as_ref())?;
+    let env = ProtocolEnv {
+        block_size: s.block_size(),
+        block_count: s.blocks_count,
+        uuid: s.uuid,
+        journal_runs: Vec::new(),
+        commit_interval_ms: 0,
+        data_mode: protocol::DataMode::Ordered,
+        metadata_csum: s.has_metadata_csum(),
+    };
+    protocol::recover(kind, view.as_ref(), &env)?;
+    Ok(view)
+}
+
 impl Fs {
     /// Mount the image on `dev`: validate the superblock (refusing
     /// unsupported incompatible features by name), run the protocol's
     /// recovery, process the orphan list, and start the protocol.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        let dev = if opts.read_only {
+            recovered_view(dev)?
+        } else {
+            dev
+        };
         if matches!(
             opts.mode,
             protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
