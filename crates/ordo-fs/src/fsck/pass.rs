@@ -2576,24 +2576,13 @@ impl<'a> Checker<'a> {
             let count = self.geo.group_block_count(g);
             // Blocks.
             let disk_bm = self.disk_block_bitmap(g)?;
-            let mut used_in_group = 0u64;
-            let mut plus = Vec::new();
-            let mut minus = Vec::new();
-            for i in 0..count {
-                let b = first + i;
-                let want = self.used.get(b);
-                if want {
-                    used_in_group += 1;
-                }
-                if let Some(bm) = &disk_bm {
-                    let have = bit(bm, i);
-                    if want && !have {
-                        plus.push(b);
-                    } else if !want && have {
-                        minus.push(b);
-                    }
-                }
-            }
+            let used = &self.used;
+            let (used_in_group, plus, minus) = diff_bitmap(
+                count,
+                disk_bm.as_deref(),
+                |i| used.get(first + i),
+                |i| first + i,
+            );
             let free_blocks = count - used_in_group;
             total_free_blocks += free_blocks;
             if !plus.is_empty() || !minus.is_empty() {
@@ -2655,28 +2644,22 @@ impl<'a> Checker<'a> {
             } else {
                 None
             };
-            let mut used_inodes = 0u64;
             let mut dirs = 0u64;
-            let mut plus = Vec::new();
-            let mut minus = Vec::new();
-            for i in 0..ipg {
-                let ino = g as u64 * ipg + i + 1;
-                let want = self.inode_used.get(ino);
-                if want {
-                    used_inodes += 1;
-                    if self.inodes.get(&(ino as u32)).is_some_and(|x| x.is_dir()) {
+            let (inode_used, inodes) = (&self.inode_used, &self.inodes);
+            let ino_of = |i: u64| g as u64 * ipg + i + 1;
+            let (used_inodes, plus, minus) = diff_bitmap(
+                ipg,
+                disk_ib.as_deref(),
+                |i| {
+                    let ino = ino_of(i);
+                    let want = inode_used.get(ino);
+                    if want && inodes.get(&(ino as u32)).is_some_and(|x| x.is_dir()) {
                         dirs += 1;
                     }
-                }
-                if let Some(ib) = &disk_ib {
-                    let have = bit(ib, i);
-                    if want && !have {
-                        plus.push(ino);
-                    } else if !want && have {
-                        minus.push(ino);
-                    }
-                }
-            }
+                    want
+                },
+                ino_of,
+            );
             let free_inodes = ipg - used_inodes;
             total_free_inodes += free_inodes;
             if !plus.is_empty() || !minus.is_empty() {
@@ -3094,4 +3077,29 @@ fn geometry(sb: &Super) -> Geometry {
         gdt_blocks: (groups as u64 * desc_size as u64).div_ceil(block_size),
         csum_seed: sb.csum_seed(),
     }
+}
+
+/// Compare bits `0..count` of an on-disk bitmap (`None`: it could not be
+/// read) with what the walk found in use (`in_use(i)`); returns how many
+/// are in use and the ids (`id(i)`) whose bit is missing and whose bit is
+/// set without use.
+fn diff_bitmap(
+    count: u64,
+    disk: Option<&[u8]>,
+    mut in_use: impl FnMut(u64) -> bool,
+    id: impl Fn(u64) -> u64,
+) -> (u64, Vec<u64>, Vec<u64>) {
+    let (mut used, mut missing, mut extra) = (0u64, Vec::new(), Vec::new());
+    for i in 0..count {
+        let want = in_use(i);
+        used += want as u64;
+        if let Some(bm) = disk {
+            match (want, bit(bm, i)) {
+                (true, false) => missing.push(id(i)),
+                (false, true) => extra.push(id(i)),
+                _ => {}
+            }
+        }
+    }
+    (used, missing, extra)
 }
