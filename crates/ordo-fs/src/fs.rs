@@ -44,8 +44,30 @@ struct Sequencer {
     now_serving: u64,
 }
 
+/// Group commit for the protocols whose commit makes *everything* before
+/// it durable (JBD2 and fast commit): one fsync at a time leads a commit;
+/// fsyncs that arrive while it runs wait, and the first of them leads the
+/// next commit for all of them, as the kernel's JBD2 and fast-commit code
+/// do. Without it every concurrent fsync would queue a commit (and a
+/// flush) of its own.
+#[derive(Default)]
+struct GroupCommit {
+    /// A leader is committing.
+    leading: bool,
+    /// Leaders started so far (the running one included).
+    started: u64,
+    /// The number of the last leader that finished, and its errno if it
+    /// failed.
+    done: u64,
+    done_errno: Option<i32>,
+    /// fsyncs waiting for a leader (observable by tests).
+    waiting: usize,
+}
+
 struct Shared {
     core: Mutex<Core>,
+    /// `Some` for the protocols whose commits cover everything before them.
+    group: Option<(Mutex<GroupCommit>, Condvar)>,
     seq: Mutex<Sequencer>,
     turn: Condvar,
     dev: Arc<dyn BlockDevice>,
@@ -264,25 +286,31 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
     Ok(())
 }
 
-/// What a read-only mount reads: the device itself, or, when its journal
-/// needs recovery, a copy-on-write view of it with the journal (and any
-/// fast commits) replayed in memory. The kernel either writes to a device
-/// mounted read-only to recover it or, with `noload`, serves metadata the
-/// log would have replaced; ordo serves the recovered file system and
-/// leaves the image untouched (a later read-write mount recovers it).
-fn recovered_view(dev: Arc<dyn BlockDevice>) -> Result<Arc<dyn BlockDevice>> {
-    let (sb_block, _, raw) = read_superblock(dev.as_ref())?;
+/// Replay, on `dev` itself, the journal (and the fast commits) of an image
+/// whose `needs_recovery` flag is set, with the recovery of the protocol
+/// that wrote it (`fast_commit` when the image has the feature, JBD2
+/// otherwise): what `e2fsck -y` and a read-write mount do first. Returns
+/// `None` when the image needs no recovery.
+pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryReport>> {
+    let (sb_block, _, raw) = read_superblock(dev)?;
     let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
-    if s.features.incompat & feat::INCOMPAT_RECOVER == 0 || s.block_size() != dev.block_size() {
-        return Ok(dev);
+    if s.features.incompat & feat::INCOMPAT_RECOVER == 0 {
+        // A needs_recovery flip torn by a crash reads as a bad checksum
+        // above; the flag is clear here, so nothing was torn.
+        return Ok(None);
+    }
+    if s.block_size() != dev.block_size() {
+        return Err(FsError::Invalid(format!(
+            "the image has {}-byte blocks but the device was opened with {}-byte blocks",
+            s.block_size(),
+            dev.block_size()
+        )));
     }
     let kind = if s.features.compat & ordo_format::features::compat::FAST_COMMIT != 0 {
         protocol::ProtocolKind::FastCommit
     } else {
         protocol::ProtocolKind::Journal
     };
-    let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev));
-    crate::recovery::repair_torn_recover_flag(view.as_ref())?;
     let env = ProtocolEnv {
         block_size: s.block_size(),
         block_count: s.blocks_count,
@@ -292,8 +320,26 @@ fn recovered_view(dev: Arc<dyn BlockDevice>) -> Result<Arc<dyn BlockDevice>> {
         data_mode: protocol::DataMode::Ordered,
         metadata_csum: s.has_metadata_csum(),
     };
-    protocol::recover(kind, view.as_ref(), &env)?;
-    Ok(view)
+    protocol::recover(kind, dev, &env).map(Some)
+}
+
+/// What a read-only mount (or `ordo fsck -n`) reads: the device itself,
+/// or, when its journal needs recovery, a copy-on-write view of it with
+/// the journal (and any fast commits) replayed in memory, and the report
+/// of that replay. The kernel either writes to a device mounted read-only
+/// to recover it or, with `noload`, serves metadata the log would have
+/// replaced; ordo serves the recovered file system and leaves the image
+/// untouched (a later read-write mount recovers it).
+pub fn recovered_view(
+    dev: Arc<dyn BlockDevice>,
+) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
+    let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev.clone()));
+    let repaired = crate::recovery::repair_torn_recover_flag(view.as_ref())?;
+    match recover_image(view.as_ref())? {
+        Some(report) => Ok((view, Some(report))),
+        None if repaired => Ok((view, None)),
+        None => Ok((dev, None)),
+    }
 }
 
 impl Fs {
@@ -302,7 +348,7 @@ impl Fs {
     /// recovery, process the orphan list, and start the protocol.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
         let dev = if opts.read_only {
-            recovered_view(dev)?
+            recovered_view(dev)?.0
         } else {
             dev
         };
@@ -456,8 +502,13 @@ impl Fs {
                 format!("root is not a directory ({:#o})", root.mode),
             ));
         }
+        let group_commit = matches!(
+            opts.mode,
+            protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
+        );
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
+            group: group_commit.then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
             seq: Mutex::new(Sequencer {
                 next_ticket: 0,
                 now_serving: 0,
@@ -801,9 +852,55 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
-        self.shared.plan(|c| {
-            c.live_inode(ino)?;
-            c.plan_with(|p, io| p.fsync(ino, datasync, io))
+        let Some((group, cv)) = &self.shared.group else {
+            return self.shared.plan(|c| {
+                c.live_inode(ino)?;
+                c.plan_with(|p, io| p.fsync(ino, datasync, io))
+            });
+        };
+        // The caller's own errors first: a leader's commit must not fail
+        // for a reason that is not its waiters'.
+        self.shared.read(|c| c.live_inode(ino).map(|_| ()))?;
+        let commit = || {
+            self.shared
+                .plan(|c| c.plan_with(|p, io| p.fsync(ino, datasync, io)))
+        };
+        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+        // Every change this caller made is in the cache now; a commit that
+        // *starts* later (number > arrival) covers them.
+        let arrival = g.started;
+        loop {
+            if g.done > arrival {
+                return match g.done_errno {
+                    None => Ok(()),
+                    Some(e) => Err(errno(e)),
+                };
+            }
+            if !g.leading {
+                break;
+            }
+            g.waiting += 1;
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            g.waiting -= 1;
+        }
+        g.leading = true;
+        g.started += 1;
+        let me = g.started;
+        drop(g);
+        let r = commit();
+        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(g.leading && g.started == me);
+        g.leading = false;
+        g.done = me;
+        g.done_errno = r.as_ref().err().map(|e| e.errno());
+        cv.notify_all();
+        r
+    }
+    /// How many fsyncs are waiting for a group commit led by another one
+    /// (always 0 for the protocols without group commit).
+    pub fn fsync_waiters(&self) -> usize {
+        self.shared.group.as_ref().map_or(0, |(g, _)| {
+            g.lock().unwrap_or_else(|e| e.into_inner()).waiting
         })
     }
     pub fn sync(&self) -> Result<()> {

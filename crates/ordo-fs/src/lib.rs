@@ -29,6 +29,6 @@ pub mod types;
 pub mod update;
 
 pub use error::{FsError, Result};
-pub use fs::Fs;
+pub use fs::{recover_image, recovered_view, Fs};
 pub use protocol::{DataMode, ProtocolKind};
 pub use types::*;

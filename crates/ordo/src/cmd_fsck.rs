@@ -1,9 +1,10 @@
 //! `ordo fsck IMAGE [-n|-p|-y]`, with e2fsck's exit codes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
-use ordo_dev::{FileDevice, OpenOptions};
+use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
 use ordo_fs::fsck::{check, FsckOptions, Severity};
 
 use crate::superblock::SuperblockView;
@@ -59,11 +60,49 @@ pub fn run(a: &FsckArgs) -> u8 {
             return EXIT_OPERATIONAL;
         }
     };
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    // A journal that needs recovery is replayed first, as e2fsck does: for
+    // real when repairing, in memory (the image untouched) with -n, so that
+    // the check sees the file system the next mount will see rather than
+    // the metadata the log is about to replace.
+    let mut recovered = false;
+    let dev = if repair {
+        match ordo_fs::recover_image(dev.as_ref()) {
+            Ok(Some(r)) => {
+                print_recovery(&name.to_string(), "", &r);
+                recovered = true;
+                dev
+            }
+            Ok(None) => dev,
+            Err(e) => {
+                eprintln!("ordo fsck: {name}: journal recovery failed: {e}");
+                return EXIT_UNCORRECTED;
+            }
+        }
+    } else {
+        match ordo_fs::recovered_view(dev.clone()) {
+            Ok((view, Some(r))) => {
+                print_recovery(
+                    &name.to_string(),
+                    " in memory (the image is not changed)",
+                    &r,
+                );
+                view
+            }
+            Ok((view, None)) => view,
+            Err(e) => {
+                println!(
+                    "{name}: [info] the journal cannot be replayed ({e}); checking the image as it is"
+                );
+                dev
+            }
+        }
+    };
     let fsck_opts = FsckOptions {
         repair_benign: repair,
         ..FsckOptions::default()
     };
-    let report = match check(&dev, &fsck_opts) {
+    let report = match check(dev.as_ref(), &fsck_opts) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("ordo fsck: {name}: {e}");
@@ -104,8 +143,19 @@ pub fn run(a: &FsckArgs) -> u8 {
         st.symlinks
     );
     match report.exit_code() {
+        0 if recovered => EXIT_CORRECTED,
         0 => EXIT_CLEAN,
         1 => EXIT_CORRECTED,
         _ => EXIT_UNCORRECTED,
+    }
+}
+
+fn print_recovery(name: &str, how: &str, r: &ordo_fs::protocol::RecoveryReport) {
+    println!(
+        "{name}: journal needs recovery: replayed{how}: {} record(s), {} block(s) written",
+        r.replayed, r.blocks_written
+    );
+    for l in &r.lines {
+        println!("{name}:   {l}");
     }
 }
