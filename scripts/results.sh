@@ -6,6 +6,7 @@
 #   scripts/results.sh                       # every workload, --scale small
 #   SCALE=medium scripts/results.sh
 #   WORKLOADS="fcmicro varmail" scripts/results.sh
+#   WORKLOADS=fastcommit FC_SCALE=paper scripts/results.sh   # issue 7's sweep
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE=${SCALE:-small}
 SEED=${SEED:-42}
-WORKLOADS=${WORKLOADS:-"fcmicro varmail fileserver webserver createfiles randwrite seqwrite copy remove smallfiles twofile sqlite git postmark fsmark"}
+WORKLOADS=${WORKLOADS:-"fcmicro fastcommit varmail fileserver webserver createfiles randwrite seqwrite copy remove smallfiles twofile sqlite git postmark fsmark"}
 KERNEL="ext4:ordered,ext4:fast_commit,ext4:journal,ext4:nobarrier,tmpfs"
 ORDO="ordo:async,ordo:sync,ordo:journal,ordo:fast_commit"
 LIB="ordo-lib:async,ordo-lib:sync,ordo-lib:journal"
@@ -45,8 +46,17 @@ for w in $WORKLOADS; do
     fcmicro)
         bench fcmicro fcmicro --targets "$KERNEL,$ORDO,$LIB"
         bench fcmicro-sweep fcmicro --fsync-every sweep \
-            --targets "ext4:ordered,ext4:fast_commit,ext4:journal,ordo:sync,ordo:journal"
+            --targets "ext4:ordered,ext4:fast_commit,ext4:journal,ordo:sync,ordo:journal,ordo:fast_commit"
         bench fcmicro-hdd fcmicro --targets "$LIB" --disk hdd
+        ;;
+    fastcommit)
+        # The fast-commit paper's figures: the sweep through FUSE on a loop
+        # device, and varmail for the share of fast and single-block
+        # commits (columns fc/fsync, fast %, 1-blk %, blk/fc).
+        SCALE=${FC_SCALE:-$SCALE} bench fastcommit-sweep fcmicro --fsync-every sweep \
+            --targets "ordo:fast_commit,ordo:journal,ext4:fast_commit,ext4:ordered"
+        SCALE=${FC_SCALE:-$SCALE} bench fastcommit-varmail varmail \
+            --targets "ordo:fast_commit,ext4:fast_commit"
         ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.

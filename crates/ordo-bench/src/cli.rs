@@ -112,6 +112,23 @@ fn parse_fsync_every(s: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
+/// Split a `--targets` list on commas, keeping a target's own options
+/// with it: `ordo:journal,data=writeback,ext4:ordered` is two targets, since
+/// an `OPT=V` item (an `=` and no `:`) belongs to the target before it.
+fn split_targets(list: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for item in list.split(',').filter(|t| !t.is_empty()) {
+        match out.last_mut() {
+            Some(prev) if item.contains('=') && !item.contains(':') => {
+                prev.push(',');
+                prev.push_str(item);
+            }
+            _ => out.push(item.to_string()),
+        }
+    }
+    out
+}
+
 impl BenchArgs {
     /// The plan these arguments describe.
     pub fn plan(&self) -> Result<Plan> {
@@ -119,11 +136,9 @@ impl BenchArgs {
         if workloads.is_empty() {
             return Err(BenchError::Usage("no workload given".into()));
         }
-        let targets: Vec<TargetSpec> = self
-            .targets
-            .split(',')
-            .filter(|t| !t.is_empty())
-            .map(str::parse)
+        let targets: Vec<TargetSpec> = split_targets(&self.targets)
+            .iter()
+            .map(|t| t.parse())
             .collect::<Result<_>>()?;
         if targets.is_empty() {
             return Err(BenchError::Usage("no target given".into()));
@@ -224,6 +239,18 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn target_options_stay_with_their_target() {
+        assert_eq!(
+            super::split_targets("ordo:journal,data=writeback,threads=16,ext4:ordered,,tmpfs"),
+            vec![
+                "ordo:journal,data=writeback,threads=16",
+                "ext4:ordered",
+                "tmpfs"
+            ]
+        );
+    }
+
     use super::*;
     use clap::Parser;
 

@@ -11,12 +11,14 @@
 //! Layout: [`workload`] (the papers' workloads against the small [`vfs`]
 //! interface, or real programs on a mounted target), [`target`] (fresh
 //! devices, mkfs, mounts, measurement windows), [`runner`] (cases ×
-//! targets → [`report::Row`]s), [`report`] (table, JSON), [`chart`] (SVG),
+//! targets → [`report::Row`]s), [`commits`] (fast and full commits,
+//! ordo's and the kernel's), [`report`] (table, JSON), [`chart`] (SVG),
 //! [`cli`] (`ordo bench`). `docs/BENCH.md` documents every workload and
 //! parameter and the paper it comes from.
 
 pub mod chart;
 pub mod cli;
+pub mod commits;
 pub mod error;
 pub mod report;
 pub mod runner;

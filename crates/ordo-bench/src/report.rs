@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::commits::CommitFigures;
 use crate::error::{BenchError, Result};
 use crate::stats::LatencySummary;
 use crate::sys::BlockStat;
@@ -187,6 +188,12 @@ pub struct Row {
     /// Peak resident memory of the process serving ordo (the FUSE
     /// process, or this one in-process), MiB.
     pub fs_peak_mib: Option<f64>,
+    /// Fast and full commits (ordo's journaling modes, the kernel's ext4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits: Option<CommitFigures>,
+    /// Why the commit figures are missing, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits_note: Option<String>,
     /// Workload-specific figures.
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -237,12 +244,32 @@ fn num(x: Option<f64>) -> String {
     }
 }
 
+/// The workloads whose rows show commit figures in the table: the
+/// fast-commit micro-benchmark and filebench's (the JSON report has them
+/// for every row).
+const COMMIT_WORKLOADS: [&str; 5] = [
+    "fcmicro",
+    "varmail",
+    "fileserver",
+    "webserver",
+    "createfiles",
+];
+
+fn shows_commits(r: &Row) -> bool {
+    r.error.is_none() && r.commits.is_some() && COMMIT_WORKLOADS.contains(&r.workload.as_str())
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
 /// Longest error shown in the table (the JSON report has all of it).
 const ERROR_CHARS_MAX: usize = 160;
 
 /// The table: one line per row, then ordo's own counters by block class.
 pub fn table(rows: &[Row]) -> String {
-    let head = [
+    let with_commits = rows.iter().any(shows_commits);
+    let mut head = vec![
         "workload",
         "target",
         "ops/s",
@@ -256,6 +283,9 @@ pub fn table(rows: &[Row]) -> String {
         "peak MiB",
         "agree",
     ];
+    if with_commits {
+        head.extend(["fc/fsync", "fast %", "1-blk %", "blk/fc"]);
+    }
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         if let Some(e) = &r.error {
@@ -273,7 +303,7 @@ pub fn table(rows: &[Row]) -> String {
             Some(false) => "NO".to_string(),
             None => "-".to_string(),
         };
-        lines.push(vec![
+        let mut line = vec![
             r.title(),
             r.target.clone(),
             num(Some(r.ops_per_sec)),
@@ -286,7 +316,19 @@ pub fn table(rows: &[Row]) -> String {
             num(Some(r.cpu_us_per_op)),
             num(r.fs_peak_mib),
             agree,
-        ]);
+        ];
+        if with_commits {
+            match r.commits.as_ref().filter(|_| shows_commits(r)) {
+                Some(c) => line.extend([
+                    num(c.fast_per_fsync),
+                    pct(c.fast_share_pct),
+                    pct(c.single_block_share_pct),
+                    num(c.fc_blocks_per_fast),
+                ]),
+                None => line.extend(["-", "-", "-", "-"].map(String::from)),
+            }
+        }
+        lines.push(line);
     }
     let cols = head.len();
     let mut width = vec![0usize; cols];
@@ -345,6 +387,36 @@ pub fn table(rows: &[Row]) -> String {
                 o.fua_writes_per_op,
                 classes.join(", ")
             );
+        }
+    }
+    let commit_rows: Vec<&Row> = rows.iter().filter(|r| shows_commits(r)).collect();
+    if !commit_rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ncommits over the measured mount (fast / full, full commits by reason; 1-blk %: \
+single-block fast commits, counted by ordo only; blk/fc: fast-commit blocks per fast commit):"
+        );
+        for r in commit_rows {
+            let c = r.commits.as_ref().expect("filtered");
+            let _ = writeln!(
+                out,
+                "  {} on {}: {} fsyncs, {} fast, {} full{} [{}]",
+                r.title(),
+                r.target,
+                r.fsyncs,
+                c.counts.fast_commits,
+                c.counts.full_commits,
+                c.counts
+                    .single_block_commits
+                    .map(|n| format!(", {n} single-block"))
+                    .unwrap_or_default(),
+                c.reasons()
+            );
+        }
+    }
+    for r in rows.iter().filter(|r| r.error.is_none()) {
+        if let Some(n) = &r.commits_note {
+            let _ = writeln!(out, "  note: {} on {}: commits: {n}", r.title(), r.target);
         }
     }
     let notes: Vec<&Row> = rows
@@ -523,6 +595,70 @@ mod tests {
         assert!(t.contains("fcmicro n=1") && t.contains("2110"), "{t}");
         assert!(t.contains("FAILED: boom"), "{t}");
         assert!(t.contains("journal 1.00/4.0"), "{t}");
+    }
+
+    #[test]
+    fn commit_columns_for_fcmicro_and_filebench_rows() {
+        use crate::commits::{CommitCounts, CommitFigures};
+        let row = |workload: &str, target: &str, counts: CommitCounts| {
+            let mut r = Row {
+                target: target.into(),
+                workload: workload.into(),
+                case: if workload == "fcmicro" {
+                    "n=1".into()
+                } else {
+                    String::new()
+                },
+                ops: 200,
+                ops_per_sec: 1000.0,
+                ..Row::default()
+            };
+            r.set_latency(LatencySummary::from_ns(&mut [1000; 100]));
+            r.commits = Some(CommitFigures::new(counts, r.fsyncs));
+            r
+        };
+        let ordo = CommitCounts {
+            source: "ordo".into(),
+            fast_commits: 99,
+            full_commits: 1,
+            ineligible: [("no_live_log".to_string(), 1)].into_iter().collect(),
+            single_block_commits: Some(81),
+            fc_blocks: Some(120),
+            jbd2_commits: Some(1),
+        };
+        let kernel = CommitCounts {
+            source: "kernel".into(),
+            fast_commits: 50,
+            full_commits: 50,
+            fc_blocks: Some(100),
+            jbd2_commits: Some(50),
+            ..CommitCounts::default()
+        };
+        let t = table(&[
+            row("fcmicro", "ordo:fast_commit", ordo.clone()),
+            row("varmail", "ext4:fast_commit", kernel),
+        ]);
+        let head = t.lines().next().unwrap();
+        for col in ["agree", "fc/fsync", "fast %", "1-blk %", "blk/fc"] {
+            assert!(head.contains(col), "{col} missing: {t}");
+        }
+        let fc = t.lines().find(|l| l.starts_with("fcmicro n=1")).unwrap();
+        // 99 fast of 100 fsyncs, 99 % of commits, 81/99 single-block, 120/99 blocks.
+        let last4 = |l: &str| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w[w.len() - 4..].join(" ")
+        };
+        assert_eq!(last4(fc), "0.99 99.0 81.8 1.21", "{t}");
+        let vm = t.lines().find(|l| l.starts_with("varmail")).unwrap();
+        assert_eq!(last4(vm), "0.50 50.0 - 2.00", "{t}");
+        assert!(
+            t.contains("fcmicro n=1 on ordo:fast_commit: 100 fsyncs, 99 fast, 1 full, 81 single-block [no_live_log 1]"),
+            "{t}"
+        );
+        // Other workloads keep the old columns only.
+        let other = table(&[row("git", "ordo:fast_commit", ordo)]);
+        assert!(!other.contains("fc/fsync"), "{other}");
+        assert!(other.lines().next().unwrap().ends_with("agree"), "{other}");
     }
 
     #[test]

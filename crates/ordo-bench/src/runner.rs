@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::commits::CommitFigures;
 use crate::error::{BenchError, Result};
 use crate::report::{counters_agree, OrdoFigures, Row};
 use crate::stats::LatencySummary;
@@ -206,6 +207,8 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
     } else if let Some(note) = &m.ordo_note {
         row.counters_note = Some(note.clone());
     }
+    row.commits = m.commits.clone().map(|c| CommitFigures::new(c, row.fsyncs));
+    row.commits_note = m.commits_note.clone();
     let fs_cpu_us = m.fs_cpu_us.unwrap_or(0);
     row.cpu_ms = cpu_us as f64 / 1e3;
     row.fs_cpu_ms = m.fs_cpu_us.map(|c| c as f64 / 1e3);

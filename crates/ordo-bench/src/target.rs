@@ -27,6 +27,7 @@ use ordo_dev::{BlockDevice, DiskModel, FileDevice, OpenOptions, TimedDevice, BLO
 use ordo_fs::{DataMode, Fs, MountOptions, ProtocolKind};
 use serde::{Deserialize, Serialize};
 
+use crate::commits::{CommitCounts, KernelCommitStats, ProtocolStats};
 use crate::error::{BenchError, Result};
 use crate::sys::{self, BlockStat};
 use crate::vfs::{lib_device, LibVfs, PosixVfs, Vfs};
@@ -288,6 +289,12 @@ pub struct Measurement {
     pub fs_peak_kib: Option<u64>,
     /// The device measured (`/dev/loop3`).
     pub device: Option<String>,
+    /// Fast and full commits over the window (ordo's journaling modes and
+    /// the kernel's ext4).
+    pub commits: Option<CommitCounts>,
+    /// Why the commit counts are missing, when they are for a target that
+    /// commits.
+    pub commits_note: Option<String>,
 }
 
 /// What is mounted now.
@@ -316,6 +323,8 @@ pub struct Instance {
     loopdev: Option<PathBuf>,
     mounted: Mounted,
     window_start: Option<BlockStat>,
+    /// The kernel's commit counts right after the measured mount.
+    commits_start: Option<std::result::Result<KernelCommitStats, String>>,
 }
 
 /// Finds the `ordo` binary: `$ORDO_BIN`, next to the running executable
@@ -408,6 +417,7 @@ impl Instance {
             loopdev: None,
             mounted: Mounted::No,
             window_start: None,
+            commits_start: None,
         };
         inst.make_device()?;
         inst.mount()?;
@@ -633,13 +643,24 @@ impl Instance {
                 }
                 let counters = self.dir.join("counters.json");
                 match std::fs::read_to_string(&counters) {
-                    Ok(text) => match OrdoCounters::parse_last_line(&text) {
-                        Some(c) => m.ordo = Some(c),
-                        None => {
-                            m.ordo_note =
-                                Some(format!("{} is not a counters line", counters.display()))
+                    Ok(text) => {
+                        match OrdoCounters::parse_last_line(&text) {
+                            Some(c) => m.ordo = Some(c),
+                            None => {
+                                m.ordo_note =
+                                    Some(format!("{} is not a counters line", counters.display()))
+                            }
                         }
-                    },
+                        match ProtocolStats::parse_last_line(&text) {
+                            Some(p) => m.commits = p.commit_counts(),
+                            None => {
+                                m.commits_note = Some(
+                                    "ordo mount reported no protocol statistics (an older ordo?)"
+                                        .into(),
+                                )
+                            }
+                        }
+                    }
                     Err(_) => {
                         m.ordo_note = Some(format!(
                             "ordo mount wrote no counters (it does not support {COUNTERS_ENV})"
@@ -652,6 +673,9 @@ impl Instance {
                 let fs = Arc::try_unwrap(fs)
                     .map_err(|_| self.err("the file system is still in use at unmount"))?;
                 m.fs_peak_kib = sys::process_peak_kib(std::process::id());
+                // Before the unmount's own commit, as for the other targets.
+                let (mode, stats) = fs.protocol_stats();
+                m.commits = ProtocolStats::from_pair(&mode, &stats).commit_counts();
                 fs.unmount()
                     .map_err(|e| self.err(format!("unmount: {e}")))?;
                 m.ordo = Some(OrdoCounters::from(&dev.counters()));
@@ -681,12 +705,34 @@ impl Instance {
             Mounted::Lib { .. } => sys::reset_own_peak(),
             _ => {}
         }
+        self.commits_start = self.kernel_commit_stats();
         Ok(())
+    }
+
+    /// The kernel's commit counts of the mounted ext4, `None` for other
+    /// targets.
+    fn kernel_commit_stats(&self) -> Option<std::result::Result<KernelCommitStats, String>> {
+        match (&self.spec.kind, &self.loopdev) {
+            (TargetKind::Ext4(_), Some(d)) => Some(KernelCommitStats::read(d)),
+            _ => None,
+        }
     }
 
     /// Ends the measured session: unmounts and reads every counter.
     pub fn finish_window(&mut self) -> Result<Measurement> {
+        // The kernel's counts are per mount and vanish with it: read them
+        // before the unmount.
+        let commits = match (self.commits_start.take(), self.kernel_commit_stats()) {
+            (Some(Ok(start)), Some(Ok(end))) => Ok(Some(end.since(&start))),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e),
+            _ => Ok(None),
+        };
         let mut m = self.unmount()?;
+        match commits {
+            Ok(Some(c)) => m.commits = Some(c),
+            Ok(None) => {}
+            Err(e) => m.commits_note = Some(e),
+        }
         if let (Some(d), Some(start)) = (&self.loopdev, &self.window_start) {
             m.blockstat = Some(BlockStat::read(d)?.since(start));
             m.device = Some(d.display().to_string());

@@ -142,6 +142,23 @@ fn every_kernel_ext4_mode_runs_fcmicro() {
         fc.kib_per_op.unwrap() < jn.kib_per_op.unwrap(),
         "a fast commit writes less than a data=journal commit"
     );
+    // From /proc/fs/ext4/loopN/fc_info and /proc/fs/jbd2/loopN-8/info:
+    // the first fsync of the mount is a full commit, every later one fast.
+    let c = &fc
+        .commits
+        .as_ref()
+        .expect("kernel fast-commit counts")
+        .counts;
+    assert_eq!(c.source, "kernel");
+    assert_eq!(
+        (c.fast_commits, c.full_commits),
+        (fc.fsyncs - 1, 1),
+        "{c:?}"
+    );
+    assert!(c.fc_blocks.unwrap() >= c.fast_commits);
+    let j = &jn.commits.as_ref().expect("kernel jbd2 counts").counts;
+    assert_eq!(j.fast_commits, 0);
+    assert!(j.full_commits >= 1, "{j:?}");
 }
 
 #[test]
@@ -203,6 +220,38 @@ fn every_ordo_mode_runs_fcmicro_through_fuse() {
         kib("ordo:fast_commit") < kib("ordo:journal"),
         "a fast commit writes less than a full JBD2 commit"
     );
+    // The protocol's statistics, from the counters line of `ordo mount`.
+    let row = |t: &str| rows.iter().find(|r| r.target == t).unwrap();
+    assert!(
+        row("ordo:sync").commits.is_none(),
+        "sync mode does not commit"
+    );
+    let fc = row("ordo:fast_commit");
+    let c = fc.commits.as_ref().expect("ordo fast-commit counts");
+    assert_eq!(
+        (c.counts.fast_commits, c.counts.full_commits),
+        (fc.fsyncs - 1, 1),
+        "{c:?}"
+    );
+    assert_eq!(c.counts.ineligible["no_live_log"], 1);
+    assert_eq!(c.single_block_share_pct, Some(100.0), "{c:?}");
+    let jn = row("ordo:journal");
+    let j = &jn.commits.as_ref().expect("ordo journal counts").counts;
+    assert_eq!((j.fast_commits, j.full_commits), (0, jn.fsyncs), "{j:?}");
+}
+
+#[test]
+fn in_process_fast_commit_counts_come_from_the_library() {
+    let rows = run(&plan(
+        &["ordo-lib:fast_commit"],
+        &[WorkloadName::Fcmicro],
+        None,
+    ));
+    let r = &rows[0];
+    check_ok(r, true);
+    let c = &r.commits.as_ref().expect("protocol_stats").counts;
+    assert_eq!(c.source, "ordo");
+    assert_eq!((c.fast_commits, c.full_commits), (r.fsyncs - 1, 1), "{c:?}");
 }
 
 #[test]

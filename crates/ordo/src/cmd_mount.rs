@@ -5,6 +5,10 @@
 //! stays in the foreground so that the end of the FUSE session (whatever
 //! caused it: `fusermount3 -u`, Ctrl-C, SIGTERM) is followed by
 //! `Fs::unmount`, which leaves the image durable and clean.
+//!
+//! While mounted, the protocol's statistics are published for `ordo info`
+//! (see `stats.rs`); when the mount ends they are printed to stderr and,
+//! for `ordo bench`, added to the counters line.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use ordo_fs::Fs;
 use ordo_fuse::MountConfig;
 
 use crate::options::{parse_mount_options, ParsedMount, KNOWN_OPTIONS};
+use crate::stats::{format_counts, Publisher};
 use crate::superblock::SuperblockView;
 
 /// mount(8)'s exit code for a usage error.
@@ -101,6 +106,8 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
     let parsed = parse_mount_options(&a.options).map_err(Refusal::Usage)?;
     check_paths(&a.image, &a.mountpoint).map_err(Refusal::Failed)?;
     let (fs, dev) = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
+    // Before the FUSE mount, so that the file exists once the mount shows.
+    let publisher = Publisher::start(&a.image, &a.mountpoint, &fs);
     let config = MountConfig {
         threads: parsed.threads,
         allow_other: true,
@@ -113,7 +120,10 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
         Err(e) => {
             // The image was opened: close it cleanly before giving up.
             let msg = format!("{}: FUSE mount failed: {e}", a.mountpoint.display());
-            return Err(Refusal::Failed(match finish(fs) {
+            let stats = fs.protocol_stats().1;
+            let unmounted = finish(fs);
+            publisher.end(stats, unmounted.is_ok());
+            return Err(Refusal::Failed(match unmounted {
                 Ok(()) => msg,
                 Err(u) => format!("{msg}; {u}"),
             }));
@@ -138,9 +148,23 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
         parsed.threads,
         a.mountpoint.display()
     );
+    let refresher = publisher.refresh_in_background(fs.clone());
     let served = session.run();
+    // The thread lets go of the file system before it is unmounted. The
+    // figures are those of the session: the unmount's own commit is not in
+    // them, as `ordo bench` reads the kernel's before its umount.
+    let publisher = refresher.stop();
+    let (mode, stats) = fs.protocol_stats();
     let unmounted = finish(fs);
-    report_counters(&*dev);
+    if let Some(p) = publisher {
+        p.end(stats.clone(), unmounted.is_ok());
+    }
+    eprint!(
+        "ordo: protocol statistics of the mount of {} (mode={mode}):\n{}",
+        a.image.display(),
+        format_counts(&mode, &stats.iter().cloned().collect())
+    );
+    report_counters(&*dev, &mode, &stats);
     if let Err(e) = &served {
         eprintln!("ordo mount: FUSE session ended with an error: {e}");
     }
@@ -151,21 +175,31 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
 /// With `ORDO_COUNTERS_OUT=FILE` in the environment (set by `ordo bench`),
 /// append the device's counters for the whole mount, unmount included, to
 /// FILE as one JSON line: the benchmark sets them beside the kernel's
-/// counters of the same device.
-fn report_counters(dev: &dyn BlockDevice) {
+/// counters of the same device. The line also holds the protocol's
+/// statistics under `"protocol"` (`{"mode": ..., "stats": {...}}`, see
+/// `ordo_bench::commits`); readers of the older line ignore it.
+fn report_counters(dev: &dyn BlockDevice, mode: &str, stats: &[(String, u64)]) {
     let Some(path) = std::env::var_os("ORDO_COUNTERS_OUT") else {
         return;
     };
-    let written = serde_json::to_string(&dev.counters())
-        .map_err(std::io::Error::other)
-        .and_then(|line| {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)?;
-            writeln!(f, "{line}")
-        });
+    let line = serde_json::to_value(dev.counters()).and_then(|mut v| {
+        let protocol = ordo_bench::commits::ProtocolStats::from_pair(mode, stats);
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert(
+                ordo_bench::commits::COUNTERS_LINE_KEY.to_string(),
+                serde_json::to_value(protocol)?,
+            );
+        }
+        serde_json::to_string(&v)
+    });
+    let written = line.map_err(std::io::Error::other).and_then(|line| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        writeln!(f, "{line}")
+    });
     if let Err(e) = written {
         eprintln!(
             "ordo mount: cannot write counters to {}: {e}",

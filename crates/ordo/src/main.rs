@@ -10,6 +10,7 @@ mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
 mod options;
+mod stats;
 mod superblock;
 
 use std::path::PathBuf;
@@ -46,7 +47,8 @@ enum Cmd {
     /// 0 clean, 1 errors corrected, 4 errors left uncorrected, 8
     /// operational error, 16 usage error.
     Fsck(cmd_fsck::FsckArgs),
-    /// Show an image's superblock, like `dumpe2fs -h`.
+    /// Show an image's superblock, like `dumpe2fs -h`, and the protocol
+    /// statistics of its live or last `ordo mount`.
     Info(InfoArgs),
     /// Explore the disk states a crash can leave, recover and check each
     /// one (`ordo crash --help` for its options). Exit codes: 0 every state
@@ -61,7 +63,8 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct InfoArgs {
-    /// The image file or block device.
+    /// The image file or block device, or the mountpoint of an `ordo
+    /// mount`.
     image: PathBuf,
 }
 
@@ -99,13 +102,53 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// `ordo info IMAGE`.
+/// `ordo info IMAGE|MOUNTPOINT`: the image, then its mount's statistics.
 fn info(a: &InfoArgs) -> u8 {
-    let sb = match SuperblockView::read(&a.image) {
+    let dir = stats::run_dir();
+    let canon = std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone());
+    let (image, lookup) = if a.image.is_dir() {
+        match stats::find_by_mountpoint(&dir, &canon) {
+            stats::Lookup::Found(s) => (s.image.clone(), stats::Lookup::Found(s)),
+            _ => {
+                eprintln!(
+                    "ordo info: {}: a directory, and no ordo mount on it is recorded in {}",
+                    a.image.display(),
+                    dir.display()
+                );
+                return 1;
+            }
+        }
+    } else {
+        (a.image.clone(), stats::find_by_image(&dir, &canon))
+    };
+    let Some(code) = image_info(&image) else {
+        return 1;
+    };
+    match lookup {
+        stats::Lookup::Missing => println!(
+            "\nProtocol statistics: none (no ordo mount of this image is recorded in {})",
+            dir.display()
+        ),
+        stats::Lookup::Unreadable { path, why } => println!(
+            "\nProtocol statistics: unavailable ({}: {why})",
+            path.display()
+        ),
+        stats::Lookup::Found(s) => print!(
+            "\n{}",
+            stats::format_stats(&s, s.state(), stats::now_unix())
+        ),
+    }
+    code
+}
+
+/// What `ordo info` prints about the image itself; the exit code, `None`
+/// when it has no superblock to show.
+fn image_info(image: &std::path::Path) -> Option<u8> {
+    let sb = match SuperblockView::read(image) {
         Ok(sb) => sb,
         Err(e) => {
-            eprintln!("ordo info: {}: {e}", a.image.display());
-            return 1;
+            eprintln!("ordo info: {}: {e}", image.display());
+            return None;
         }
     };
     print!("{}", format_info(&sb));
@@ -116,7 +159,7 @@ fn info(a: &InfoArgs) -> u8 {
             exclusive: false,
             ..ordo_dev::OpenOptions::read_only()
         };
-        let opened = ordo_dev::FileDevice::open(&a.image, sb.block_size, unlocked);
+        let opened = ordo_dev::FileDevice::open(image, sb.block_size, unlocked);
         match opened
             .map_err(|e| e.to_string())
             .and_then(|dev| ordo_fs::recovery::journal_state(&dev).map_err(|e| e.to_string()))
@@ -124,19 +167,19 @@ fn info(a: &InfoArgs) -> u8 {
             Ok(Some(st)) => print!("{st}"),
             Ok(None) => {}
             Err(e) => {
-                eprintln!("ordo info: {}: journal: {e}", a.image.display());
-                return 1;
+                eprintln!("ordo info: {}: journal: {e}", image.display());
+                return Some(1);
             }
         }
         // The fast-commit log a recovery would replay after the journal.
-        let fc = ordo_dev::FileDevice::open(&a.image, sb.block_size, unlocked)
+        let fc = ordo_dev::FileDevice::open(image, sb.block_size, unlocked)
             .map_err(|e| e.to_string())
             .and_then(|dev| ordo_fs::fc_replay::fc_state(&dev).map_err(|e| e.to_string()));
         if let Ok(Some(st)) = fc {
             print!("{st}");
         }
     }
-    0
+    Some(0)
 }
 
 /// A superblock time as "YYYY-MM-DD HH:MM:SS UTC" ("n/a" for 0).
