@@ -375,7 +375,8 @@ pub fn record(
         // full commit of a mount a full commit itself, so without this a
         // seq-1 sequence would never fast-commit. Its writes belong to op
         // 0, whose crash states promise the base tree.
-        fs.sync().map_err(|e| rec_err(seq, 0, "sync after mount", e))?;
+        fs.sync()
+            .map_err(|e| rec_err(seq, 0, "sync after mount", e))?;
     }
     let mut tree = (*base_tree).clone();
     let mut snapshots = vec![base_tree.clone()];

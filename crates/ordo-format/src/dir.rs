@@ -635,6 +635,22 @@ pub fn looks_like_dx_node(block: &[u8]) -> bool {
         && block[6] == 0
 }
 
+/// Whether `block` has the shape of a dx root (cheap test, no validation):
+/// a 12-byte "." and a ".." whose record runs to the very end of the block.
+/// Under `metadata_csum` no linear block has this shape (its records end at
+/// the checksum tail), so it marks a root left over from an index; without
+/// `metadata_csum` a linear block holding only "." and ".." has it too.
+pub fn looks_like_dx_root(block: &[u8]) -> bool {
+    let bs = block.len();
+    bs >= 64
+        && rec_len_from_disk(u16_at(block, 4), bs) == 12
+        && block[6] == 1
+        && block[8] == b'.'
+        && rec_len_from_disk(u16_at(block, 16), bs) == bs - 12
+        && block[18] == 2
+        && &block[20..22] == b".."
+}
+
 fn max_dx_limit(bs: usize, cl_off: usize, has_csum: bool) -> usize {
     (bs - cl_off - if has_csum { DX_TAIL_SIZE } else { 0 }) / 8
 }
@@ -928,6 +944,23 @@ mod tests {
         assert_eq!(verify_dx_checksum(&b, &d, 1).unwrap_err().field, "dx tail");
         assert!(dx_checksum(&b, &d, 1).is_err());
     }
+
+    #[test]
+    fn dx_root_shape() {
+        let b = make_dx_root(4096, true);
+        assert!(looks_like_dx_root(&b));
+        let mut lin = vec![0u8; 4096];
+        init_dot_dotdot(&mut lin, L4K_TAIL, 2, 2, true);
+        assert!(!looks_like_dx_root(&lin), "a linear root ends at the tail");
+        let mut n = vec![0u8; 4096];
+        init_empty(&mut n, L4K_TAIL);
+        assert!(!looks_like_dx_root(&n));
+    }
+
+    const L4K_TAIL: DirBlockLayout = DirBlockLayout {
+        block_size: 4096,
+        has_tail: true,
+    };
 
     #[test]
     fn dx_node_recognition() {

@@ -19,16 +19,75 @@
 //! 4. **Rebuild** the allocation state of the touched inodes: blocks they
 //!    no longer map are freed, blocks they map are marked used, inodes with
 //!    links are marked used and inodes left without any are freed; group
-//!    and superblock counts and bitmap checksums follow. Then flush.
-//! 5. Only then mark the journal empty and clear `needs_recovery` (by
+//!    and superblock counts and bitmap checksums follow. Steps 3 and 4 run
+//!    in memory: nothing is written yet.
+//! 5. **Write the result** through the journal: the changed blocks become
+//!    JBD2 transaction `end_tid` (descriptors and copies after the live
+//!    log, a flush, the commit block, a flush), then go home, flush.
+//! 6. Only then mark the journal empty and clear `needs_recovery` (by
 //!    handing over to [`crate::protocol::journal::recover`], which finds a
-//!    clean log). A crash anywhere before that leaves the journal live, so
-//!    the next mount replays JBD2 and the same tags again, to the same
-//!    result.
+//!    clean log).
+//!
+//! # Why the result is journaled
+//!
+//! Replaying tags reads the image it changes (which entries exist, what an
+//! inode maps, which blocks are free), so a replay that wrote home as it
+//! went and crashed would run again over a mix of its own writes and the
+//! blocks the JBD2 replay restores: an UNLINK finds its entry again while
+//! the LINK before it finds its own, an old incarnation's blocks are
+//! marked in use again by a restored bitmap while the inode that freed
+//! them is already the new one. Writing the whole result as one JBD2
+//! transaction makes it atomic. A crash before its commit block leaves
+//! the home blocks as the previous attempt found them, and the replay runs
+//! again from the same image to the same bytes. A crash after it leaves a
+//! committed transaction `end_tid`: the next mount's JBD2 replay writes
+//! the result home, and the fast commits, which name `end_tid`, are stale
+//! (as in the kernel, a fast commit only applies on top of the last full
+//! commit). The copies are the result, never the fast commits themselves,
+//! so e2fsck and the kernel replay this transaction like any other. When
+//! the free part of the log is too small (or the journal uses the v1
+//! checksum), the result goes home directly; each tag is then replayed to
+//! be as idempotent as it can be (an INODE judges a new incarnation by
+//! type and generation, not by a link count a half-done replay lowered;
+//! directories' link counts are recounted from their entries).
 //!
 //! Blocks the replay itself must allocate (extent-tree nodes, directory
 //! blocks) are never taken from a range any ADD_RANGE of the log claims,
 //! as the kernel's `fc_regions` ensures.
+//!
+//! # Hashed (htree) directories
+//!
+//! A LINK, CREAT or UNLINK into a directory the kernel indexed does what
+//! ordo's core does on a directory's first change: it drops the index.
+//! `EXT4_INDEX_FL` is cleared and the dx root and interior nodes are
+//! rewritten as valid empty linear blocks (the root keeps "." and ".."),
+//! with dirent tails; the leaves already are linear blocks. Entries are
+//! then added and removed as in any linear directory. The result is valid
+//! ext4 (the kernel may index the directory again), and it needs no hash:
+//! inserting by hash would have to split full leaves and grow the index,
+//! all of which a crash in the middle of replay could leave half done.
+//!
+//! Where the result goes home directly (see below), the conversion is
+//! still idempotent whatever subset of its writes reached the disk before
+//! a crash. Under `metadata_csum` no linear block has the
+//! shape of a dx root or node (their records run to the block's end, where
+//! a linear block has its checksum tail), so a directory whose flag is
+//! already clear still has any such leftover block rewritten; a flag still
+//! set over blocks already rewritten is simply cleared. Without
+//! `metadata_csum` a dx block with the flag clear already is a valid
+//! linear block, as the core relies on.
+//!
+//! An INODE tag never sets the index flag over the directory's blocks as
+//! the replay left them: the kernel logs a directory's inode (with CREAT)
+//! as it is in memory, indexed when it outgrew one block, while its
+//! blocks are rebuilt by the replay (a fresh directory gets one linear
+//! "." and ".." block) or were linearised by it. So a directory's INODE
+//! keeps the index flag the inode has on disk, and a new incarnation of
+//! the slot starts without it. (The kernel copies the flag, and its own
+//! replay of such a log fails: Linux 6.18 refuses the mount, "Structure
+//! needs cleaning", its JBD2 recovery failed.) For the same reason a
+//! directory's `i_size` is set from the blocks it maps once the tags are
+//! replayed, as e2fsck requires.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -196,8 +255,25 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
                     dev.write(b.home, &buf, WriteFlags::new(BlockClass::Other))?;
                 }
                 dev.flush()?;
-                let stats = replay_tags(dev, &st.scan.tags)?;
+                let (stats, blocks) = replay_image(dev, &st.scan.tags)?;
+                // The result goes home through a JBD2 transaction of its
+                // own when the log has room: see "Writing the result".
+                let journaled = write_through_journal(dev, &map, &jscan, &blocks)?;
+                if journaled.is_none() {
+                    write_home(dev, &blocks)?;
+                }
+                if let Some(tid) = journaled {
+                    lines.push(format!(
+                        "fast commit: result written through JBD2 transaction {tid} ({} blocks)",
+                        blocks.len()
+                    ));
+                }
+                let end_tid = match journaled {
+                    Some(tid) => tid.wrapping_add(1),
+                    None => jscan.end_tid,
+                };
                 written += stats.blocks_written + plan.len() as u64;
+                written += journaled.map_or(0, |_| journal_blocks_for(&jscan, blocks.len()));
                 replayed += st.scan.commits as u64;
                 lines.push(format!(
                     "fast commit: replayed {} commits ({} tags, {} inodes) on tid {}",
@@ -211,7 +287,7 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
                 // after the log plus one).
                 let mut jsb = jscan.sb.clone();
                 jsb.start = 0;
-                jsb.sequence = jscan.end_tid.wrapping_add(1);
+                jsb.sequence = end_tid.wrapping_add(1);
                 let p = map.phys(0).expect("journal block 0 is mapped");
                 let mut jbuf = vec![0u8; bs];
                 dev.read(p, &mut jbuf, BlockClass::Journal)?;
@@ -249,6 +325,117 @@ pub struct ReplayStats {
 /// `dev`, rebuild the allocation state of what they touched, write and
 /// flush. The journal is not touched.
 pub fn replay_tags(dev: &dyn BlockDevice, tags: &[Tag]) -> Result<ReplayStats> {
+    let (stats, blocks) = replay_image(dev, tags)?;
+    write_home(dev, &blocks)?;
+    Ok(stats)
+}
+
+/// Write replayed blocks home and flush.
+fn write_home(dev: &dyn BlockDevice, blocks: &BTreeMap<u64, Vec<u8>>) -> Result<()> {
+    for (b, data) in blocks {
+        dev.write(*b, data, WriteFlags::new(BlockClass::Other))?;
+    }
+    dev.flush()?;
+    Ok(())
+}
+
+/// Journal blocks a transaction of `n` copies takes (descriptors, copies,
+/// commit block).
+fn journal_blocks_for(jscan: &recovery::Scan, n: usize) -> u64 {
+    let per = jscan.sb.format().tags_per_descriptor().max(1);
+    (n.div_ceil(per) + n + 1) as u64
+}
+
+/// Write the replayed blocks as JBD2 transaction `jscan.end_tid` after the
+/// live log, commit it, then write them home and flush. Returns the tid,
+/// or `None` (nothing written) when the log lacks the room or the journal
+/// uses the v1 checksum, and the caller writes home directly.
+fn write_through_journal(
+    dev: &dyn BlockDevice,
+    map: &JournalMap,
+    jscan: &recovery::Scan,
+    blocks: &BTreeMap<u64, Vec<u8>>,
+) -> Result<Option<u32>> {
+    use ordo_format::jbd2::{self, BlockTag};
+    let sb = &jscan.sb;
+    let fmt = sb.format();
+    if blocks.is_empty() || fmt.csum_v1() || sb.start == 0 {
+        return Ok(None);
+    }
+    let (first, last) = (sb.first, sb.log_end());
+    if first == 0 || last <= first || jscan.end_block < first || jscan.end_block >= last {
+        return Ok(None);
+    }
+    let log_len = (last - first) as u64;
+    let used = (jscan.end_block as u64 + log_len - sb.start as u64) % log_len;
+    let need = journal_blocks_for(jscan, blocks.len());
+    // Keep one block free, so that the log never reaches its own start.
+    if used + need + 1 > log_len {
+        return Ok(None);
+    }
+    let tid = jscan.end_tid;
+    let wrap = |j: u32| if j >= last { first + (j - last) } else { j };
+    let mut at = jscan.end_block;
+    let mut put = |img: &[u8], flags: WriteFlags| -> Result<()> {
+        let p = map.phys(at).ok_or_else(|| {
+            FsError::corrupt(
+                0,
+                "journal inode extents",
+                format!("journal block {at} is not mapped"),
+            )
+        })?;
+        dev.write(p, img, flags)?;
+        at = wrap(at + 1);
+        Ok(())
+    };
+    let list: Vec<(&u64, &Vec<u8>)> = blocks.iter().collect();
+    for chunk in list.chunks(fmt.tags_per_descriptor().max(1)) {
+        let mut tags = Vec::with_capacity(chunk.len());
+        let mut copies = Vec::with_capacity(chunk.len());
+        for &(b, data) in chunk {
+            let mut copy = data.clone();
+            let escaped = jbd2::escape(&mut copy);
+            let checksum = if fmt.csum_v2or3() {
+                fmt.tag_checksum(tid, &copy)
+            } else {
+                0
+            };
+            tags.push(BlockTag {
+                blocknr: *b,
+                escaped,
+                deleted: false,
+                checksum,
+            });
+            copies.push(copy);
+        }
+        put(
+            &jbd2::encode_descriptor(&fmt, tid, &tags),
+            WriteFlags::new(BlockClass::Journal),
+        )?;
+        for c in &copies {
+            put(c, WriteFlags::new(BlockClass::Journal))?;
+        }
+    }
+    dev.flush()?;
+    // A commit time that does not depend on when the replay ran, so that
+    // a replay run twice writes the same bytes.
+    let sec = jscan.transactions.last().map_or(0, |t| t.commit_sec);
+    put(
+        &jbd2::encode_commit(&fmt, tid, sec, 0, None),
+        WriteFlags::new(BlockClass::Journal),
+    )?;
+    dev.flush()?;
+    write_home(dev, blocks)?;
+    Ok(Some(tid))
+}
+
+/// Apply fast-commit tags to the image on `dev` and rebuild the
+/// allocation state of what they touched, in memory: returns the blocks
+/// to write (nothing is written).
+fn replay_image(
+    dev: &dyn BlockDevice,
+    tags: &[Tag],
+) -> Result<(ReplayStats, BTreeMap<u64, Vec<u8>>)> {
     let mut img = Img::open(dev)?;
     for t in tags {
         if let Tag::AddRange {
@@ -266,8 +453,7 @@ pub fn replay_tags(dev: &dyn BlockDevice, tags: &[Tag]) -> Result<ReplayStats> {
         inodes: img.touched.len() as u64,
         blocks_written: img.dirty.len() as u64,
     };
-    img.write_out()?;
-    Ok(stats)
+    Ok((stats, img.into_dirty()))
 }
 
 /// Per-inode replay state.
@@ -298,6 +484,12 @@ struct Img<'a> {
     dirty: BTreeSet<u64>,
     claimed: Vec<(u64, u64)>,
     touched: BTreeMap<Ino, Touched>,
+    /// Directories known to be linear (no index flag, no dx block) in
+    /// this replay.
+    linear: BTreeSet<Ino>,
+    /// Directories that gained or lost a subdirectory entry: their link
+    /// count is recounted from their entries at the end.
+    subdir_parents: BTreeSet<Ino>,
 }
 
 fn le16(b: &[u8], o: usize) -> u16 {
@@ -358,6 +550,8 @@ impl<'a> Img<'a> {
             dirty: BTreeSet::new(),
             claimed: Vec::new(),
             touched: BTreeMap::new(),
+            linear: BTreeSet::new(),
+            subdir_parents: BTreeSet::new(),
         })
     }
 
@@ -597,14 +791,29 @@ impl<'a> Img<'a> {
     fn replay_inode(&mut self, ino: Ino, logged: &[u8]) -> Result<()> {
         self.touch(ino)?;
         let mut raw = self.read_inode(ino)?;
-        // A new incarnation of the slot (it was free, or held another file
-        // type or generation): whatever it mapped belongs to the old one.
-        let fresh = le16(&raw, ioff::LINKS_COUNT) == 0
+        // A new incarnation of the slot (it held another file type or
+        // generation, or nothing): whatever it mapped belongs to the old
+        // one. A link count of 0 alone does not say so: a replay
+        // interrupted by a crash and run again can drop the same
+        // incarnation's count to 0 on the way (an UNLINK replayed twice
+        // where its LINK was already there) before the INODE restores it.
+        let fresh = le16(&raw, ioff::MODE) == 0
             || le16(&raw, ioff::MODE) & imode::S_IFMT != le16(logged, ioff::MODE) & imode::S_IFMT
             || le32(&raw, ioff::GENERATION) != le32(logged, ioff::GENERATION);
+        // The index flag a directory has on disk (none for a new
+        // incarnation, whose blocks the replay builds linear).
+        let disk_index = if fresh {
+            0
+        } else {
+            le32(&raw, ioff::FLAGS) & iflags::INDEX
+        };
         let n = logged.len().min(raw.len());
         raw[..ioff::BLOCK].copy_from_slice(&logged[..ioff::BLOCK]);
         raw[ioff::GENERATION..n].copy_from_slice(&logged[ioff::GENERATION..n]);
+        if le16(logged, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR {
+            let fl = (le32(&raw, ioff::FLAGS) & !iflags::INDEX) | disk_index;
+            put32(&mut raw, ioff::FLAGS, fl);
+        }
         let fl = le32(&raw, ioff::FLAGS);
         if fl & iflags::EXTENTS != 0 {
             if fresh
@@ -678,13 +887,38 @@ impl<'a> Img<'a> {
         Ok(())
     }
 
-    fn check_linear(&mut self, dir: Ino) -> Result<()> {
-        let raw = self.read_inode(dir)?;
-        if le32(&raw, ioff::FLAGS) & iflags::INDEX != 0 {
-            return Err(FsError::Unsupported(format!(
-                "fast-commit replay into hashed (htree) directory {dir}"
-            )));
+    /// Make `dir` a linear directory before its entries change: clear
+    /// `EXT4_INDEX_FL` and rewrite the dx root and nodes as empty linear
+    /// blocks (see the module header). Idempotent, and safe on any mix of
+    /// converted and unconverted blocks a crashed replay left.
+    fn ensure_linear(&mut self, dir: Ino) -> Result<()> {
+        if self.linear.contains(&dir) {
+            return Ok(());
         }
+        let mut raw = self.read_inode(dir)?;
+        let fl = le32(&raw, ioff::FLAGS);
+        let indexed = fl & iflags::INDEX != 0;
+        if indexed || self.csum {
+            if indexed {
+                self.touch(dir)?;
+                put32(&mut raw, ioff::FLAGS, fl & !iflags::INDEX);
+                self.write_inode(dir, raw)?;
+            }
+            let layout = self.layout();
+            for (l, b) in self.dir_blocks(dir)? {
+                let blk = self.block(b)?;
+                let kind = if l == 0 && fdir::looks_like_dx_root(blk) {
+                    fdir::DxKind::Root
+                } else if l > 0 && fdir::looks_like_dx_node(blk) {
+                    fdir::DxKind::Node
+                } else {
+                    continue;
+                };
+                fdir::linearize_dx_block(blk, layout, kind);
+                self.seal_dir_block(dir, b)?;
+            }
+        }
+        self.linear.insert(dir);
         Ok(())
     }
 
@@ -700,10 +934,11 @@ impl<'a> Img<'a> {
     }
 
     fn link(&mut self, dir: Ino, ino: Ino, name: &[u8], created: bool) -> Result<()> {
+        self.ensure_linear(dir)?;
+        self.note_subdir_parent(dir, ino)?;
         if self.find(dir, name)?.is_some() {
             return Ok(());
         }
-        self.check_linear(dir)?;
         self.touch(ino)?;
         let child = self.read_inode(ino)?;
         let ft = fdir::file_type_from_mode(le16(&child, ioff::MODE));
@@ -752,6 +987,8 @@ impl<'a> Img<'a> {
     }
 
     fn unlink(&mut self, dir: Ino, ino: Ino, name: &[u8]) -> Result<()> {
+        self.ensure_linear(dir)?;
+        self.note_subdir_parent(dir, ino)?;
         let Some((b, found)) = self.find(dir, name)? else {
             return Ok(());
         };
@@ -773,6 +1010,64 @@ impl<'a> Img<'a> {
             self.adjust_links(ino, -2)?;
         } else {
             self.adjust_links(ino, -1)?;
+        }
+        Ok(())
+    }
+
+    /// Remember `dir` when `child` is a directory (see [`Self::recount_subdirs`]).
+    fn note_subdir_parent(&mut self, dir: Ino, child: Ino) -> Result<()> {
+        let raw = self.read_inode(child)?;
+        if le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR {
+            self.subdir_parents.insert(dir);
+        }
+        Ok(())
+    }
+
+    /// Set the link count of each directory that gained or lost a
+    /// subdirectory to what its entries say (2 + subdirectories; 1 past
+    /// the `dir_nlink` limit). Adding and subtracting as tags go is not
+    /// idempotent: a replay run again after a crash finds some entries in
+    /// place (and skips them) whose parent's count never reached the disk.
+    fn recount_subdirs(&mut self) -> Result<()> {
+        let layout = self.layout();
+        let parents: Vec<Ino> = self.subdir_parents.iter().copied().collect();
+        for dir in parents {
+            let raw = self.read_inode(dir)?;
+            if le16(&raw, ioff::LINKS_COUNT) == 0
+                || le16(&raw, ioff::MODE) & imode::S_IFMT != imode::S_IFDIR
+            {
+                continue;
+            }
+            let mut children = Vec::new();
+            for (_, b) in self.dir_blocks(dir)? {
+                let blk = self.block(b)?;
+                for e in fdir::iter(blk, layout) {
+                    let e = e.map_err(|e| e.at(b))?;
+                    if e.inode != 0 && e.name != b"." && e.name != b".." {
+                        children.push((e.inode, e.file_type));
+                    }
+                }
+            }
+            let mut subdirs: u32 = 0;
+            for (child, ft) in children {
+                let is_dir = if self.sb.has_filetype() {
+                    ft == fdir::ft::DIR
+                } else {
+                    let c = self.read_inode(child)?;
+                    le16(&c, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR
+                };
+                subdirs += is_dir as u32;
+            }
+            let links = match 2 + subdirs {
+                n if n >= 65000 => 1,
+                n => n as u16,
+            };
+            if le16(&raw, ioff::LINKS_COUNT) != links {
+                self.touch(dir)?;
+                let mut raw = raw;
+                put16(&mut raw, ioff::LINKS_COUNT, links);
+                self.write_inode(dir, raw)?;
+            }
         }
         Ok(())
     }
@@ -809,12 +1104,25 @@ impl<'a> Img<'a> {
     // ----- rebuild -----
 
     fn rebuild(&mut self) -> Result<()> {
+        self.recount_subdirs()?;
         let touched: Vec<(Ino, Touched)> =
             self.touched.iter().map(|(k, v)| (*k, v.clone())).collect();
         for (ino, t) in touched {
             let mut raw = self.read_inode(ino)?;
             let links = le16(&raw, ioff::LINKS_COUNT);
             let is_dir = le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR;
+            if is_dir && links > 0 && le32(&raw, ioff::FLAGS) & iflags::EXTENTS != 0 {
+                // A directory's size is its blocks (an INODE tag may carry
+                // the size of blocks the replay rebuilt differently).
+                let end = self
+                    .dir_blocks(ino)?
+                    .iter()
+                    .map(|&(l, _)| l as u64 + 1)
+                    .max();
+                if let Some(end) = end {
+                    set_i_size(&mut raw, end * self.bs as u64);
+                }
+            }
             let g = self.sb.group_of_inode(ino) as usize;
             let fin = if links > 0 {
                 self.owned_blocks(ino, &raw)?
@@ -902,14 +1210,16 @@ impl<'a> Img<'a> {
         Ok(())
     }
 
-    fn write_out(self) -> Result<()> {
-        for b in &self.dirty {
-            let data = &self.cache[b];
-            self.dev
-                .write(*b, data, WriteFlags::new(BlockClass::Other))?;
-        }
-        self.dev.flush()?;
-        Ok(())
+    /// The changed blocks, by block number.
+    fn into_dirty(mut self) -> BTreeMap<u64, Vec<u8>> {
+        let dirty = std::mem::take(&mut self.dirty);
+        dirty
+            .into_iter()
+            .map(|b| {
+                let data = self.cache.remove(&b).expect("a dirty block is cached");
+                (b, data)
+            })
+            .collect()
     }
 }
 

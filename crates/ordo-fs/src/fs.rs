@@ -502,13 +502,13 @@ impl Fs {
                 format!("root is not a directory ({:#o})", root.mode),
             ));
         }
-        let group_commit = matches!(
+        let journaled = matches!(
             opts.mode,
             protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
         );
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
-            group: group_commit.then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
+            group: journaled.then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
             seq: Mutex::new(Sequencer {
                 next_ticket: 0,
                 now_serving: 0,
@@ -517,15 +517,22 @@ impl Fs {
             dev,
             stop: AtomicBool::new(false),
         });
+        // As the kernel (`ext4_setup_super`): a mount clears the "cleanly
+        // unmounted" bit only when no journal protects the image; under
+        // a journal, `needs_recovery` says whether a crash left work, and a
+        // recovered image is as valid as a cleanly unmounted one (e2fsck
+        // then exits 0 after replaying it).
         if !opts.read_only {
             shared.with_handle(OpKind::Internal, |c| {
                 c.process_orphans()?;
                 let state = c.sb32(sb::STATE)? as u16;
-                c.set_sb(
-                    sb::STATE,
-                    &(state & !sb::STATE_VALID).to_le_bytes(),
-                    crate::update::UpdateKind::Other,
-                )?;
+                if !journaled {
+                    c.set_sb(
+                        sb::STATE,
+                        &(state & !sb::STATE_VALID).to_le_bytes(),
+                        crate::update::UpdateKind::Other,
+                    )?;
+                }
                 let mnt = (c.sb32(sb::MNT_COUNT)? as u16).wrapping_add(1);
                 c.set_sb(
                     sb::MNT_COUNT,

@@ -360,12 +360,14 @@ fn locate_with(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Option<Vec<(u32
     }
 }
 
-fn runs_from_inode(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Vec<(u32, u64, u32)>> {
+/// The inode-table block holding the journal inode, and the inode's byte
+/// offset in it. The journal inode is in group 0 (it is below
+/// `s_first_ino`): the first descriptor names the table.
+fn journal_inode_loc(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<(u64, u64)> {
     let bs = sup.block_size as u64;
     let gdt_block = sup.first_data_block as u64 + 1;
     let mut gd = vec![0u8; bs as usize];
     dev.read(gdt_block, &mut gd, BlockClass::GroupMeta)?;
-    // Inode 8 is in group 0: the first descriptor.
     let mut itable = le32(&gd, 8) as u64;
     if sup.incompat & EXT4_INCOMPAT_64BIT != 0 && sup.desc_size >= 64 {
         itable |= (le32(&gd, 0x28) as u64) << 32;
@@ -376,18 +378,52 @@ fn runs_from_inode(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Vec<(u32, u
         sup.inode_size as u64
     };
     let ino = sup.journal_inum as u64;
-    let byte = (ino - 1) * isize;
+    let byte = ino.saturating_sub(1) * isize;
     let blk = itable + byte / bs;
-    if blk >= dev.block_count() || !(128..=bs).contains(&isize) {
+    if ino == 0 || blk >= dev.block_count() || !(128..=bs).contains(&isize) {
         return Err(FsError::corrupt(
             gdt_block,
             "group 0 bg_inode_table",
             format!("inode table at {itable} with inode size {isize}"),
         ));
     }
+    Ok((blk, byte % bs))
+}
+
+/// The blocks e2fsck (1.47.0) reads *before* it replays the JBD2 log and
+/// then keeps using, unrefreshed, while it replays a fast-commit log on
+/// top: the primary superblock (its fast-commit replay writes back only
+/// the 16-bit words it changed in its own copy, with a checksum over that
+/// copy), the group descriptor table (written back whole from memory; its
+/// `BLOCK_UNINIT` / `INODE_UNINIT` flags decide which bitmaps it reads),
+/// and the inode-table block holding the journal inode (libext2fs keeps the
+/// last inode-table block it read in a one-block buffer and writes inodes
+/// through it, read-modify-write). A fast commit on top of a full commit
+/// that logged one of these blocks is only replayed right by e2fsck once
+/// the committed copy is also home; see `protocol::journal`.
+pub(crate) fn e2fsck_pre_replay_blocks(dev: &dyn BlockDevice) -> Result<Vec<u64>> {
+    let (sup, buf) = Ext4Super::read(dev)?;
+    let bs = sup.block_size;
+    let off = super_offset(bs);
+    let mut out = vec![super_block_nr(bs)];
+    if let Ok(s) = ordo_format::Superblock::decode_unverified(&buf[off..off + 1024]) {
+        let first = s.gdt_first_block(0);
+        out.extend(first..first + s.gdt_blocks());
+    }
+    if sup.has_journal() && sup.journal_inum != 0 {
+        out.push(journal_inode_loc(dev, &sup)?.0);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+fn runs_from_inode(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Vec<(u32, u64, u32)>> {
+    let bs = sup.block_size as u64;
+    let (blk, byte) = journal_inode_loc(dev, sup)?;
     let mut buf = vec![0u8; bs as usize];
     dev.read(blk, &mut buf, BlockClass::InodeTable)?;
-    let off = (byte % bs) as usize;
+    let off = byte as usize;
     let inode = &buf[off..off + 128];
     if le32(inode, 0x20) & EXT4_EXTENTS_FL == 0 {
         return Err(FsError::Unsupported(

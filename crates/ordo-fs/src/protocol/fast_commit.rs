@@ -7,9 +7,13 @@
 //! interface, the *logical* changes: the directory-entry changes in the
 //! order they happened (`UpdateKind::Dirent`: an entry added by a create
 //! is a CREAT, any other addition a LINK, a removal an UNLINK), the inodes
-//! whose fields changed (`UpdateKind::Inode`), and per inode the mappings
-//! set and cleared (`UpdateKind::Extent` with a length: ADD_RANGE and
-//! DEL_RANGE, in order). Directories are not logged block by block: replay
+//! whose fields changed (`UpdateKind::Inode`), and per inode the net effect
+//! of the mappings set and cleared (`UpdateKind::Extent` with a length):
+//! what each touched logical block maps now, logged as the kernel's
+//! `ext4_fc_write_inode_data` logs it, ADD_RANGEs of the mapped runs and
+//! DEL_RANGEs of the holes, never the history (e2fsck's replay of a
+//! history that deletes an inode's only extent and then maps it again
+//! corrupts the inode). Directories are not logged block by block: replay
 //! re-adds and removes their entries. A fast commit writes, exactly as
 //! `ext4_fc_perform_commit` does, a HEAD (first commit after a full one),
 //! then for each dentry change its tags (a CREAT preceded by the new
@@ -21,15 +25,51 @@
 //!
 //! Operations replay cannot express or cannot make idempotent fall back
 //! to a full JBD2 commit of everything, counted by reason: rename of a
-//! directory (its ".." changes) and cross-rename, fallocate (unwritten
-//! extents are not reported), data=journal, symlinks and device nodes
-//! (their `i_block` content, which the kernel's INODE replay does not
-//! copy), an update of a special inode, a record too large for
-//! a block, a full fast-commit area, a journal that is not live yet (the
+//! directory (its ".." changes) and cross-rename, mkdir and rmdir (see
+//! below), fallocate (unwritten extents are not reported), data=journal,
+//! symlinks and device nodes (their `i_block` content, which the kernel's
+//! INODE replay does not copy), an update of a special inode, a record
+//! too large for a block, a full fast-commit area, a journal that is not live yet (the
 //! kernel's rule: fast commits only after a full commit), and changes made
 //! outside a system call. A full commit also happens every commit interval
 //! (the timer), and empties the area: the next fast commit starts with a
 //! HEAD naming the new running transaction.
+//!
+//! # What e2fsck and the kernel need beyond the format
+//!
+//! The kernel and e2fsck 1.47.0 replay the same log differently, and each
+//! has gaps that the format alone does not close; ordo writes so that ordo,
+//! `e2fsck -fy` and a kernel mount replay a crashed image to the same tree,
+//! `e2fsck -fn` clean (`tests/fast_commit_protocol.rs`; the kernel's own
+//! logs in `tests/fast_commit_kernel.rs`):
+//!
+//! - e2fsck replays the fast commits with state it read *before* it
+//!   replayed the JBD2 log: the superblock (its replay writes back only
+//!   the 16-bit words it changed, with a checksum over its own stale copy,
+//!   so a superblock the log changed fails its checksum at e2fsck's
+//!   re-open), the group descriptors (written back whole; a group the log
+//!   started using still looks `INODE_UNINIT`) and the inode-table block
+//!   of the journal inode (libext2fs's one-block inode buffer, through
+//!   which it also writes inodes back, reverting what the JBD2 replay put
+//!   in that block). So the first fast commit on top of a full commit
+//!   that logged any of these blocks first writes their committed copies
+//!   home, with the bitmaps (whose checksums the descriptors carry), FUA
+//!   (`JournalProtocol::write_pre_replay_home`, counted as
+//!   `fc_pre_replay_home_writes`). The copies are committed and still in
+//!   the log, so this early checkpoint is always safe; FUA keeps a
+//!   one-block commit flush-free.
+//! - mkdir and rmdir are full commits. The kernel logs a new directory as
+//!   INODE + CREAT and builds its "." / ".." block at replay; e2fsck has
+//!   no such step (it clears the empty directory and loses what was
+//!   created in it), and the kernel's own replay leaves the link counts,
+//!   `i_blocks` and the group's directory count wrong. A removed directory
+//!   fares no better. Their kernel-format logs cannot be replayed right by
+//!   either, so ordo does not write them.
+//! - A file's last link removed: e2fsck replays the UNLINK by removing
+//!   the entry only and then reconnects the inode to lost+found, with the
+//!   kernel's logs as with ordo's; the kernel and ordo free it. This one is
+//!   left as the kernel has it (a full commit per delete would cost every
+//!   delete-and-fsync workload for a difference that loses nothing).
 //!
 //! # Inline commit and staging
 //!
@@ -90,6 +130,10 @@ pub enum Reason {
     NoLiveLog,
     /// Rename of a directory.
     RenameDir,
+    /// mkdir or rmdir: a directory created or removed. Neither e2fsck
+    /// (1.47.0) nor the kernel replays one from the log consistently, the
+    /// kernel's own logs no more than ordo's (see the module header).
+    DirCreateRemove,
     /// RENAME_EXCHANGE, or a rename over an existing entry.
     CrossRename,
     /// fallocate (unwritten extents).
@@ -107,6 +151,11 @@ pub enum Reason {
     /// A symlink or device node: its `i_block` holds the target or device
     /// number, which the kernel's replay of an INODE record does not copy.
     SpecialInode,
+    /// A directory's `EXT4_INDEX_FL` cleared (ordo's core drops an htree
+    /// before its first change and rewrites the index blocks as linear
+    /// ones): the log has no tag for directory blocks, so a fast commit
+    /// would leave replay an unindexed inode over dx blocks.
+    HtreeConversion,
 }
 
 impl Reason {
@@ -114,6 +163,7 @@ impl Reason {
         match self {
             Reason::NoLiveLog => "no_live_log",
             Reason::RenameDir => "rename_dir",
+            Reason::DirCreateRemove => "mkdir_rmdir",
             Reason::CrossRename => "cross_rename",
             Reason::Fallocate => "fallocate",
             Reason::JournalData => "journal_data",
@@ -122,6 +172,7 @@ impl Reason {
             Reason::AreaFull => "area_full",
             Reason::NoGeometry => "no_geometry",
             Reason::SpecialInode => "symlink_or_device",
+            Reason::HtreeConversion => "htree_conversion",
         }
     }
 }
@@ -143,6 +194,7 @@ struct Stats {
     fua_writes: u64,
     data_blocks: u64,
     waits: u64,
+    pre_replay_writes: u64,
 }
 
 /// Logical changes since the last full commit not yet in a fast commit.
@@ -152,8 +204,8 @@ struct Pending {
     /// Inodes changed, in first-change order.
     inodes: Vec<Ino>,
     inode_set: BTreeSet<Ino>,
-    /// Inode slot (block, byte offset) of every inode seen.
-    ranges: BTreeMap<Ino, Vec<Tag>>,
+    /// Per inode, what its touched logical blocks map now.
+    ranges: BTreeMap<Ino, NetRanges>,
     /// Data blocks to write home before the tail.
     data: BTreeSet<u64>,
 }
@@ -161,6 +213,111 @@ struct Pending {
 impl Pending {
     fn is_empty(&self) -> bool {
         self.dentries.is_empty() && self.inodes.is_empty() && self.data.is_empty()
+    }
+}
+
+/// The longest initialized extent an ADD_RANGE can carry (`ee_len`).
+const ADD_RANGE_MAX_BLOCKS: u64 = 32768;
+
+/// The net effect of one inode's mapping changes since its last commit:
+/// for each logical block touched, the physical block it maps now, or a
+/// hole. The log carries this state, not the history of changes, as the
+/// kernel's `ext4_fc_write_inode_data` does (it walks the current mapping
+/// of the touched range): the ADD_RANGEs of the mapped runs, then the
+/// DEL_RANGEs of the holes. The two sets are disjoint, so any order
+/// replays the same; adds first keeps e2fsck 1.47.0 away from a bug of its
+/// extent list (a DEL_RANGE that removes an inode's only extent leaves a
+/// zero-length entry that a following range tag of the same inode turns
+/// into an extent of about 2^32 blocks).
+#[derive(Default, Clone, Debug)]
+struct NetRanges {
+    /// Disjoint runs: first logical block -> (end, exclusive; physical
+    /// block of the first, or `None` for a hole).
+    runs: BTreeMap<u64, (u64, Option<u64>)>,
+}
+
+impl NetRanges {
+    /// Logical blocks `lblk .. lblk + len` now map to `pblk ..` (or to
+    /// nothing).
+    fn set(&mut self, lblk: u64, len: u64, pblk: Option<u64>) {
+        if len == 0 {
+            return;
+        }
+        let end = lblk + len;
+        let mut hits: Vec<u64> = Vec::new();
+        if let Some((&s, &(e, _))) = self.runs.range(..lblk).next_back() {
+            if e > lblk {
+                hits.push(s);
+            }
+        }
+        hits.extend(self.runs.range(lblk..end).map(|(&s, _)| s));
+        for s in hits {
+            let (e, p) = self.runs.remove(&s).expect("a run found above");
+            if s < lblk {
+                self.runs.insert(s, (lblk, p));
+            }
+            if e > end {
+                self.runs.insert(end, (e, p.map(|p| p + (end - s))));
+            }
+        }
+        self.runs.insert(lblk, (end, pblk));
+        debug_assert!(self
+            .runs
+            .iter()
+            .zip(self.runs.iter().skip(1))
+            .all(|((_, (e, _)), (s2, _))| e <= s2));
+    }
+
+    /// The tags that bring a replayed inode to this state: adds, then
+    /// deletes, adjacent runs merged.
+    fn tags(&self, ino: Ino) -> Vec<Tag> {
+        let mut merged: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        for (&s, &(e, p)) in &self.runs {
+            if let Some((ms, me, mp)) = merged.last_mut() {
+                let continues = *me == s
+                    && match (*mp, p) {
+                        (None, None) => true,
+                        (Some(a), Some(b)) => a + (s - *ms) == b,
+                        _ => false,
+                    };
+                if continues {
+                    *me = e;
+                    continue;
+                }
+            }
+            merged.push((s, e, p));
+        }
+        let mut adds = Vec::new();
+        let mut dels = Vec::new();
+        for (s, e, p) in merged {
+            let mut at = s;
+            while at < e {
+                match p {
+                    Some(p) => {
+                        let n = (e - at).min(ADD_RANGE_MAX_BLOCKS);
+                        adds.push(Tag::AddRange {
+                            ino,
+                            lblk: at as u32,
+                            pblk: p + (at - s),
+                            len: n as u32,
+                            unwritten: false,
+                        });
+                        at += n;
+                    }
+                    None => {
+                        let n = (e - at).min(u32::MAX as u64);
+                        dels.push(Tag::DelRange {
+                            ino,
+                            lblk: at as u32,
+                            len: n as u32,
+                        });
+                        at += n;
+                    }
+                }
+            }
+        }
+        adds.extend(dels);
+        adds
     }
 }
 
@@ -329,7 +486,7 @@ impl FastCommitProtocol {
                 }
                 let ranges = self.pending.ranges.remove(&de.ino).unwrap_or_default();
                 if !self.is_dir(io, de.ino) {
-                    for t in ranges {
+                    for t in ranges.tags(de.ino) {
                         ok &= w.add(&t).is_ok();
                     }
                 }
@@ -342,7 +499,8 @@ impl FastCommitProtocol {
             if self.is_dir(io, ino) || self.is_deleted(io, ino) {
                 continue;
             }
-            for t in self.pending.ranges.remove(&ino).unwrap_or_default() {
+            let ranges = self.pending.ranges.remove(&ino).unwrap_or_default();
+            for t in ranges.tags(ino) {
                 ok &= w.add(&t).is_ok();
             }
             if let Some(raw) = self.raw_inode(io, ino, geo.inode_size) {
@@ -368,6 +526,10 @@ impl FastCommitProtocol {
             .collect();
         let blocks = w.finish(tid);
         debug_assert_eq!(blocks.len(), need as usize);
+        // e2fsck replays fast commits against the superblock, descriptors
+        // and journal inode-table block it read before its JBD2 replay:
+        // their committed copies go home first (FUA, no flush).
+        self.stats.pre_replay_writes += self.journal.write_pre_replay_home(io) as u64;
         // Data the log points to goes home first.
         let mut wrote_data = false;
         for &b in &std::mem::take(&mut self.pending.data) {
@@ -410,6 +572,20 @@ impl FastCommitProtocol {
     }
 }
 
+/// Whether an `i_flags` update (its old and new bytes) clears
+/// `EXT4_INDEX_FL`.
+fn clears_index_flag(old: &[u8], new: &[u8]) -> bool {
+    let index = ordo_format::inode::flags::INDEX;
+    match (old.get(..4), new.get(..4)) {
+        (Some(o), Some(n)) => {
+            let o = u32::from_le_bytes(o.try_into().expect("4 bytes"));
+            let n = u32::from_le_bytes(n.try_into().expect("4 bytes"));
+            o & index != 0 && n & index == 0
+        }
+        _ => false,
+    }
+}
+
 /// Plan tag of fast commits (journal tags are tid + 1, far below).
 const FC_TAG: u64 = 1 << 63;
 
@@ -435,9 +611,13 @@ impl Protocol for FastCommitProtocol {
                 }
                 match h.op {
                     OpKind::Internal => self.mark_ineligible(Reason::Unsupported),
+                    OpKind::Mkdir | OpKind::Rmdir => self.mark_ineligible(Reason::DirCreateRemove),
                     OpKind::Fallocate => self.mark_ineligible(Reason::Fallocate),
                     OpKind::Symlink | OpKind::Mknod => self.mark_ineligible(Reason::SpecialInode),
                     _ => {}
+                }
+                if *field == InodeField::Flags && clears_index_flag(&u.old, &u.new) {
+                    self.mark_ineligible(Reason::HtreeConversion);
                 }
                 self.track_inode(*ino);
             }
@@ -454,26 +634,15 @@ impl Protocol for FastCommitProtocol {
                 if h.op == OpKind::Fallocate {
                     self.mark_ineligible(Reason::Fallocate);
                 }
-                let t = match op {
-                    MapOp::Set => Tag::AddRange {
-                        ino: *ino,
-                        lblk: *lblk,
-                        pblk: *pblk,
-                        len: *len,
-                        unwritten: false,
-                    },
-                    MapOp::Clear => Tag::DelRange {
-                        ino: *ino,
-                        lblk: *lblk,
-                        len: *len,
-                    },
+                let now = match op {
+                    MapOp::Set => Some(*pblk),
+                    MapOp::Clear => None,
                 };
-                // A node write reports its header and entries as two
-                // updates of the same mapping: log it once.
-                let list = self.pending.ranges.entry(*ino).or_default();
-                if list.last() != Some(&t) {
-                    list.push(t);
-                }
+                self.pending
+                    .ranges
+                    .entry(*ino)
+                    .or_default()
+                    .set(*lblk as u64, *len as u64, now);
                 self.track_inode(*ino);
             }
             UpdateKind::Dirent { dir, name, ino, op } => {
@@ -593,6 +762,7 @@ impl Protocol for FastCommitProtocol {
             ("fc_fua_writes_planned".into(), s.fua_writes),
             ("fc_data_blocks".into(), s.data_blocks),
             ("fc_waits".into(), s.waits),
+            ("fc_pre_replay_home_writes".into(), s.pre_replay_writes),
             ("fc_area_used_blocks".into(), self.area_used as u64),
         ];
         for (r, n) in &self.reasons {
@@ -602,5 +772,64 @@ impl Protocol for FastCommitProtocol {
             v.push((format!("jbd2_{k}"), n));
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(lblk: u32, pblk: u64, len: u32) -> Tag {
+        Tag::AddRange {
+            ino: 12,
+            lblk,
+            pblk,
+            len,
+            unwritten: false,
+        }
+    }
+
+    fn del(lblk: u32, len: u32) -> Tag {
+        Tag::DelRange { ino: 12, lblk, len }
+    }
+
+    #[test]
+    fn net_ranges_log_the_state_not_the_history() {
+        let mut r = NetRanges::default();
+        // Mapped, unmapped, mapped again elsewhere: only the last counts.
+        r.set(0, 1, Some(100));
+        r.set(0, 1, None);
+        r.set(0, 3, Some(200));
+        assert_eq!(r.tags(12), vec![add(0, 200, 3)]);
+        // Truncate to one block: the tail becomes a hole, logged after.
+        r.set(1, 2, None);
+        assert_eq!(r.tags(12), vec![add(0, 200, 1), del(1, 2)]);
+        // Appending contiguously merges with the run before.
+        r.set(1, 1, Some(201));
+        assert_eq!(r.tags(12), vec![add(0, 200, 2), del(2, 1)]);
+        // A write in the middle of a run splits it.
+        r.set(1, 1, Some(500));
+        assert_eq!(r.tags(12), vec![add(0, 200, 1), add(1, 500, 1), del(2, 1)]);
+    }
+
+    #[test]
+    fn net_ranges_split_long_runs_and_keep_huge_holes() {
+        let mut r = NetRanges::default();
+        r.set(0, 40000, Some(1000));
+        r.set(40000, u32::MAX as u64 - 40000, None);
+        assert_eq!(
+            r.tags(12),
+            vec![
+                add(0, 1000, 32768),
+                add(32768, 1000 + 32768, 40000 - 32768),
+                del(40000, u32::MAX - 40000),
+            ]
+        );
+        // Two updates of the same mapping (a node's header and entries)
+        // are one range.
+        let mut r = NetRanges::default();
+        r.set(5, 2, Some(9));
+        r.set(5, 2, Some(9));
+        assert_eq!(r.tags(12), vec![add(5, 9, 2)]);
     }
 }

@@ -58,6 +58,15 @@
 //! (a full journal forces a checkpoint instead of failing), when it is
 //! half full at a timer tick, under memory pressure, and at unmount.
 //!
+//! One partial, early checkpoint exists, for `mode=fast_commit`
+//! (`write_pre_replay_home`): the committed copies of the superblock, the
+//! group descriptors, the bitmaps and the journal inode's inode-table
+//! block, written home FUA (the tail does not move) before the first fast
+//! commit on top of the commit that logged them, because e2fsck replays
+//! fast commits against those blocks as it read them before its JBD2
+//! replay (see `protocol::fast_commit`). Writing a committed copy home
+//! while the log still holds it is what a checkpoint does anyway.
+//!
 //! # Revoke and reuse
 //!
 //! A block freed (`on_block_freed`) while a copy of it is in the live log
@@ -131,6 +140,8 @@ struct Handoff {
     journal_sb: JournalSuperblock,
     /// The block holding the primary ext4 superblock, as on disk.
     super_block_image: Vec<u8>,
+    /// [`recovery::e2fsck_pre_replay_blocks`] of the image.
+    pre_replay_blocks: Vec<u64>,
 }
 
 thread_local! {
@@ -158,12 +169,18 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
         &mut super_block_image,
         BlockClass::Super,
     )?;
+    // Only fast commits need these. A journal found through the
+    // superblock's backup of its extent root may have an inode the
+    // descriptors cannot locate: then the superblock alone.
+    let pre_replay_blocks = recovery::e2fsck_pre_replay_blocks(dev)
+        .unwrap_or_else(|_| vec![recovery::super_block_nr(bs)]);
     HANDOFF.with(|h| {
         *h.borrow_mut() = Some(Handoff {
             uuid: env.uuid,
             journal_runs: map.runs().to_vec(),
             journal_sb,
             super_block_image,
+            pre_replay_blocks,
         })
     });
     Ok(report)
@@ -251,6 +268,12 @@ pub struct JournalProtocol {
     committed: BTreeMap<u64, Committed>,
     /// Freed blocks not reusable until the freeing transaction is durable.
     freed_pending: BTreeMap<u64, u32>,
+    /// The blocks e2fsck reads before its JBD2 replay and trusts during a
+    /// fast-commit replay ([`recovery::e2fsck_pre_replay_blocks`]).
+    pre_replay: BTreeSet<u64>,
+    /// Those of them, and the bitmap blocks, whose latest committed copy
+    /// is not home yet.
+    pre_replay_behind: BTreeSet<u64>,
     /// Commit plans made but not yet run.
     in_flight: BTreeSet<u32>,
     /// A plan failed: the journal is aborted, as jbd2 does after an I/O error.
@@ -292,7 +315,9 @@ impl JournalProtocol {
                 if fast_commit {
                     sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
                 }
-                Self::with_state(&env, sb, Some(h.super_block_image), fault)
+                let mut p = Self::with_state(&env, sb, Some(h.super_block_image), fault)?;
+                p.pre_replay = h.pre_replay_blocks.into_iter().collect();
+                Ok(p)
             }
             None => {
                 // Read-only: nothing will be logged, so the journal's
@@ -396,6 +421,8 @@ impl JournalProtocol {
             in_log: BTreeMap::new(),
             committed: BTreeMap::new(),
             freed_pending: BTreeMap::new(),
+            pre_replay: BTreeSet::new(),
+            pre_replay_behind: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             aborted: false,
             inert: false,
@@ -413,6 +440,47 @@ impl JournalProtocol {
     /// a fast-commit area behind a clean journal.
     pub(crate) fn log_is_live(&self) -> bool {
         !self.inert && !self.aborted && self.stats.commits > 0 && self.sb.start != 0
+    }
+
+    /// Write home, FUA, the committed copies of the blocks e2fsck reads
+    /// before its JBD2 replay ([`recovery::e2fsck_pre_replay_blocks`]), and
+    /// of the bitmaps whose checksums the descriptors carry, that a commit
+    /// logged since they were last written home; returns the writes
+    /// planned. `mode=fast_commit` calls it before the first fast
+    /// commit on top of such a commit. It is an early checkpoint of those
+    /// few blocks and always safe: the copies are committed (plans run in
+    /// order, and the commit block before this was written FUA), and the
+    /// log still holds them. FUA, not a flush, so that a fast commit of one
+    /// block still needs no flush.
+    pub(crate) fn write_pre_replay_home(&mut self, io: &mut Io) -> u32 {
+        let behind = std::mem::take(&mut self.pre_replay_behind);
+        let mut writes = 0;
+        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
+        for b in behind {
+            let Some(c) = self.committed.get(&b) else {
+                continue;
+            };
+            match &mut run {
+                Some((at, class, buf))
+                    if *class == c.class && *at + (buf.len() / self.bs as usize) as u64 == b =>
+                {
+                    buf.extend_from_slice(&c.copy);
+                }
+                _ => {
+                    if let Some((at, class, buf)) = run.take() {
+                        io.write_raw(at, Arc::new(buf), WriteFlags::fua(class));
+                        writes += 1;
+                    }
+                    run = Some((b, c.class, c.copy.to_vec()));
+                }
+            }
+        }
+        if let Some((at, class, buf)) = run.take() {
+            io.write_raw(at, Arc::new(buf), WriteFlags::fua(class));
+            writes += 1;
+        }
+        self.stats.fua_writes += writes as u64;
+        writes
     }
 
     /// The journal's block map and superblock (fast-commit area geometry).
@@ -539,6 +607,7 @@ impl JournalProtocol {
         }
         self.flush(io);
         self.in_log.clear();
+        self.pre_replay_behind.clear();
         self.used = 0;
         self.tail_tid = self.running.tid;
         self.sb.start = self.head;
@@ -725,6 +794,12 @@ impl JournalProtocol {
         debug_assert_eq!(need, body + 1);
         // Bookkeeping: the copies await their checkpoint.
         for (b, copy, generation, class) in copies {
+            // The bitmaps too: the descriptors carry their checksums, so a
+            // descriptor block home without its bitmaps would not match
+            // them for a tool that reads the image before any replay.
+            if self.pre_replay.contains(&b) || class == BlockClass::GroupMeta {
+                self.pre_replay_behind.insert(b);
+            }
             self.in_log.insert(b, tid);
             self.committed.insert(
                 b,

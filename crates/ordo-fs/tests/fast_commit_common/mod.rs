@@ -24,15 +24,36 @@ pub fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether kernel loop mounts are possible (root, losetup, mount).
+/// Fail, naming the tool, when a tool the test needs is missing:
+/// `scripts/test.sh` installs them, and a comparison that quietly does not
+/// run proves nothing.
+pub fn require(tool: &str) {
+    assert!(
+        have(tool),
+        "`{tool}` is not installed (scripts/test.sh installs e2fsprogs and util-linux)"
+    );
+}
+
+/// Whether kernel loop mounts are possible: running as root on a machine
+/// with loop devices. The tools they need must then be installed.
 pub fn can_loop_mount() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    root && have("losetup")
-        && have("mount")
-        && have("mkfs.ext4")
-        && have("e2fsck")
-        && Path::new("/dev/loop-control").exists()
+    if !root || !Path::new("/dev/loop-control").exists() {
+        return false;
+    }
+    for t in [
+        "losetup",
+        "mount",
+        "umount",
+        "mkfs.ext4",
+        "e2fsck",
+        "debugfs",
+        "dd",
+    ] {
+        require(t);
+    }
+    true
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -53,6 +74,7 @@ fn run(cmd: &mut Command) -> String {
 /// lazy_itable_init=0`) it then misses inodes the last full commit
 /// allocated.
 pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
+    require("mkfs.ext4");
     let _ = std::fs::remove_file(img);
     run(Command::new("truncate").args(["-s", size]).arg(img));
     run(Command::new("mkfs.ext4")
@@ -103,6 +125,18 @@ pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path
         .arg(format!("if={}", g.dev))
         .arg(format!("of={}", captured.display()))
         .args(["bs=1M", "iflag=direct", "status=none"]));
+}
+
+/// Mount read-write (the kernel replays the JBD2 log and the fast
+/// commits), then unmount.
+pub fn kernel_replay(img: &Path) {
+    let mnt = tempfile::tempdir().unwrap();
+    let mut g = losetup(img);
+    run(Command::new("mount")
+        .args(["-t", "ext4"])
+        .arg(&g.dev)
+        .arg(mnt.path()));
+    g.mnt = Some(mnt.path().to_path_buf());
 }
 
 /// Make directories in an image before it is mounted (debugfs), so that
@@ -187,12 +221,40 @@ pub fn fc_state(img: &Path) -> ordo_fs::fc_replay::FcState {
 
 /// `e2fsck -fy`; returns its exit code.
 pub fn e2fsck_fy(img: &Path) -> i32 {
+    e2fsck_fy_output(img).0
+}
+
+/// `e2fsck -fy`; returns its exit code and what it printed.
+pub fn e2fsck_fy_output(img: &Path) -> (i32, String) {
+    require("e2fsck");
     let out = Command::new("e2fsck").arg("-fy").arg(img).output().unwrap();
-    out.status.code().unwrap_or(-1)
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `e2fsck -fn`: its exit code and what it printed.
+pub fn e2fsck_fn(img: &Path) -> (i32, String) {
+    require("e2fsck");
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 /// `e2fsck -fn` must find nothing.
 pub fn assert_fsck_clean(img: &Path) {
+    require("e2fsck");
     let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -214,11 +276,11 @@ pub struct Obj {
     pub content: Vec<u8>,
 }
 
-fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, Obj>) {
+fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, Obj>, lost_found: bool) {
     for e in std::fs::read_dir(root.join(rel)).unwrap() {
         let e = e.unwrap();
         let name = e.file_name();
-        if rel.as_os_str().is_empty() && name == "lost+found" {
+        if !lost_found && rel.as_os_str().is_empty() && name == "lost+found" {
             continue;
         }
         let r = rel.join(&name);
@@ -251,13 +313,24 @@ fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, Obj>) {
             },
         );
         if ft.is_dir() {
-            walk(root, &r, out);
+            walk(root, &r, out, lost_found);
         }
     }
 }
 
-/// The tree of an image, read through a read-only kernel mount.
+/// The tree of an image, read through a read-only kernel mount, without
+/// `lost+found`.
 pub fn tree_of(img: &Path) -> BTreeMap<String, Obj> {
+    tree_of_with(img, false)
+}
+
+/// The whole tree of an image, `lost+found` and what e2fsck may have
+/// reconnected there included, read through a read-only kernel mount.
+pub fn full_tree_of(img: &Path) -> BTreeMap<String, Obj> {
+    tree_of_with(img, true)
+}
+
+fn tree_of_with(img: &Path, lost_found: bool) -> BTreeMap<String, Obj> {
     let mnt = tempfile::tempdir().unwrap();
     let mut g = losetup(img);
     run(Command::new("mount")
@@ -266,7 +339,7 @@ pub fn tree_of(img: &Path) -> BTreeMap<String, Obj> {
         .arg(mnt.path()));
     g.mnt = Some(mnt.path().to_path_buf());
     let mut out = BTreeMap::new();
-    walk(mnt.path(), Path::new(""), &mut out);
+    walk(mnt.path(), Path::new(""), &mut out, lost_found);
     out
 }
 
