@@ -33,6 +33,17 @@ fn fast_commit_is_consistent_and_keeps_promises() {
         assert_eq!(r.inconsistent, 0, "{w}: {}", r.summary(5));
         assert!(r.failures.is_empty(), "{w}: {}", r.summary(5));
     }
+    // Torn writes (the newest write cut at every 512-byte sector): the
+    // superblock is written home outside the log (needs_recovery, the
+    // early home write of committed copies), and a tear of it must be
+    // repaired from the log, not refused at mount.
+    let mut p = params("seq1");
+    p.states.torn = true;
+    let r = explore(&p).unwrap();
+    println!("{}", r.summary(5));
+    assert!(r.checked > 0);
+    assert_eq!(r.inconsistent, 0, "torn: {}", r.summary(5));
+    assert!(r.failures.is_empty(), "torn: {}", r.summary(5));
     // The fault: commits with data skip their flush; the built-in
     // workloads must then find crash states that lose data an fsync
     // promised (the recorded mount starts with a full commit, so seq-1's

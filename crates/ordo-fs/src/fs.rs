@@ -334,7 +334,7 @@ pub fn recovered_view(
     dev: Arc<dyn BlockDevice>,
 ) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
     let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev.clone()));
-    let repaired = crate::recovery::repair_torn_recover_flag(view.as_ref())?;
+    let repaired = crate::recovery::repair_torn_super(view.as_ref())?;
     match recover_image(view.as_ref())? {
         Some(report) => Ok((view, Some(report))),
         None if repaired => Ok((view, None)),
@@ -359,7 +359,7 @@ impl Fs {
         {
             // A crash can tear the superblock while the journal flips its
             // needs_recovery flag; undo that before validating it.
-            crate::recovery::repair_torn_recover_flag(dev.as_ref())?;
+            crate::recovery::repair_torn_super(dev.as_ref())?;
         }
         let (sb_block, sb_offset, raw) = read_superblock(dev.as_ref())?;
         let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;

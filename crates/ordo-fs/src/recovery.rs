@@ -157,6 +157,68 @@ fn torn_recover_flip(block_image: &[u8], block_size: u32) -> bool {
     jbd2::jbd2_crc32c(!0, &flipped[..sb_off::CHECKSUM]) == stored
 }
 
+/// Repair a primary superblock whose checksum fails because a crash tore
+/// a write of it, before mount validates it (the recovery that would fix
+/// it runs after validation):
+///
+/// - a tear of a `needs_recovery` flip ([`repair_torn_recover_flag`]);
+/// - a tear of any other write of a superblock block that the live journal
+///   holds a committed copy of (a checkpoint, or the fast-commit
+///   protocol's early home write of committed copies): replay would write
+///   that copy home anyway, so it is written home first, alone. Replaying
+///   one committed block early is what a crash in the middle of replay
+///   leaves too, so the full replay that follows is unaffected.
+///
+/// Anything else is left for the mount to report. Returns whether it wrote.
+pub fn repair_torn_super(dev: &dyn BlockDevice) -> Result<bool> {
+    if repair_torn_recover_flag(dev)? {
+        return Ok(true);
+    }
+    let bs = dev.block_size();
+    let blk = super_block_nr(bs);
+    let off = super_offset(bs);
+    let mut image = vec![0u8; bs as usize];
+    dev.read(blk, &mut image, BlockClass::Super)?;
+    if !super_csum_fails(&image[off..off + 1024]) {
+        return Ok(false);
+    }
+    // The journal's location comes from fields the checksum does not make
+    // trustworthy; the copy found must verify on its own.
+    let Ok(Some(runs)) = locate_journal(dev) else {
+        return Ok(false);
+    };
+    let map = JournalMap::new(runs);
+    let Ok(scan) = scan(dev, &map) else {
+        return Ok(false);
+    };
+    let (plan, _) = replay_plan(&scan);
+    let Some(copy) = plan.iter().find(|b| b.home == blk) else {
+        return Ok(false);
+    };
+    let Some(p) = map.phys(copy.log_block) else {
+        return Ok(false);
+    };
+    let mut logged = vec![0u8; bs as usize];
+    dev.read(p, &mut logged, BlockClass::Journal)?;
+    if copy.escaped {
+        jbd2::unescape(&mut logged);
+    }
+    if le16(&logged[off..], sb_off::MAGIC) != EXT4_SUPER_MAGIC
+        || super_csum_fails(&logged[off..off + 1024])
+    {
+        return Ok(false);
+    }
+    dev.write(blk, &logged, WriteFlags::new(BlockClass::Super))?;
+    dev.flush()?;
+    Ok(true)
+}
+
+/// Whether a 1024-byte superblock with `metadata_csum` fails its checksum.
+fn super_csum_fails(sb: &[u8]) -> bool {
+    le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM != 0
+        && jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]) != le32(sb, sb_off::CHECKSUM)
+}
+
 /// Repair a primary superblock torn by a `needs_recovery` flip (see
 /// [`torn_recover_flip`]) so that it passes its checksum again: mount calls
 /// this before it validates the superblock, since the recovery that would
