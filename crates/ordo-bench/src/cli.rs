@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// `sweep` (1, 2, 4, ..., 1024) gives one case per value.
     #[arg(long, value_name = "N[,N...]|sweep")]
     pub fsync_every: Option<String>,
+    /// fcmicro: bytes appended to each file (default 4096, the paper's);
+    /// 0 makes every fsync a metadata-only commit (create + fsync).
+    #[arg(long, value_name = "BYTES")]
+    pub append_bytes: Option<usize>,
     /// copy / remove / smallfiles: concurrent users.
     #[arg(long)]
     pub users: Option<u32>,
@@ -163,6 +167,7 @@ impl BenchArgs {
                 },
                 users: self.users,
                 threads: self.threads,
+                append_bytes: self.append_bytes,
             },
             progress: !self.quiet,
         })
@@ -186,6 +191,9 @@ impl BenchArgs {
         }
         if let Some(f) = &self.fsync_every {
             s.push_str(&format!(" --fsync-every {f}"));
+        }
+        if let Some(b) = self.append_bytes {
+            s.push_str(&format!(" --append-bytes {b}"));
         }
         if let Some(u) = self.users {
             s.push_str(&format!(" --users {u}"));

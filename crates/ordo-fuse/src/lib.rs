@@ -230,6 +230,27 @@ pub fn fuse_attr(attr: &Attr, node: INodeNo) -> FileAttr {
     }
 }
 
+/// The attributes of a negative lookup reply: node 0 means "no such name".
+fn negative_entry_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 /// The errno of a core error; corruption and device failures are also
 /// reported on standard error, because the application only sees a number.
 pub fn errno_of(e: &FsError) -> Errno {
@@ -452,7 +473,17 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.entry(reply, self.fs.lookup(ino_from_fuse(parent), name));
+        match self.fs.lookup(ino_from_fuse(parent), name) {
+            // A negative entry (node 0) the kernel caches for the TTL, as it
+            // caches a positive one: `open(O_CREAT)` of a new name then goes
+            // straight to CREATE instead of a LOOKUP round trip first. Every
+            // change to the namespace passes through this kernel mount, which
+            // drops the cached negative entry when it creates the name.
+            Err(FsError::Errno(libc::ENOENT)) => {
+                reply.entry(&self.ttl, &negative_entry_attr(), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
@@ -687,8 +718,10 @@ impl fuser::Filesystem for OrdoFuse {
         reply: ReplyEmpty,
     ) {
         // close(2) on ext4 promises nothing about durability; neither does
-        // ordo.
-        reply.ok();
+        // ordo. ENOSYS tells the kernel so once: it stops sending FLUSH on
+        // every close (ordo has no POSIX locks of its own for a flush to
+        // release: the kernel keeps those).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

@@ -13,7 +13,7 @@ use super::{pattern, timed_fsync, Case, Overrides, RunCtx, RunOutput, Scale};
 use crate::error::Result;
 use crate::vfs::Vfs;
 
-/// Bytes appended to each file.
+/// Bytes appended to each file (the paper's; `--append-bytes` overrides).
 const APPEND_BYTES: usize = 4096;
 
 /// The fsync intervals of the paper's sweep.
@@ -25,6 +25,8 @@ pub struct FcMicro {
     pub files: u64,
     /// fsync every `fsync_every`-th file.
     pub fsync_every: u64,
+    /// Bytes appended to each file; 0: the fsync commits metadata only.
+    pub append_bytes: usize,
 }
 
 /// One case per `--fsync-every` value (default n = 1).
@@ -41,6 +43,7 @@ pub fn cases(scale: Scale, o: &Overrides) -> Vec<Box<dyn Case>> {
             Box::new(FcMicro {
                 files,
                 fsync_every: n.max(1),
+                append_bytes: o.append_bytes.unwrap_or(APPEND_BYTES),
             }) as Box<dyn Case>
         })
         .collect()
@@ -56,7 +59,7 @@ impl Case for FcMicro {
     fn params(&self) -> serde_json::Value {
         json!({
             "files": self.files,
-            "append_bytes": APPEND_BYTES,
+            "append_bytes": self.append_bytes,
             "fsync_every": self.fsync_every,
             "threads": 1,
         })
@@ -68,11 +71,13 @@ impl Case for FcMicro {
         vfs.mkdir("fc")
     }
     fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
-        let data = pattern(APPEND_BYTES, ctx.seed);
+        let data = pattern(self.append_bytes, ctx.seed);
         let mut lat = Vec::new();
         for i in 0..self.files {
             let f = vfs.create(&format!("fc/f{i}"))?;
-            f.write_at(0, &data)?;
+            if !data.is_empty() {
+                f.write_at(0, &data)?;
+            }
             if (i + 1) % self.fsync_every == 0 {
                 timed_fsync(vfs, &*f, &mut lat)?;
             }

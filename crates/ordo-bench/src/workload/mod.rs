@@ -142,6 +142,8 @@ pub struct Overrides {
     pub users: Option<u32>,
     /// Filebench personalities: worker threads.
     pub threads: Option<u32>,
+    /// fcmicro: bytes appended to each file.
+    pub append_bytes: Option<usize>,
 }
 
 /// What the measured run of a case reports.
