@@ -57,6 +57,10 @@ for w in $WORKLOADS; do
             --targets "ordo:fast_commit,ordo:journal,ext4:fast_commit,ext4:ordered"
         SCALE=${FC_SCALE:-$SCALE} bench fastcommit-varmail varmail \
             --targets "ordo:fast_commit,ext4:fast_commit"
+        # Metadata-only fsyncs (create + fsync, no data): the case where
+        # selective flushing writes one FUA block and no flush.
+        SCALE=${FC_SCALE:-$SCALE} bench fastcommit-metadata fcmicro --fsync-every 1 \
+            --append-bytes 0 --targets "ordo:fast_commit,ext4:fast_commit,ordo:journal,ext4:ordered"
         ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.
