@@ -34,9 +34,6 @@
 
 use super::*;
 
-/// Longest multi-block write the write-back issues (1 MiB at 4 KiB).
-const MAX_RUN_BLOCKS: usize = 256;
-
 /// The `async` protocol.
 pub struct AsyncProtocol {
     write_backs: u64,
@@ -55,7 +52,7 @@ impl AsyncProtocol {
     fn write_all(&mut self, io: &mut Io, flush: bool) {
         let dirty = io.dirty_blocks();
         self.blocks_written += dirty.len() as u64;
-        io.write_home_runs(&dirty, false, MAX_RUN_BLOCKS);
+        io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         if flush {
             io.flush();
         }

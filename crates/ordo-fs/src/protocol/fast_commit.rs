@@ -531,32 +531,58 @@ impl FastCommitProtocol {
         // their committed copies go home first (FUA, no flush).
         self.stats.pre_replay_writes += self.journal.write_pre_replay_home(io) as u64;
         // Data the log points to goes home first.
-        let mut wrote_data = false;
-        for &b in &std::mem::take(&mut self.pending.data) {
-            if io.is_dirty(b) {
-                io.write_home(b, false);
-                wrote_data = true;
-                self.stats.data_blocks += 1;
-            }
-        }
+        let data: Vec<u64> = std::mem::take(&mut self.pending.data)
+            .into_iter()
+            .filter(|&b| io.is_dirty(b))
+            .collect();
+        let wrote_data = !data.is_empty();
+        self.stats.data_blocks += data.len() as u64;
+        io.write_home_runs(&data, false, super::MAX_RUN_BLOCKS);
         let unflushed_before = self.data_mode == DataMode::Writeback;
         let single = blocks.len() == 1;
         let last = blocks.len() - 1;
+        // The blocks before the tail's, one request per physically
+        // contiguous run of the area.
+        let mut run: Option<(u64, Vec<u8>)> = None;
         for (i, (img, p)) in blocks.into_iter().zip(&phys).enumerate() {
-            if i == last {
-                let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
-                // Selective flushing: a lone block with nothing volatile
-                // under it needs no flush; its FUA makes it durable.
-                let needs_flush = !single || wrote_data || unflushed_before;
-                if needs_flush && !skip {
-                    io.flush();
-                    self.stats.flushes += 1;
+            if i < last {
+                match &mut run {
+                    Some((start, data))
+                        if *start + (data.len() / bs) as u64 == *p
+                            && data.len() / bs < super::MAX_RUN_BLOCKS =>
+                    {
+                        data.extend_from_slice(&img);
+                    }
+                    _ => {
+                        if let Some((start, data)) = run.take() {
+                            io.write_raw(
+                                start,
+                                Arc::new(data),
+                                WriteFlags::new(BlockClass::FastCommit),
+                            );
+                        }
+                        run = Some((*p, img));
+                    }
                 }
-                io.write_raw(*p, Arc::new(img), WriteFlags::fua(BlockClass::FastCommit));
-                self.stats.fua_writes += 1;
-            } else {
-                io.write_raw(*p, Arc::new(img), WriteFlags::new(BlockClass::FastCommit));
+                continue;
             }
+            if let Some((start, data)) = run.take() {
+                io.write_raw(
+                    start,
+                    Arc::new(data),
+                    WriteFlags::new(BlockClass::FastCommit),
+                );
+            }
+            let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
+            // Selective flushing: a lone block with nothing volatile under
+            // it needs no flush; its FUA makes it durable.
+            let needs_flush = !single || wrote_data || unflushed_before;
+            if needs_flush && !skip {
+                io.flush();
+                self.stats.flushes += 1;
+            }
+            io.write_raw(*p, Arc::new(img), WriteFlags::fua(BlockClass::FastCommit));
+            self.stats.fua_writes += 1;
         }
         self.stats.fc_blocks += need as u64;
         if single {

@@ -723,12 +723,9 @@ impl JournalProtocol {
             DataMode::Writeback => durable_data,
         };
         if data_first {
-            for &b in &data {
-                if io.is_dirty(b) {
-                    io.write_home(b, false);
-                    self.stats.ordered_data_blocks += 1;
-                }
-            }
+            let dirty: Vec<u64> = data.iter().copied().filter(|&b| io.is_dirty(b)).collect();
+            self.stats.ordered_data_blocks += dirty.len() as u64;
+            io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         }
         // Descriptors and copies.
         let start = self.head;
@@ -783,11 +780,8 @@ impl JournalProtocol {
         self.stats.fua_writes += 1;
         self.stats.log_blocks += 1;
         if !data_first {
-            for &b in &data {
-                if io.is_dirty(b) {
-                    io.write_home(b, false);
-                }
-            }
+            let dirty: Vec<u64> = data.iter().copied().filter(|&b| io.is_dirty(b)).collect();
+            io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         }
         self.head = self.advance(commit_at);
         self.used += need;

@@ -107,6 +107,11 @@ pub enum IoStep {
     Flush,
 }
 
+/// Longest run of consecutive blocks a protocol writes with one request
+/// (1 MiB at 4 KiB blocks): large enough that write-back streams, small
+/// enough that one request does not hold a plan for long.
+pub(crate) const MAX_RUN_BLOCKS: usize = 256;
+
 /// A sequence of device operations a protocol asked for, executed in order
 /// by the core outside the file-system lock.
 #[derive(Debug, Default)]

@@ -106,9 +106,6 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use super::*;
 use crate::update::{BitmapKind, CounterKind, InodeField, LinkOp, MapOp, UpdateKind};
 
-/// Longest multi-block write of data (1 MiB at 4 KiB).
-const MAX_RUN_BLOCKS: usize = 256;
-
 /// The `sync` protocol.
 pub struct SyncProtocol {
     /// The current handle's metadata updates, in program order.
@@ -146,7 +143,7 @@ impl SyncProtocol {
 
     fn write_dirty(&mut self, io: &mut Io, flush: bool) {
         let dirty = io.dirty_blocks();
-        io.write_home_runs(&dirty, false, MAX_RUN_BLOCKS);
+        io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         if flush {
             io.flush();
         }
@@ -624,7 +621,7 @@ impl Protocol for SyncProtocol {
         fresh.dedup();
         fresh.retain(|&b| io.is_dirty(b));
         let any_data = !fresh.is_empty();
-        io.write_home_runs(&fresh, false, MAX_RUN_BLOCKS);
+        io.write_home_runs(&fresh, false, super::MAX_RUN_BLOCKS);
         if any_data {
             io.flush();
         }
