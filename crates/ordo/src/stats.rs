@@ -163,6 +163,26 @@ impl MountStats {
     }
 }
 
+/// Remove the stats files of images that no longer exist (scratch images
+/// of tests and benchmarks), unless their mount is still live: the figures
+/// of a mount are kept for as long as there is an image to ask about.
+pub fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        if let Ok(s) = MountStats::read(&path) {
+            if !s.image.exists() && s.state() != MountState::Live {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+}
+
 /// What a look-up found.
 #[derive(Debug)]
 pub enum Lookup {
@@ -389,6 +409,7 @@ impl Publisher {
             );
             p.warned = true;
         }
+        prune(&dir);
         p.write();
         p
     }
@@ -562,6 +583,29 @@ mod tests {
         ended.ended_unix = Some(ended.updated_unix);
         assert_eq!(ended.state(), MountState::Ended);
         assert!(format_stats(&ended, MountState::Ended, 0).contains("ended 2026-11-22"));
+    }
+
+    #[test]
+    fn files_of_removed_images_are_pruned_unless_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("kept.img");
+        std::fs::write(&img, b"x").unwrap();
+        let gone = dir.path().join("gone.img");
+        let me = std::process::id();
+        let mut kept = sample(me, pid_start_ticks(me));
+        kept.image = img.clone();
+        kept.ended_unix = Some(1);
+        let mut dead = kept.clone();
+        dead.image = gone.clone();
+        let mut live = sample(me, pid_start_ticks(me));
+        live.image = dir.path().join("gone-but-mounted.img");
+        for s in [&kept, &dead, &live] {
+            s.write(&stats_path(dir.path(), &s.image)).unwrap();
+        }
+        prune(dir.path());
+        assert!(stats_path(dir.path(), &img).exists());
+        assert!(!stats_path(dir.path(), &gone).exists());
+        assert!(stats_path(dir.path(), &live.image).exists());
     }
 
     #[test]
