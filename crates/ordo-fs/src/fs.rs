@@ -306,21 +306,46 @@ pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryR
             dev.block_size()
         )));
     }
-    let kind = if s.features.compat & ordo_format::features::compat::FAST_COMMIT != 0 {
-        protocol::ProtocolKind::FastCommit
-    } else {
-        protocol::ProtocolKind::Journal
-    };
-    let env = ProtocolEnv {
+    let kind = recovery_kind(protocol::ProtocolKind::Journal, &s);
+    let env = recovery_env(&s, 0, protocol::DataMode::Ordered);
+    protocol::recover(kind, dev, &env).map(Some)
+}
+
+/// The recovery a mount in `mode` runs: decided by the image as much as
+/// by the mode, since a journal can only be recovered whole. An image with
+/// fast commits gets the fast-commit replay (which replays JBD2 first)
+/// whether it is mounted `fast_commit` or `journal`, as the kernel replays
+/// them whatever the mount options; a JBD2 recovery alone would empty the
+/// log and discard fsynced fast commits.
+fn recovery_kind(mode: protocol::ProtocolKind, s: &Superblock) -> protocol::ProtocolKind {
+    use protocol::ProtocolKind::*;
+    match mode {
+        Journal | FastCommit
+            if s.features.compat & ordo_format::features::compat::FAST_COMMIT != 0 =>
+        {
+            FastCommit
+        }
+        Journal | FastCommit => Journal,
+        other => other,
+    }
+}
+
+/// What recovery is told of the image (and of the mount, for the
+/// protocol built after it on the same thread).
+fn recovery_env(
+    s: &Superblock,
+    commit_interval_ms: u64,
+    data_mode: protocol::DataMode,
+) -> ProtocolEnv {
+    ProtocolEnv {
         block_size: s.block_size(),
         block_count: s.blocks_count,
         uuid: s.uuid,
         journal_runs: Vec::new(),
-        commit_interval_ms: 0,
-        data_mode: protocol::DataMode::Ordered,
+        commit_interval_ms,
+        data_mode,
         metadata_csum: s.has_metadata_csum(),
-    };
-    protocol::recover(kind, dev, &env).map(Some)
+    }
 }
 
 /// What a read-only mount (or `ordo fsck -n`) reads: the device itself,
@@ -367,16 +392,8 @@ impl Fs {
         // The protocol's recovery (journal replay) runs before anything else
         // is read: group descriptors and the superblock may be in the log.
         if !opts.read_only && s.block_size() == dev.block_size() {
-            let env = ProtocolEnv {
-                block_size: s.block_size(),
-                block_count: s.blocks_count,
-                uuid: s.uuid,
-                journal_runs: Vec::new(),
-                commit_interval_ms: opts.commit_interval_ms,
-                data_mode: opts.data,
-                metadata_csum: s.has_metadata_csum(),
-            };
-            protocol::recover(opts.mode, dev.as_ref(), &env)?;
+            let env = recovery_env(&s, opts.commit_interval_ms, opts.data);
+            protocol::recover(recovery_kind(opts.mode, &s), dev.as_ref(), &env)?;
         }
         let (_, _, raw) = read_superblock(dev.as_ref())?;
         let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;

@@ -1,7 +1,9 @@
 //! A read-only mount of an image whose journal needs recovery serves the
 //! recovered file system (journal and fast commits replayed in memory)
 //! and never writes the image; a later read-write mount recovers it for
-//! real, to the same tree.
+//! real, to the same tree. And the recovery a mount runs is the image's:
+//! a `mode=journal` mount of an image a `fast_commit` mount left replays
+//! its fast commits too.
 
 use std::sync::Arc;
 
@@ -111,4 +113,24 @@ fn read_only_mount_of_a_live_journal_serves_the_recovered_tree() {
 #[test]
 fn read_only_mount_of_a_fast_commit_log_serves_the_replayed_tree() {
     check("has_journal,fast_commit", ProtocolKind::FastCommit);
+}
+
+#[test]
+fn a_journal_mount_replays_the_fast_commits_a_fast_commit_mount_left() {
+    let files: Vec<(&str, Vec<u8>)> = vec![("one", vec![0x33; 7000])];
+    let img = crashed(
+        &image("has_journal,fast_commit"),
+        ProtocolKind::FastCommit,
+        &files,
+    );
+    let dev = Arc::new(MemDevice::from_image(4096, &img).unwrap());
+    let fs = Fs::mount(dev, opts(ProtocolKind::Journal, false)).unwrap();
+    for (name, data) in &files {
+        assert_eq!(
+            &read_all(&fs, name),
+            data,
+            "mode=journal after fast commits"
+        );
+    }
+    fs.unmount().unwrap();
 }
