@@ -29,7 +29,7 @@ mod fast_commit_common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -51,51 +51,6 @@ const LATE: usize = 40;
 const GROWN: usize = 150;
 /// `EXT4_INDEX_FL`.
 const INDEX_FL: u32 = 0x1000;
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-/// A loop device with an optional mount, both undone on drop.
-struct Mounted {
-    dev: String,
-    mnt: Option<tempfile::TempDir>,
-}
-
-impl Mounted {
-    fn new(img: &Path, opts: &str) -> Self {
-        let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
-            .trim()
-            .to_string();
-        let mut m = Mounted { dev, mnt: None };
-        let dir = tempfile::tempdir().unwrap();
-        run(Command::new("mount")
-            .args(["-t", "ext4", "-o", opts])
-            .arg(&m.dev)
-            .arg(dir.path()));
-        m.mnt = Some(dir);
-        m
-    }
-    fn path(&self) -> PathBuf {
-        self.mnt.as_ref().unwrap().path().to_path_buf()
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if let Some(m) = &self.mnt {
-            let _ = Command::new("umount").arg(m.path()).status();
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-    }
-}
 
 fn big_name(i: usize) -> String {
     format!("entry-with-a-longish-name-{i:05}")
@@ -193,11 +148,6 @@ fn kernel_tree(img: &Path) -> BTreeMap<String, Node> {
     out
 }
 
-/// Replay by a read-write kernel mount, then unmount.
-fn kernel_replay(img: &Path) {
-    drop(Mounted::new(img, "rw"));
-}
-
 /// The tree of an image as ordo reads it (read-only mount).
 fn ordo_tree(dev: Arc<dyn BlockDevice>) -> BTreeMap<String, Node> {
     let fs = Fs::mount(
@@ -208,51 +158,24 @@ fn ordo_tree(dev: Arc<dyn BlockDevice>) -> BTreeMap<String, Node> {
         },
     )
     .unwrap();
-    let mut out = BTreeMap::new();
-    let mut todo = vec![(ROOT_INO, String::new())];
-    while let Some((dir, path)) = todo.pop() {
-        let mut off = 0;
-        loop {
-            let ents = fs.readdir(dir, off, 256).unwrap();
-            if ents.is_empty() {
-                break;
-            }
-            for e in &ents {
-                off = e.next_offset;
-                let name = String::from_utf8_lossy(&e.name).to_string();
-                if name == "." || name == ".." || (dir == ROOT_INO && name == "lost+found") {
-                    continue;
-                }
-                let p = if path.is_empty() {
-                    name
-                } else {
-                    format!("{path}/{name}")
-                };
-                let a = fs.getattr(e.ino).unwrap();
-                let (kind, size, content) = match e.kind {
-                    FileType::Directory => {
-                        todo.push((e.ino, p.clone()));
-                        ("dir", 0, Vec::new())
-                    }
-                    FileType::Regular => {
-                        ("file", a.size, fs.read(e.ino, 0, a.size as u32).unwrap())
-                    }
-                    _ => ("other", a.size, Vec::new()),
-                };
-                out.insert(
-                    p,
-                    Node {
-                        ino: e.ino as u64,
-                        kind,
-                        nlink: a.nlink as u64,
-                        size,
-                        content,
-                    },
-                );
-            }
-        }
-    }
-    out
+    ordo_walk(&fs, false)
+        .into_iter()
+        .map(|(p, a)| {
+            let (kind, size, content) = match a.kind {
+                FileType::Directory => ("dir", 0, Vec::new()),
+                FileType::Regular => ("file", a.size, fs.read(a.ino, 0, a.size as u32).unwrap()),
+                _ => ("other", a.size, Vec::new()),
+            };
+            let node = Node {
+                ino: a.ino as u64,
+                kind,
+                nlink: a.nlink as u64,
+                size,
+                content,
+            };
+            (p, node)
+        })
+        .collect()
 }
 
 /// Assert two trees are equal, naming the first difference.
@@ -531,14 +454,6 @@ fn logged_index_flag_over_a_directory_the_replay_builds() {
         GROWN
     );
     replay_is_idempotent_under_crashes(&cap, dir.path());
-}
-
-fn stat(fs: &Fs, name: &str) -> u64 {
-    let (_, s) = fs.protocol_stats();
-    s.iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .unwrap_or(0)
 }
 
 fn create_in(fs: &Fs, dir: u32, name: &str, data: &[u8]) -> u32 {

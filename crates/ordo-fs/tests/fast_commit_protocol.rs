@@ -29,14 +29,6 @@ fn opts() -> MountOptions {
     }
 }
 
-fn stat(fs: &Fs, name: &str) -> u64 {
-    let (_, s) = fs.protocol_stats();
-    s.iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .unwrap_or(0)
-}
-
 fn create(fs: &Fs, name: &str, data: &[u8]) -> u32 {
     let a = fs
         .create(
@@ -72,36 +64,16 @@ fn ordo_tree(dev: Arc<dyn BlockDevice>) -> BTreeMap<String, Vec<u8>> {
         },
     )
     .unwrap();
-    let mut out = BTreeMap::new();
-    let mut todo = vec![(ROOT_INO, String::new())];
-    while let Some((dir, path)) = todo.pop() {
-        let mut off = 0;
-        loop {
-            let ents = fs.readdir(dir, off, 64).unwrap();
-            if ents.is_empty() {
-                break;
-            }
-            for e in &ents {
-                off = e.next_offset;
-                let name = String::from_utf8_lossy(&e.name).to_string();
-                if name == "." || name == ".." || (dir == ROOT_INO && name == "lost+found") {
-                    continue;
-                }
-                let p = format!("{path}/{name}");
-                match e.kind {
-                    FileType::Directory => {
-                        out.insert(p.clone(), b"<dir>".to_vec());
-                        todo.push((e.ino, p));
-                    }
-                    _ => {
-                        let a = fs.getattr(e.ino).unwrap();
-                        out.insert(p, fs.read(e.ino, 0, a.size as u32).unwrap());
-                    }
-                }
-            }
-        }
-    }
-    out
+    ordo_walk(&fs, false)
+        .into_iter()
+        .map(|(p, a)| {
+            let content = match a.kind {
+                FileType::Directory => b"<dir>".to_vec(),
+                _ => fs.read(a.ino, 0, a.size as u32).unwrap(),
+            };
+            (format!("/{p}"), content)
+        })
+        .collect()
 }
 
 /// The whole tree of an image as ordo reads it, `lost+found` included
@@ -116,51 +88,26 @@ fn ordo_objs(img: &Path, bs: u32) -> BTreeMap<String, Obj> {
         },
     )
     .unwrap();
-    let mut out = BTreeMap::new();
-    let mut todo = vec![(ROOT_INO, String::new())];
-    while let Some((dir, path)) = todo.pop() {
-        let mut off = 0;
-        loop {
-            let ents = fs.readdir(dir, off, 64).unwrap();
-            if ents.is_empty() {
-                break;
-            }
-            for e in &ents {
-                off = e.next_offset;
-                let name = String::from_utf8_lossy(&e.name).to_string();
-                if name == "." || name == ".." {
-                    continue;
-                }
-                let p = if path.is_empty() {
-                    name
-                } else {
-                    format!("{path}/{name}")
-                };
-                let a = fs.getattr(e.ino).unwrap();
-                let (kind, content) = match e.kind {
-                    FileType::Directory => {
-                        todo.push((e.ino, p.clone()));
-                        ("dir", Vec::new())
-                    }
-                    FileType::Regular => ("file", fs.read(e.ino, 0, a.size as u32).unwrap()),
-                    FileType::Symlink => ("symlink", fs.readlink(e.ino).unwrap()),
-                    _ => ("other", Vec::new()),
-                };
-                let size = if kind == "dir" { 0 } else { a.size };
-                out.insert(
-                    p,
-                    Obj {
-                        kind,
-                        perm: a.perm as u32,
-                        nlink: a.nlink as u64,
-                        size,
-                        content,
-                    },
-                );
-            }
-        }
-    }
-    out
+    ordo_walk(&fs, true)
+        .into_iter()
+        .map(|(p, a)| {
+            let (kind, content) = match a.kind {
+                FileType::Directory => ("dir", Vec::new()),
+                FileType::Regular => ("file", fs.read(a.ino, 0, a.size as u32).unwrap()),
+                FileType::Symlink => ("symlink", fs.readlink(a.ino).unwrap()),
+                _ => ("other", Vec::new()),
+            };
+            let size = if kind == "dir" { 0 } else { a.size };
+            let obj = Obj {
+                kind,
+                perm: a.perm as u32,
+                nlink: a.nlink as u64,
+                size,
+                content,
+            };
+            (p, obj)
+        })
+        .collect()
 }
 
 #[test]

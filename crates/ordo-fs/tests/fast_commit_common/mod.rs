@@ -13,6 +13,7 @@ use std::process::Command;
 use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
 use ordo_format::Superblock;
 use ordo_fs::protocol::{self, DataMode, ProtocolEnv, ProtocolKind, RecoveryReport};
+use ordo_fs::{Attr, FileType, Fs, ROOT_INO};
 
 /// Whether a tool is on the PATH.
 pub fn have(tool: &str) -> bool {
@@ -56,7 +57,8 @@ pub fn can_loop_mount() -> bool {
     true
 }
 
-fn run(cmd: &mut Command) -> String {
+/// Run a command that must succeed; its standard output.
+pub fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -83,25 +85,45 @@ pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
         .arg(img));
 }
 
-struct LoopGuard {
+/// An image mounted by the kernel on a loop device; unmounted and
+/// detached when dropped.
+pub struct Mounted {
     dev: String,
-    mnt: Option<PathBuf>,
+    mnt: Option<tempfile::TempDir>,
 }
 
-impl Drop for LoopGuard {
-    fn drop(&mut self) {
-        if let Some(m) = &self.mnt {
-            let _ = Command::new("umount").arg(m).status();
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+impl Mounted {
+    /// `losetup` + `mount -t ext4 -o OPTS`.
+    pub fn new(img: &Path, opts: &str) -> Self {
+        let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
+            .trim()
+            .to_string();
+        let mut m = Mounted { dev, mnt: None };
+        let dir = tempfile::tempdir().unwrap();
+        run(Command::new("mount")
+            .args(["-t", "ext4", "-o", opts])
+            .arg(&m.dev)
+            .arg(dir.path()));
+        m.mnt = Some(dir);
+        m
+    }
+    /// The mount point.
+    pub fn path(&self) -> PathBuf {
+        self.mnt.as_ref().unwrap().path().to_path_buf()
+    }
+    /// The loop device.
+    pub fn dev(&self) -> &str {
+        &self.dev
     }
 }
 
-fn losetup(img: &Path) -> LoopGuard {
-    let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
-        .trim()
-        .to_string();
-    LoopGuard { dev, mnt: None }
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(m) = &self.mnt {
+            let _ = Command::new("umount").arg(m.path()).status();
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
 }
 
 /// Mount `img` with `-o commit=600` (no timer commit during the test),
@@ -110,19 +132,13 @@ fn losetup(img: &Path) -> LoopGuard {
 /// is still mounted: the copy holds the fast-commit log and nothing the
 /// next full commit or checkpoint would write.
 pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path)) {
-    let mnt = tempfile::tempdir().unwrap();
-    let mut g = losetup(img);
-    run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "commit=600"])
-        .arg(&g.dev)
-        .arg(mnt.path()));
-    g.mnt = Some(mnt.path().to_path_buf());
+    let m = Mounted::new(img, "commit=600");
     // Something to commit, so that the sync below is a real full commit.
-    write_fsync(&mnt.path().join("seed"), b"seed\n");
-    run(Command::new("sync").arg("-f").arg(mnt.path()));
-    work(mnt.path());
+    write_fsync(&m.path().join("seed"), b"seed\n");
+    run(Command::new("sync").arg("-f").arg(m.path()));
+    work(&m.path());
     run(Command::new("dd")
-        .arg(format!("if={}", g.dev))
+        .arg(format!("if={}", m.dev()))
         .arg(format!("of={}", captured.display()))
         .args(["bs=1M", "iflag=direct", "status=none"]));
 }
@@ -130,13 +146,7 @@ pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path
 /// Mount read-write (the kernel replays the JBD2 log and the fast
 /// commits), then unmount.
 pub fn kernel_replay(img: &Path) {
-    let mnt = tempfile::tempdir().unwrap();
-    let mut g = losetup(img);
-    run(Command::new("mount")
-        .args(["-t", "ext4"])
-        .arg(&g.dev)
-        .arg(mnt.path()));
-    g.mnt = Some(mnt.path().to_path_buf());
+    drop(Mounted::new(img, "rw"));
 }
 
 /// Make directories in an image before it is mounted (debugfs), so that
@@ -331,15 +341,46 @@ pub fn full_tree_of(img: &Path) -> BTreeMap<String, Obj> {
 }
 
 fn tree_of_with(img: &Path, lost_found: bool) -> BTreeMap<String, Obj> {
-    let mnt = tempfile::tempdir().unwrap();
-    let mut g = losetup(img);
-    run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "ro,noload"])
-        .arg(&g.dev)
-        .arg(mnt.path()));
-    g.mnt = Some(mnt.path().to_path_buf());
+    let m = Mounted::new(img, "ro,noload");
     let mut out = BTreeMap::new();
-    walk(mnt.path(), Path::new(""), &mut out, lost_found);
+    walk(&m.path(), Path::new(""), &mut out, lost_found);
+    out
+}
+
+/// Every object below the root of `fs` as ordo serves it, depth first:
+/// (path relative to the root, attributes). `.` and `..` are skipped, and
+/// the root's `lost+found` (with what is in it) unless `lost_found`.
+pub fn ordo_walk(fs: &Fs, lost_found: bool) -> Vec<(String, Attr)> {
+    let mut out = Vec::new();
+    let mut todo = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = todo.pop() {
+        let mut off = 0;
+        loop {
+            let ents = fs.readdir(dir, off, 256).unwrap();
+            if ents.is_empty() {
+                break;
+            }
+            for e in &ents {
+                off = e.next_offset;
+                let name = String::from_utf8_lossy(&e.name).to_string();
+                if name == "." || name == ".." {
+                    continue;
+                }
+                if !lost_found && dir == ROOT_INO && name == "lost+found" {
+                    continue;
+                }
+                let p = if path.is_empty() {
+                    name
+                } else {
+                    format!("{path}/{name}")
+                };
+                if e.kind == FileType::Directory {
+                    todo.push((e.ino, p.clone()));
+                }
+                out.push((p, fs.getattr(e.ino).unwrap()));
+            }
+        }
+    }
     out
 }
 
@@ -357,4 +398,13 @@ pub fn assert_same_tree(a: &BTreeMap<String, Obj>, b: &BTreeMap<String, Obj>) {
         );
         assert!(va.content == vb.content, "{k}: contents differ");
     }
+}
+
+/// One of the protocol's statistics (0 when it has none of that name).
+pub fn stat(fs: &Fs, name: &str) -> u64 {
+    let (_, s) = fs.protocol_stats();
+    s.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or(0)
 }
