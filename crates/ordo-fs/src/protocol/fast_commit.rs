@@ -540,50 +540,30 @@ impl FastCommitProtocol {
         io.write_home_runs(&data, false, super::MAX_RUN_BLOCKS);
         let unflushed_before = self.data_mode == DataMode::Writeback;
         let single = blocks.len() == 1;
-        let last = blocks.len() - 1;
         // The blocks before the tail's, one request per physically
-        // contiguous run of the area.
-        let mut run: Option<(u64, Vec<u8>)> = None;
-        for (i, (img, p)) in blocks.into_iter().zip(&phys).enumerate() {
-            if i < last {
-                match &mut run {
-                    Some((start, data))
-                        if *start + (data.len() / bs) as u64 == *p
-                            && data.len() / bs < super::MAX_RUN_BLOCKS =>
-                    {
-                        data.extend_from_slice(&img);
-                    }
-                    _ => {
-                        if let Some((start, data)) = run.take() {
-                            io.write_raw(
-                                start,
-                                Arc::new(data),
-                                WriteFlags::new(BlockClass::FastCommit),
-                            );
-                        }
-                        run = Some((*p, img));
-                    }
-                }
-                continue;
-            }
-            if let Some((start, data)) = run.take() {
-                io.write_raw(
-                    start,
-                    Arc::new(data),
-                    WriteFlags::new(BlockClass::FastCommit),
-                );
-            }
-            let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
-            // Selective flushing: a lone block with nothing volatile under
-            // it needs no flush; its FUA makes it durable.
-            let needs_flush = !single || wrote_data || unflushed_before;
-            if needs_flush && !skip {
-                io.flush();
-                self.stats.flushes += 1;
-            }
-            io.write_raw(*p, Arc::new(img), WriteFlags::fua(BlockClass::FastCommit));
-            self.stats.fua_writes += 1;
+        // contiguous run of the area; then the tail's.
+        let mut blocks = blocks;
+        let tail = blocks.pop().expect("a commit has a tail block");
+        let tail_at = phys[blocks.len()];
+        let body = blocks
+            .into_iter()
+            .zip(&phys)
+            .map(|(img, &p)| (p, BlockClass::FastCommit, img));
+        io.write_raw_runs(body, false);
+        let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
+        // Selective flushing: a lone block with nothing volatile under it
+        // needs no flush; its FUA makes it durable.
+        let needs_flush = !single || wrote_data || unflushed_before;
+        if needs_flush && !skip {
+            io.flush();
+            self.stats.flushes += 1;
         }
+        io.write_raw(
+            tail_at,
+            Arc::new(tail),
+            WriteFlags::fua(BlockClass::FastCommit),
+        );
+        self.stats.fua_writes += 1;
         self.stats.fc_blocks += need as u64;
         if single {
             self.stats.single_block += 1;

@@ -454,31 +454,12 @@ impl JournalProtocol {
     /// block still needs no flush.
     pub(crate) fn write_pre_replay_home(&mut self, io: &mut Io) -> u32 {
         let behind = std::mem::take(&mut self.pre_replay_behind);
-        let mut writes = 0;
-        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
-        for b in behind {
-            let Some(c) = self.committed.get(&b) else {
-                continue;
-            };
-            match &mut run {
-                Some((at, class, buf))
-                    if *class == c.class && *at + (buf.len() / self.bs as usize) as u64 == b =>
-                {
-                    buf.extend_from_slice(&c.copy);
-                }
-                _ => {
-                    if let Some((at, class, buf)) = run.take() {
-                        io.write_raw(at, Arc::new(buf), WriteFlags::fua(class));
-                        writes += 1;
-                    }
-                    run = Some((b, c.class, c.copy.to_vec()));
-                }
-            }
-        }
-        if let Some((at, class, buf)) = run.take() {
-            io.write_raw(at, Arc::new(buf), WriteFlags::fua(class));
-            writes += 1;
-        }
+        let copies = behind.into_iter().filter_map(|b| {
+            self.committed
+                .get(&b)
+                .map(|c| (b, c.class, c.copy.as_slice()))
+        });
+        let writes = io.write_raw_runs(copies, true);
         self.stats.fua_writes += writes as u64;
         writes
     }
@@ -541,32 +522,18 @@ impl JournalProtocol {
     /// Append log blocks (already encoded, in log order starting at
     /// `start`), one write per physically contiguous run.
     fn write_log(&mut self, io: &mut Io, start: u32, blocks: Vec<Arc<Vec<u8>>>) {
-        let bs = self.bs as usize;
         let mut lb = start;
-        let mut run_start: Option<(u64, Vec<u8>)> = None;
-        let mut expected_next = 0u64;
+        let mut placed = Vec::with_capacity(blocks.len());
         for img in blocks {
             let p = self.map.phys(lb).expect("log block is mapped");
-            match &mut run_start {
-                Some((_, buf)) if p == expected_next && buf.len() < (1 << 20) => {
-                    buf.extend_from_slice(&img);
-                }
-                _ => {
-                    if let Some((at, buf)) = run_start.take() {
-                        io.write_raw(at, Arc::new(buf), WriteFlags::new(BlockClass::Journal));
-                    }
-                    let mut buf = Vec::with_capacity(bs * 8);
-                    buf.extend_from_slice(&img);
-                    run_start = Some((p, buf));
-                }
-            }
-            expected_next = p + 1;
+            placed.push((p, BlockClass::Journal, img));
             lb = self.advance(lb);
-            self.stats.log_blocks += 1;
         }
-        if let Some((at, buf)) = run_start.take() {
-            io.write_raw(at, Arc::new(buf), WriteFlags::new(BlockClass::Journal));
-        }
+        self.stats.log_blocks += placed.len() as u64;
+        io.write_raw_runs(
+            placed.iter().map(|(p, c, img)| (*p, *c, img.as_slice())),
+            false,
+        );
     }
 
     /// Write every committed copy home, flush, and move the tail to the
@@ -576,35 +543,22 @@ impl JournalProtocol {
             return;
         }
         let committed = std::mem::take(&mut self.committed);
-        // Home blocks ascending: neighbours of one class go in one write.
-        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
-        for (block, c) in committed {
+        for (&block, c) in &committed {
             debug_assert!(block != self.super_block || self.recover_flag_set);
             if io.cache.generation(block) == c.generation && io.cache.is_dirty(block) {
                 // Pin so the core marks it clean once the copy is home.
                 io.cache.pin(block);
                 io.plan.pinned.push((block, c.generation));
             }
-            self.stats.checkpoint_blocks += 1;
-            match &mut run {
-                Some((at, class, buf))
-                    if *class == c.class
-                        && *at + (buf.len() / self.bs as usize) as u64 == block
-                        && buf.len() < (1 << 20) =>
-                {
-                    buf.extend_from_slice(&c.copy);
-                }
-                _ => {
-                    if let Some((at, class, buf)) = run.take() {
-                        io.write_raw(at, Arc::new(buf), WriteFlags::new(class));
-                    }
-                    run = Some((block, c.class, c.copy.to_vec()));
-                }
-            }
         }
-        if let Some((at, class, buf)) = run.take() {
-            io.write_raw(at, Arc::new(buf), WriteFlags::new(class));
-        }
+        self.stats.checkpoint_blocks += committed.len() as u64;
+        // Home blocks ascending: neighbours of one class go in one write.
+        io.write_raw_runs(
+            committed
+                .iter()
+                .map(|(&b, c)| (b, c.class, c.copy.as_slice())),
+            false,
+        );
         self.flush(io);
         self.in_log.clear();
         self.pre_replay_behind.clear();

@@ -111,6 +111,8 @@ pub enum IoStep {
 /// (1 MiB at 4 KiB blocks): large enough that write-back streams, small
 /// enough that one request does not hold a plan for long.
 pub(crate) const MAX_RUN_BLOCKS: usize = 256;
+/// The same bound for raw images ([`Io::write_raw_runs`]), in bytes.
+pub(crate) const MAX_RUN_BYTES: usize = 1 << 20;
 
 /// A sequence of device operations a protocol asked for, executed in order
 /// by the core outside the file-system lock.
@@ -279,6 +281,42 @@ impl<'a> Io<'a> {
     pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {
         assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
         self.plan.steps.push(IoStep::Write { block, data, flags });
+    }
+    /// Like [`Io::write_raw`] for a sequence of block images, in order,
+    /// each joined to the write before it when it is the next block on disk
+    /// and of the same class (at most [`MAX_RUN_BYTES`] per write);
+    /// returns the writes appended.
+    pub fn write_raw_runs<D: AsRef<[u8]>>(
+        &mut self,
+        blocks: impl IntoIterator<Item = (u64, BlockClass, D)>,
+        fua: bool,
+    ) -> u32 {
+        let bs = self.cache.block_size() as usize;
+        let mut writes = 0;
+        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
+        for (b, class, img) in blocks {
+            match &mut run {
+                Some((at, c, buf))
+                    if *c == class
+                        && *at + (buf.len() / bs) as u64 == b
+                        && buf.len() < MAX_RUN_BYTES =>
+                {
+                    buf.extend_from_slice(img.as_ref());
+                }
+                _ => {
+                    if let Some((at, c, buf)) = run.take() {
+                        self.write_raw(at, Arc::new(buf), WriteFlags { fua, class: c });
+                        writes += 1;
+                    }
+                    run = Some((b, class, img.as_ref().to_vec()));
+                }
+            }
+        }
+        if let Some((at, c, buf)) = run {
+            self.write_raw(at, Arc::new(buf), WriteFlags { fua, class: c });
+            writes += 1;
+        }
+        writes
     }
     /// Append a cache flush.
     pub fn flush(&mut self) {
