@@ -12,9 +12,8 @@ mode=${1:-async}
 
 die() { echo "demo: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (FUSE mounts with allow_other)"
-for cmd in fusermount3 e2fsck sqlite3 git tar; do
-  command -v "$cmd" >/dev/null || die "$cmd is missing (scripts/test.sh installs everything)"
-done
+# Every program ordo drives, installed up front (the same list the tests use).
+bash scripts/deps.sh
 [ -c /dev/fuse ] || die "/dev/fuse is missing"
 
 echo "== building ordo"

@@ -3,10 +3,15 @@
 # crate, including the ones that mount ordo through FUSE and the kernel's
 # ext4 on loop devices.
 #
-# Installs the Debian packages the tests drive when their commands are
-# missing (fuse3, e2fsprogs, sqlite3, git, ...), then refuses loudly when
-# the machine cannot mount: the mount tests must never pass by being
-# skipped.
+# Installs every program the tests, benchmarks and demo drive
+# (scripts/deps.sh: fuse3, e2fsprogs, sqlite3, git, postmark, fsmark, fio,
+# dbench, ...) before cargo runs, then refuses loudly when the machine
+# cannot mount: the mount tests must never pass by being skipped.
+#
+# With CI=true (or ORDO_TEST_FIRST_USE=1) it also proves that `ordo bench`'s
+# install-on-first-use fallback cannot race: it removes postmark and fsmark,
+# runs the benchmark smoke test (several workloads at once, each needing one
+# of them), and checks they are back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,36 +19,9 @@ die() { echo "scripts/test.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (the tests mount FUSE and loop file systems)"
 
-# command -> Debian package providing it
-declare -A provider=(
-  [fusermount3]=fuse3
-  [mkfs.ext4]=e2fsprogs
-  [e2fsck]=e2fsprogs
-  [dumpe2fs]=e2fsprogs
-  [sqlite3]=sqlite3
-  [git]=git
-  [losetup]=mount
-  [mount]=mount
-  [tar]=tar
-  [diff]=diffutils
-  [find]=findutils
-  [cc]=gcc
-)
-missing=()
-for cmd in "${!provider[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${provider[$cmd]}")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
-  echo "scripts/test.sh: installing $pkgs"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # shellcheck disable=SC2086
-  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
-fi
-for cmd in "${!provider[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || die "$cmd is still missing after installing ${provider[$cmd]}"
-done
+# Every program any test, benchmark or the demo drives, installed up front
+# (one list, scripts/deps.sh), before cargo runs anything.
+bash scripts/deps.sh
 
 # The devices the mount tests need.
 [ -c /dev/fuse ] || modprobe fuse 2>/dev/null || true
@@ -60,6 +38,13 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+if [ "${CI:-}" = true ] || [ "${ORDO_TEST_FIRST_USE:-}" = 1 ]; then
+  echo "== ordo bench installs on first use, without racing (postmark, fsmark removed)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 remove -y -qq postmark fsmark >/dev/null
+  ! command -v postmark >/dev/null || die "postmark still installed after apt-get remove"
+  cargo test -p ordo-bench --test smoke
+  bash scripts/deps.sh --check || die "the smoke test did not reinstall what it removed"
+fi
 echo "== cargo test"
 cargo test --workspace
 echo "scripts/test.sh: all tests passed"

@@ -156,9 +156,32 @@ pub fn which(program: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Serialises `ensure_program` within the process: the smoke test and
+/// `ordo bench` run several workloads at once, and two of them missing a
+/// program must not start two `apt-get`s.
+static INSTALL_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How long `apt-get` waits for the dpkg lock held by another process
+/// (apt's own `DPkg::Lock::Timeout`), in seconds.
+const DPKG_LOCK_TIMEOUT_S: u32 = 600;
+
 /// Makes sure `program` is installed, installing the Debian package
 /// `package` with apt-get when it is missing and we are root.
+///
+/// `scripts/deps.sh` installs every program up front; this is the fallback
+/// for interactive `ordo bench` on a machine where it never ran. It never
+/// races: calls are serialised within the process, and apt-get waits for
+/// the dpkg lock another process holds instead of failing.
 pub fn ensure_program(program: &str, package: &str) -> Result<std::path::PathBuf> {
+    if let Some(p) = which(program) {
+        return Ok(p);
+    }
+    // A poisoned lock only means another install panicked; the lock
+    // protects no data, so go on.
+    let _guard = INSTALL_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Another thread may have installed it while we waited.
     if let Some(p) = which(program) {
         return Ok(p);
     }
@@ -166,14 +189,33 @@ pub fn ensure_program(program: &str, package: &str) -> Result<std::path::PathBuf
     let root = unsafe { libc::geteuid() } == 0;
     if root && which("apt-get").is_some() {
         eprintln!("ordo bench: {program} not found; installing Debian package {package}");
-        run(Command::new("apt-get").args(["install", "-y", "-q", package]))?;
+        let lock = format!("DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_S}");
+        let install = || {
+            run(Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args([
+                    "-o",
+                    &lock,
+                    "install",
+                    "-y",
+                    "-q",
+                    "--no-install-recommends",
+                    package,
+                ]))
+        };
+        if install().is_err() {
+            // A machine that never ran `apt-get update` has no package
+            // lists; fetch them once and try again.
+            run(Command::new("apt-get").args(["-o", &lock, "update", "-q"]))?;
+            install()?;
+        }
         if let Some(p) = which(program) {
             return Ok(p);
         }
     }
     Err(BenchError::Missing {
         program: program.into(),
-        hint: format!("install the Debian package `{package}` (apt-get install -y {package})"),
+        hint: format!("install the Debian package `{package}` (scripts/deps.sh installs every program ordo drives)"),
     })
 }
 

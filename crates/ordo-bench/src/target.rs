@@ -74,6 +74,9 @@ pub enum TargetKind {
         mode: ProtocolKind,
         /// JBD2 data mode.
         data: DataMode,
+        /// Commit interval in seconds (`commit=`); `None`: the library's
+        /// default.
+        commit_s: Option<u64>,
     },
 }
 
@@ -88,7 +91,7 @@ pub struct TargetSpec {
 
 /// The names `--targets` accepts, for messages.
 pub const TARGET_NAMES: &str = "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, \
-tmpfs, ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D] (MODE: async, sync, journal, fast_commit)";
+tmpfs, ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S] (MODE: async, sync, journal, fast_commit)";
 
 impl std::str::FromStr for TargetSpec {
     type Err = BenchError;
@@ -120,17 +123,28 @@ impl std::str::FromStr for TargetSpec {
                     .parse::<ProtocolKind>()
                     .map_err(bad)?;
                 let mut data = DataMode::default();
+                let mut commit_s = None;
                 for opt in parts {
                     match opt.split_once('=') {
                         Some(("data", d)) => data = d.parse::<DataMode>().map_err(bad)?,
+                        Some(("commit", c)) => {
+                            commit_s =
+                                Some(c.parse::<u64>().ok().filter(|&c| c > 0).ok_or_else(|| {
+                                    bad(format!("commit={c}: not a positive number of seconds"))
+                                })?)
+                        }
                         _ => {
                             return Err(bad(format!(
-                                "unknown option '{opt}' (ordo-lib takes data=)"
+                                "unknown option '{opt}' (ordo-lib takes data= and commit=)"
                             )))
                         }
                     }
                 }
-                TargetKind::OrdoLib { mode, data }
+                TargetKind::OrdoLib {
+                    mode,
+                    data,
+                    commit_s,
+                }
             }
             _ => return Err(bad("unknown target".into())),
         };
@@ -530,7 +544,11 @@ impl Instance {
                 };
                 self.wait_for_fuse()?;
             }
-            TargetKind::OrdoLib { mode, data } => {
+            TargetKind::OrdoLib {
+                mode,
+                data,
+                commit_s,
+            } => {
                 let path = self.device_path().to_path_buf();
                 let bs = ext4_block_size(&path)?;
                 let dev = Arc::new(
@@ -544,12 +562,15 @@ impl Instance {
                     )),
                     None => None,
                 };
+                let defaults = MountOptions::default();
                 let opts = MountOptions {
                     mode: *mode,
                     data: *data,
+                    commit_interval_ms: commit_s
+                        .map_or(defaults.commit_interval_ms, |s| s.saturating_mul(1000)),
                     // Virtual time must not depend on a timer thread.
                     background: timed.is_none(),
-                    ..MountOptions::default()
+                    ..defaults
                 };
                 let fs = Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
                     .map_err(|e| self.err(format!("mount: {e}")))?;
@@ -836,10 +857,28 @@ mod tests {
             t.kind,
             TargetKind::OrdoLib {
                 mode: ProtocolKind::Sync,
-                data: DataMode::Ordered
+                data: DataMode::Ordered,
+                commit_s: None,
             }
         );
-        for bad in ["ext4:foo", "ordo:nope", "zfs", "ordo-lib:async,cache=1", ""] {
+        let t: TargetSpec = "ordo-lib:fast_commit,commit=600".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::OrdoLib {
+                mode: ProtocolKind::FastCommit,
+                data: DataMode::Ordered,
+                commit_s: Some(600),
+            }
+        );
+        for bad in [
+            "ext4:foo",
+            "ordo:nope",
+            "zfs",
+            "ordo-lib:async,cache=1",
+            "ordo-lib:async,commit=0",
+            "ordo-lib:async,commit=x",
+            "",
+        ] {
             let e = bad.parse::<TargetSpec>().unwrap_err();
             assert!(e.to_string().contains("known:"), "{bad}: {e}");
         }
