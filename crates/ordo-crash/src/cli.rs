@@ -18,7 +18,7 @@ use ordo_fs::{DataMode, ProtocolKind};
 
 use crate::backend::ImageParams;
 use crate::error::CrashError;
-use crate::explore::{self, E2fsckPolicy, ExploreParams, LogFault, StateId};
+use crate::explore::{self, E2fsckPolicy, ExploreParams, JudgePolicy, LogFault, StateId};
 use crate::report::{self, Report};
 use crate::states::StateParams;
 use crate::workload::WorkloadParams;
@@ -35,7 +35,7 @@ pub struct CrashArgs {
     /// JBD2 data mode (ordered, writeback, journal).
     #[arg(long, default_value = "ordered")]
     pub data: DataMode,
-    /// seq1, seq2, random, or a scenario file.
+    /// seq1, seq2, random, mix, or a scenario file.
     #[arg(long, short = 'w')]
     pub workload: Option<String>,
     /// Check at most N states (a seeded sample of all of them).
@@ -68,6 +68,13 @@ pub struct CrashArgs {
     /// Run e2fsck -fn on every K-th state.
     #[arg(long, default_value_t = 100, conflicts_with_all = ["no_e2fsck", "e2fsck_every"])]
     pub e2fsck_sample: usize,
+    /// Recover every K-th state also with the kernel (loop mount) and
+    /// `e2fsck -fy` and compare with ordo's recovery (journal, fast_commit).
+    #[arg(long, default_value_t = crate::explore::JUDGE_SAMPLE_DEFAULT, conflicts_with = "no_judge")]
+    pub judge_every: usize,
+    /// Never run the kernel / `e2fsck -fy` judge.
+    #[arg(long)]
+    pub no_judge: bool,
     /// Upper bound of states per crash point (all subsets below it).
     #[arg(long, default_value_t = StateParams::default().max_states_per_point)]
     pub states_per_point: usize,
@@ -107,9 +114,62 @@ pub struct CrashArgs {
     pub fault: Option<LogFault>,
 }
 
+/// `ordo crash soak`: random workloads, seed after seed, until a target of
+/// states (crate::soak).
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// Consistency protocol.
+    #[arg(long, required_unless_present = "summary")]
+    pub mode: Option<ProtocolKind>,
+    /// JBD2 data mode (ordered, writeback, journal).
+    #[arg(long, default_value = "ordered")]
+    pub data: DataMode,
+    /// States to check over all shards.
+    #[arg(long, default_value_t = crate::soak::SOAK_TARGET_DEFAULT)]
+    pub target: u64,
+    /// Directory of the seed reports (default: soak/MODE-DATA).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Run only shard I of N (seeds I, I+N, ...; target/N states).
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<(usize, usize)>,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    pub first_seed: u64,
+    /// The seeded workload: mix (every operation, a directory past one
+    /// block) or random.
+    #[arg(long, short = 'w', default_value = "mix")]
+    pub workload: String,
+    /// Operations per random sequence.
+    #[arg(long, default_value_t = crate::soak::SOAK_RANDOM_OPS_DEFAULT)]
+    pub random_ops: usize,
+    /// Worker threads (default: one per core).
+    #[arg(long, short = 'j', default_value_t = 0)]
+    pub jobs: usize,
+    /// Run e2fsck -fn on every K-th state of a seed (0: never).
+    #[arg(long, default_value_t = 100)]
+    pub e2fsck_sample: usize,
+    /// Kernel / e2fsck -fy judge on every K-th state of a seed (0: never).
+    #[arg(long, default_value_t = crate::explore::JUDGE_SAMPLE_DEFAULT)]
+    pub judge_every: usize,
+    /// Only merge the seed reports of these soak directories and print the
+    /// summary.
+    #[arg(long, num_args = 1..)]
+    pub summary: Vec<PathBuf>,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// No line per seed.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
 /// Subcommands of `ordo crash`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum CrashCommand {
+    /// Random workloads over seed after seed until a target number of
+    /// states (default 1,000,000), sharded and resumable.
+    Soak(SoakArgs),
     /// Combine the JSON reports of the shards of one run.
     Merge {
         /// Reports to merge.
@@ -176,6 +236,11 @@ impl CrashArgs {
         } else {
             E2fsckPolicy::Sample(self.e2fsck_sample.max(1))
         };
+        p.judge = if self.no_judge || self.judge_every == 0 {
+            JudgePolicy::Never
+        } else {
+            JudgePolicy::Sample(self.judge_every)
+        };
         p.image = ImageParams {
             size_mib: self.size_mib,
             block_size: self.block_size,
@@ -198,6 +263,9 @@ impl CrashArgs {
 /// Run `ordo crash` with parsed arguments; prints the summary and returns
 /// the exit status.
 pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
+    if let Some(CrashCommand::Soak(s)) = &args.command {
+        return run_soak(s);
+    }
     if let Some(CrashCommand::Merge { reports, json }) = &args.command {
         let mut loaded = Vec::new();
         for path in reports {
@@ -223,6 +291,60 @@ pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
         report.write_json(path)?;
     }
     Ok(if report.failures_total == 0 { 0 } else { 1 })
+}
+
+fn run_soak(a: &SoakArgs) -> Result<i32, CrashError> {
+    use crate::soak::{soak, summarize, SoakParams};
+    let summary = if !a.summary.is_empty() {
+        summarize(&a.summary)?
+    } else {
+        let mode = a
+            .mode
+            .ok_or_else(|| CrashError::Invalid("--mode is required".into()))?;
+        let mut t = ExploreParams::new(mode, &a.workload);
+        t.data = a.data;
+        t.workload_params = WorkloadParams {
+            random_ops: a.random_ops,
+            ..WorkloadParams::default()
+        };
+        t.jobs = a.jobs;
+        t.e2fsck = if a.e2fsck_sample == 0 {
+            E2fsckPolicy::Never
+        } else {
+            E2fsckPolicy::Sample(a.e2fsck_sample)
+        };
+        t.judge = if a.judge_every == 0 {
+            JudgePolicy::Never
+        } else {
+            JudgePolicy::Sample(a.judge_every)
+        };
+        t.minimize_max = 5;
+        let dir = a.dir.clone().unwrap_or_else(|| {
+            PathBuf::from(format!(
+                "soak/{}-{}-{}",
+                a.workload,
+                mode.name(),
+                explore::data_name(a.data)
+            ))
+        });
+        let (i, n) = a.shard.unwrap_or((0, 1));
+        let p = SoakParams {
+            template: t,
+            target: a.target,
+            shard: (i as u64, n as u64),
+            first_seed: a.first_seed,
+            dir,
+            verbose: !a.quiet,
+        };
+        soak(&p)?
+    };
+    print!("{}", summary.text());
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| CrashError::Invalid(format!("JSON: {e}")))?;
+        std::fs::write(path, text).map_err(|e| CrashError::io(format!("writing {path}"), e))?;
+    }
+    Ok(if summary.failing_states == 0 { 0 } else { 1 })
 }
 
 /// Parse `args` (the words after `ordo crash`) and run. `--help` prints

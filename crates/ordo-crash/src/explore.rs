@@ -79,6 +79,20 @@ pub enum E2fsckPolicy {
     Sample(usize),
 }
 
+/// When to run the second judge (`crate::judge`): the kernel's and
+/// `e2fsck -fy`'s recovery of the crash image compared with ordo's. Only
+/// for protocols whose log the kernel replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JudgePolicy {
+    /// Never.
+    Never,
+    /// On every k-th state of the global order (deterministic).
+    Sample(usize),
+}
+
+/// The default sample of the second judge: every 50th state.
+pub const JUDGE_SAMPLE_DEFAULT: usize = 50;
+
 /// A deliberate fault injected into recorded logs, to show the explorer
 /// catches a protocol that does not order what it depends on. Test-only.
 #[doc(hidden)]
@@ -213,6 +227,8 @@ pub struct ExploreParams {
     pub shard: Option<(usize, usize)>,
     /// When to run e2fsck.
     pub e2fsck: E2fsckPolicy,
+    /// When to run the kernel and `e2fsck -fy` as a second judge.
+    pub judge: JudgePolicy,
     /// Geometry of the image.
     pub image: ImageParams,
     /// Failing states to minimize (each costs a few checks per write).
@@ -242,6 +258,7 @@ impl ExploreParams {
             jobs: 0,
             shard: None,
             e2fsck: E2fsckPolicy::Sample(100),
+            judge: JudgePolicy::Sample(JUDGE_SAMPLE_DEFAULT),
             image: ImageParams::default(),
             minimize_max: 20,
             progress: false,
@@ -276,7 +293,9 @@ impl ExploreParams {
             o.push(format!("--block-size {}", self.image.block_size));
         }
         let w = WorkloadParams::default();
-        if self.workload == "random" && self.workload_params.random_ops != w.random_ops {
+        if (self.workload == "random" || self.workload == "mix")
+            && self.workload_params.random_ops != w.random_ops
+        {
             o.push(format!("--random-ops {}", self.workload_params.random_ops));
         }
         if self.workload == "seq2" && self.workload_params.seq2_max != w.seq2_max {
@@ -333,6 +352,7 @@ struct Job {
     rec: usize,
     spec: StateSpec,
     e2fsck: bool,
+    judge: bool,
 }
 
 /// Record the sequences of a workload (all, or just `only`).
@@ -435,6 +455,7 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
             rec: ri,
             spec,
             e2fsck: false,
+            judge: false,
         }));
     }
     report.states_total = all.len() as u64;
@@ -444,6 +465,11 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
             E2fsckPolicy::Never => false,
             E2fsckPolicy::Sample(k) => k > 0 && g % k == 0,
         } || p.only_state.is_some();
+        job.judge = crate::judge::applies_to(p.mode)
+            && match p.judge {
+                JudgePolicy::Never => false,
+                JudgePolicy::Sample(k) => k > 0 && g % k == 0,
+            };
     }
     let mut jobs_list: Vec<Job> = match p.shard {
         Some((i, n)) => all
@@ -490,7 +516,7 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
         ProgressBar::hidden()
     };
     let started = Instant::now();
-    let outcomes: Vec<(Vec<Failure>, bool)> = jobs_list
+    let outcomes: Vec<(Vec<Failure>, bool, Vec<oracle::Note>)> = jobs_list
         .par_iter()
         .map(|job| {
             let rec = &recs[job.rec];
@@ -498,10 +524,11 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
                 mode: p.mode,
                 data: p.data,
                 e2fsck: job.e2fsck,
+                judge: job.judge,
             };
-            let (failures, _) = oracle::check_state(rec, &job.spec, &params, &hooks);
+            let (failures, notes, _) = oracle::check_state_noted(rec, &job.spec, &params, &hooks);
             bar.inc(1);
-            (failures, job.e2fsck)
+            (failures, job.e2fsck, notes)
         })
         .collect();
     bar.finish_and_clear();
@@ -514,9 +541,15 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
     };
 
     let mut failing = Vec::new();
-    for (job, (failures, e2)) in jobs_list.iter().zip(&outcomes) {
+    for (job, (failures, e2, notes)) in jobs_list.iter().zip(&outcomes) {
         let classes: Vec<FailureClass> = failures.iter().map(|f| f.class).collect();
         report.count(&classes, *e2);
+        if job.judge {
+            report.judged += 1;
+        }
+        for n in notes {
+            *report.notes.entry(n.name().to_string()).or_default() += 1;
+        }
         if !failures.is_empty() {
             failing.push((job, failures));
         }
@@ -614,10 +647,14 @@ fn minimize(
         .copied()
         .filter(|&i| i >= epoch_start && !is_fua(i))
         .collect();
+    // The judge runs again only when the failure is its own.
     let params = CheckParams {
         mode: p.mode,
         data: p.data,
         e2fsck: false,
+        judge: classes
+            .iter()
+            .any(|c| matches!(c, FailureClass::KernelReplay | FailureClass::E2fsckReplay)),
     };
     for &w in candidates.iter().rev().take(TRIALS_MAX) {
         let mut trial = current.clone();
@@ -641,7 +678,7 @@ fn keep_images(
     p: &ExploreParams,
     recs: &[Arc<Recording>],
     jobs: &[Job],
-    outcomes: &[(Vec<Failure>, bool)],
+    outcomes: &[(Vec<Failure>, bool, Vec<oracle::Note>)],
     dir: &std::path::Path,
 ) -> Result<(), CrashError> {
     const KEPT_MAX: usize = 20;
@@ -649,7 +686,7 @@ fn keep_images(
         .map_err(|e| CrashError::io(format!("creating {}", dir.display()), e))?;
     let hooks = oracle::hooks_for(p.mode);
     let mut kept = 0;
-    for (job, (failures, _)) in jobs.iter().zip(outcomes) {
+    for (job, (failures, _, _)) in jobs.iter().zip(outcomes) {
         if p.only_state.is_none() && (failures.is_empty() || kept >= KEPT_MAX) {
             continue;
         }
@@ -668,6 +705,7 @@ fn keep_images(
             mode: p.mode,
             data: p.data,
             e2fsck: false,
+            judge: false,
         };
         let (_, recovered) = oracle::check_state(rec, &job.spec, &params, &hooks);
         let rec_path = dir.join(format!("state-{id}.recovered.img"));

@@ -20,12 +20,14 @@ pub mod cli;
 pub mod error;
 pub mod explore;
 pub mod fuse;
+pub mod judge;
 pub mod log;
 pub mod model;
 pub mod oracle;
 pub mod pattern;
 pub mod record;
 pub mod report;
+pub mod soak;
 pub mod states;
 pub mod workload;
 

@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ordo_dev::MemDevice;
-use ordo_fs::{Creds, DataMode, FallocFlags, FileType, Fs, ProtocolKind, SetAttr};
+use ordo_fs::{Creds, DataMode, FallocFlags, FileType, Fs, Ino, ProtocolKind, SetAttr};
 
 use crate::backend;
 use crate::error::CrashError;
 use crate::fuse::FuseMount;
 use crate::log::{LogEvent, Recorder};
-use crate::model::{Applied, NodeData, NodeId, Tree};
+use crate::model::{Applied, Node, NodeData, NodeId, Tree};
 use crate::workload::{Op, Sequence};
 
 /// What a promise covers.
@@ -65,6 +65,50 @@ pub struct Recording {
     /// `promises[0]` is the base; the others in the order they were made
     /// (the log's marks name them).
     pub promises: Vec<Promise>,
+    /// Every version of every model node by inode, built on first use
+    /// ([`Recording::versions_of`]).
+    versions: std::sync::OnceLock<VersionIndex>,
+}
+
+/// inode -> node -> its distinct versions, each with the first snapshot
+/// it appears in, in snapshot order.
+type VersionIndex = HashMap<Ino, std::collections::BTreeMap<NodeId, Vec<(usize, Node)>>>;
+
+impl Recording {
+    /// The model nodes that had inode `ino` in some snapshot `0..=j`, each
+    /// with every version it had there (the oracle's candidates for what an
+    /// inode of the recovered image may hold). The index is built once per
+    /// recording, so a state costs a lookup instead of a scan of every
+    /// snapshot.
+    pub fn versions_of(&self, ino: Ino, j: usize) -> Vec<(NodeId, Vec<&Node>)> {
+        let index = self.versions.get_or_init(|| {
+            let mut idx: VersionIndex = HashMap::new();
+            for (si, snap) in self.snapshots.iter().enumerate() {
+                for (id, n) in snap.nodes.iter().enumerate() {
+                    let Some(n) = n else { continue };
+                    let v = idx.entry(n.ino).or_default().entry(id).or_default();
+                    if !v.iter().any(|(_, old)| old == n) {
+                        v.push((si, n.clone()));
+                    }
+                }
+            }
+            idx
+        });
+        let Some(by_node) = index.get(&ino) else {
+            return Vec::new();
+        };
+        by_node
+            .iter()
+            .filter_map(|(&id, versions)| {
+                let v: Vec<&Node> = versions
+                    .iter()
+                    .take_while(|(si, _)| *si <= j)
+                    .map(|(_, n)| n)
+                    .collect();
+                (!v.is_empty()).then_some((id, v))
+            })
+            .collect()
+    }
 }
 
 /// How to record.
@@ -417,5 +461,6 @@ pub fn record(
         events,
         snapshots,
         promises,
+        versions: std::sync::OnceLock::new(),
     })
 }

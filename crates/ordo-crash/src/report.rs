@@ -96,6 +96,14 @@ pub struct Report {
     pub passed: u64,
     /// States `e2fsck -fn` ran on.
     pub e2fsck_checked: u64,
+    /// States also recovered by the kernel and by `e2fsck -fy` and
+    /// compared with ordo's recovery (`crate::judge`).
+    #[serde(default)]
+    pub judged: u64,
+    /// Documented behaviours of other tools seen, per name (not failures):
+    /// `e2fsck_stale_fc_head` (docs/CRASH.md).
+    #[serde(default)]
+    pub notes: BTreeMap<String, u64>,
     /// States per failure class.
     pub by_class: BTreeMap<String, u64>,
     /// Wall-clock time of the checks in milliseconds (summed over merged
@@ -134,6 +142,8 @@ impl Report {
             hook_failures: 0,
             passed: 0,
             e2fsck_checked: 0,
+            judged: 0,
+            notes: BTreeMap::new(),
             by_class: FailureClass::ALL
                 .iter()
                 .map(|c| (c.name().to_string(), 0))
@@ -224,6 +234,12 @@ impl Report {
         row(&mut s, "foreign_data", self.foreign_data);
         row(&mut s, "hook_failures", self.hook_failures);
         row(&mut s, "e2fsck -fn run on", self.e2fsck_checked);
+        if self.judged > 0 {
+            row(&mut s, "kernel + e2fsck -fy", self.judged);
+        }
+        for (k, v) in &self.notes {
+            row(&mut s, &format!("  note {k}"), *v);
+        }
         for f in self.failures.iter().take(failures_shown) {
             let _ = writeln!(
                 s,
@@ -344,6 +360,10 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, CrashError> {
         out.hook_failures += r.hook_failures;
         out.passed += r.passed;
         out.e2fsck_checked += r.e2fsck_checked;
+        out.judged += r.judged;
+        for (k, v) in &r.notes {
+            *out.notes.entry(k.clone()).or_default() += v;
+        }
         out.elapsed_ms += r.elapsed_ms;
         out.jobs = out.jobs.max(r.jobs);
         out.failures_total += r.failures_total;

@@ -155,10 +155,11 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         "seq1" => seq1(),
         "seq2" => seq2(params.seq2_max),
         "random" => random(params),
+        "mix" => mix(params),
         path => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 CrashError::Workload(format!(
-                    "'{path}' is not a built-in workload (seq1, seq2, random) and can not be read: {e}"
+                    "'{path}' is not a built-in workload (seq1, seq2, random, mix) and can not be read: {e}"
                 ))
             })?;
             let stem = std::path::Path::new(path)
@@ -523,6 +524,159 @@ pub fn random(params: &WorkloadParams) -> Vec<Sequence> {
         .collect()
 }
 
+/// The setup of the `mix` workload: the preset tree and an empty directory
+/// `/D` that the operations fill with long names until it needs more than
+/// one block.
+pub fn mix_setup() -> Vec<Op> {
+    let mut s = preset();
+    s.push(Op::Mkdir("/D".into()));
+    s
+}
+
+/// Names in `/D`: 96 names of 60 bytes (68-byte entries) fill about 1.6
+/// blocks of 4 KiB, so creates, links and renames there grow the
+/// directory past its first block.
+const MIX_BIG_NAMES: u32 = 96;
+
+fn mix_big_name(k: u32) -> String {
+    format!("/D/{k:03}-{}", "n".repeat(56))
+}
+
+/// A seeded random workload over every operation the explorer knows:
+/// creates, writes (aligned, unaligned, extending), appends, fallocate
+/// (with and without KEEP_SIZE), punch, truncate up and down, hard links,
+/// renames over existing names, directory renames (across directories and
+/// over empty directories), mkdir/rmdir, symlinks, and many long names in
+/// one directory (`/D`) so that it grows past one block; with a
+/// persistence point after roughly one operation in five.
+pub fn mix(params: &WorkloadParams) -> Vec<Sequence> {
+    (0..params.random_sequences)
+        .map(|k| {
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x006d_6978,
+            );
+            let ops = mix_ops(&mut rng, params.random_ops);
+            Sequence {
+                name: format!("mix/{}#{k}", params.seed),
+                setup: mix_setup(),
+                ops,
+            }
+        })
+        .collect()
+}
+
+fn mix_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
+    const DIRS: [&str; 6] = ["/A", "/B", "/C", "/B/sub", "/A/d0", "/B/d1"];
+    const NAMES: [&str; 5] = ["f1", "f2", "foo", "bar", "l"];
+    const SUBDIRS: [&str; 6] = ["/A/d0", "/A/d1", "/B/d1", "/B/d2", "/C/d0", "/B/sub/d3"];
+    let mut tree = Tree::new();
+    let mut serial = 0u32;
+    for op in mix_setup() {
+        serial += 1;
+        tree.apply(&op, serial)
+            .expect("the mix setup tree is valid");
+    }
+    let mut ops = Vec::new();
+    let mut attempts = 0usize;
+    while ops.len() < count && attempts < count * 50 {
+        attempts += 1;
+        let small = |rng: &mut ChaCha8Rng| {
+            format!(
+                "{}/{}",
+                DIRS[rng.gen_range(0..DIRS.len())],
+                NAMES[rng.gen_range(0..NAMES.len())]
+            )
+        };
+        // One name in three is a long one in the big directory.
+        let path = |rng: &mut ChaCha8Rng| {
+            if rng.gen_range(0..3) == 0 {
+                mix_big_name(rng.gen_range(0..MIX_BIG_NAMES))
+            } else {
+                small(rng)
+            }
+        };
+        let subdir = |rng: &mut ChaCha8Rng| SUBDIRS[rng.gen_range(0..SUBDIRS.len())].to_string();
+        let block = |rng: &mut ChaCha8Rng| rng.gen_range(0..12u64) * 4096;
+        let op = match rng.gen_range(0..24) {
+            0..=3 => Op::Creat(path(rng)),
+            4 => Op::Mkdir(subdir(rng)),
+            5 | 6 => {
+                let unaligned = rng.gen_bool(0.3);
+                let off = block(rng) + if unaligned { rng.gen_range(1..4096) } else { 0 };
+                let len = if unaligned {
+                    rng.gen_range(1..10000)
+                } else {
+                    4096 * rng.gen_range(1..4)
+                };
+                Op::Write {
+                    path: path(rng),
+                    off,
+                    len,
+                }
+            }
+            7 => Op::Append {
+                path: path(rng),
+                len: rng.gen_range(1..9000),
+            },
+            8 => Op::Falloc {
+                path: path(rng),
+                off: block(rng),
+                len: 4096 * rng.gen_range(1..4),
+                keep_size: rng.gen_bool(0.5),
+            },
+            9 => Op::Punch {
+                path: path(rng),
+                off: block(rng),
+                len: 4096 * rng.gen_range(1..3),
+            },
+            10 => Op::Truncate {
+                path: path(rng),
+                size: rng.gen_range(0..50000),
+            },
+            11 | 12 => Op::Link {
+                src: path(rng),
+                dst: path(rng),
+            },
+            13 => Op::Unlink(path(rng)),
+            14 | 15 => Op::Rename {
+                src: path(rng),
+                dst: path(rng),
+            },
+            // A directory moved across directories or over an empty one.
+            16 => Op::Rename {
+                src: subdir(rng),
+                dst: subdir(rng),
+            },
+            17 => Op::Rmdir(subdir(rng)),
+            18 => Op::Symlink {
+                target: if rng.gen_bool(0.5) {
+                    small(rng)
+                } else {
+                    // A slow symlink: a target longer than the inode holds.
+                    format!("/{}", "t".repeat(rng.gen_range(60..200)))
+                },
+                path: path(rng),
+            },
+            19 => Op::Fsync(path(rng)),
+            20 => Op::Fsync(if rng.gen_bool(0.5) {
+                "/D".to_string()
+            } else {
+                DIRS[rng.gen_range(0..DIRS.len())].to_string()
+            }),
+            21 => Op::Fdatasync(path(rng)),
+            22 => Op::Sync,
+            _ => Op::Creat(mix_big_name(rng.gen_range(0..MIX_BIG_NAMES))),
+        };
+        serial += 1;
+        let mut trial = tree.clone();
+        if trial.apply(&op, serial).is_ok() {
+            tree = trial;
+            ops.push(op);
+        }
+    }
+    ops
+}
+
 fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
     const DIRS: [&str; 4] = ["/A", "/B", "/C", "/B/sub"];
     const NAMES: [&str; 4] = ["f1", "f2", "foo", "bar"];
@@ -840,6 +994,54 @@ mod tests {
         for s in &a {
             validate(s).unwrap();
         }
+    }
+
+    #[test]
+    fn mix_covers_every_operation_and_grows_a_directory() {
+        let p = WorkloadParams {
+            seed: 7,
+            random_ops: 400,
+            ..Default::default()
+        };
+        let a = mix(&p);
+        assert_eq!(a, mix(&p));
+        let mut kinds = std::collections::HashSet::new();
+        let mut dir_renames = 0;
+        let mut slow_symlinks = 0;
+        for s in &a {
+            validate(s).unwrap();
+            assert_eq!(s.ops.len(), 400);
+            for op in &s.ops {
+                kinds.insert(std::mem::discriminant(op));
+                match op {
+                    Op::Rename { src, .. } if src.contains("/d") => dir_renames += 1,
+                    Op::Symlink { target, .. } if target.len() > 59 => slow_symlinks += 1,
+                    _ => {}
+                }
+            }
+            // The big directory outgrows one 4 KiB block at some point.
+            let mut tree = Tree::new();
+            let mut serial = 0;
+            let mut most = 0usize;
+            for op in s.setup.iter().chain(&s.ops) {
+                serial += 1;
+                tree.apply(op, serial).unwrap();
+                most = most.max(tree_names_under(&tree, "/D"));
+            }
+            assert!(most * 68 > 4096, "{}: at most {most} names in /D", s.name);
+        }
+        // Creat, Mkdir, Write, Append, Falloc, Punch, Truncate, Link,
+        // Unlink, Rename, Rmdir, Symlink, Fsync, Fdatasync, Sync.
+        assert_eq!(kinds.len(), 15, "every operation kind appears");
+        assert!(dir_renames > 0 && slow_symlinks > 0);
+    }
+
+    fn tree_names_under(tree: &Tree, dir: &str) -> usize {
+        let prefix = format!("{dir}/");
+        tree.walk()
+            .iter()
+            .filter(|(p, _)| p.starts_with(&prefix) && !p[prefix.len()..].contains('/'))
+            .count()
     }
 
     #[test]
