@@ -31,7 +31,9 @@ fn a_replay_that_drops_the_last_transaction_is_caught_by_the_kernel_judge() {
         .find(|f| f.classes.iter().any(|c| c == "kernel_replay"))
         .unwrap();
     assert!(
-        f.details.iter().any(|d| d.contains("ordo") || d.contains("theirs")),
+        f.details
+            .iter()
+            .any(|d| d.contains("ordo") || d.contains("theirs")),
         "{f:?}"
     );
 }

@@ -231,6 +231,8 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
     // Entries removed from each directory.
     let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
+                                                         // Mappings set, by inode: [start, end) of physical blocks.
+    let mut map_sets: HashMap<Ino, Vec<(u64, u64, usize)>> = HashMap::new();
 
     // Raised i_blocks and i_size, and cleared mappings, by inode.
     let mut count_up: HashMap<Ino, Vec<usize>> = HashMap::new();
@@ -251,8 +253,16 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
                 len: 0,
                 op: MapOp::Set,
             } => index_keys.entry((ino, pblk)).or_default().push((i, lblk)),
-            UpdateKind::Extent { ino, len, .. } if len > 0 => {
-                maps_in.entry((ino, u.block)).or_default().push(i)
+            UpdateKind::Extent {
+                ino, len, op, pblk, ..
+            } if len > 0 => {
+                maps_in.entry((ino, u.block)).or_default().push(i);
+                if op == MapOp::Set {
+                    map_sets
+                        .entry(ino)
+                        .or_default()
+                        .push((pblk, pblk + u64::from(len), i));
+                }
             }
             UpdateKind::ExtentBlockInit { .. } => {
                 inited.insert(u.block);
@@ -503,6 +513,20 @@ fn build_graph(ups: &[Update], tree_blocks: &HashSet<u64>) -> Graph {
             } => {
                 if let Some(v) = inode_ready.get(ino) {
                     p.extend(v.iter().copied());
+                }
+                // An entry in a block the directory grew by in this handle
+                // exists only once the mapping of that block (and, before
+                // it, the raised size) is durable: without this edge a
+                // rename into a growing directory could remove the old
+                // name while the new one sits in a block no inode maps.
+                if let Some(v) = map_sets.get(dir) {
+                    p.extend(
+                        v.iter()
+                            .filter(|&&(s, e, j)| {
+                                s <= u.block && u.block < e && ups[j].block != u.block
+                            })
+                            .map(|&(_, _, j)| j),
+                    );
                 }
                 // A moved directory's `..` names its new parent only once
                 // the new parent's entry naming it is durable: until then

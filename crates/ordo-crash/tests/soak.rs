@@ -1,0 +1,115 @@
+//! The short soak CI runs: the `mix` workload over seed after seed until
+//! about 20,000 crash states per protocol and data mode, each clean, with
+//! the kernel / e2fsck judge on the journaled ones; the same soak finds
+//! failures on `async` (it can fail); and a soak resumes from its seed
+//! reports. The 1,000,000-state soaks are `ordo crash soak` runs whose
+//! figures are in docs/CRASH.md.
+
+use std::path::PathBuf;
+
+use ordo_crash::explore::{E2fsckPolicy, ExploreParams, JudgePolicy};
+use ordo_crash::soak::{soak, summarize, SoakParams, SoakSummary};
+use ordo_crash::workload::WorkloadParams;
+use ordo_fs::{DataMode, ProtocolKind};
+
+const CI_TARGET: u64 = 20_000;
+
+fn params(mode: ProtocolKind, data: DataMode, target: u64, dir: PathBuf) -> SoakParams {
+    let mut t = ExploreParams::new(mode, "mix");
+    t.data = data;
+    t.workload_params = WorkloadParams {
+        random_ops: 400,
+        ..WorkloadParams::default()
+    };
+    t.e2fsck = E2fsckPolicy::Sample(200);
+    t.judge = JudgePolicy::Sample(100);
+    t.minimize_max = 2;
+    SoakParams {
+        template: t,
+        target,
+        shard: (0, 1),
+        first_seed: 0,
+        dir,
+        verbose: true,
+    }
+}
+
+fn run(mode: ProtocolKind, data: DataMode, target: u64) -> SoakSummary {
+    let dir = tempfile::tempdir().unwrap();
+    let s = soak(&params(mode, data, target, dir.path().to_path_buf())).unwrap();
+    println!("{}", s.text());
+    s
+}
+
+fn assert_clean(s: &SoakSummary) {
+    assert!(s.states >= CI_TARGET, "{}", s.text());
+    assert_eq!(s.failing_states, 0, "{}", s.text());
+    assert!(s.failed_seeds.is_empty(), "{}", s.text());
+}
+
+#[test]
+fn sync_soak_is_clean() {
+    assert_clean(&run(ProtocolKind::Sync, DataMode::Ordered, CI_TARGET));
+}
+
+#[test]
+fn journal_soaks_are_clean_in_every_data_mode() {
+    for data in [DataMode::Ordered, DataMode::Writeback, DataMode::Journal] {
+        let s = run(ProtocolKind::Journal, data, CI_TARGET);
+        assert_clean(&s);
+        assert!(s.judged > 0, "{}", s.text());
+    }
+}
+
+#[test]
+fn fast_commit_soak_is_clean() {
+    let s = run(ProtocolKind::FastCommit, DataMode::Ordered, CI_TARGET);
+    assert_clean(&s);
+    assert!(s.judged > 0, "{}", s.text());
+}
+
+#[test]
+fn the_soak_fails_on_async() {
+    let s = run(ProtocolKind::Async, DataMode::Ordered, 2_000);
+    assert!(s.failing_states > 0, "{}", s.text());
+    assert!(!s.failed_seeds.is_empty());
+    assert!(s.inconsistent > 0);
+}
+
+#[test]
+fn a_soak_resumes_from_its_seed_reports_and_shards_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = params(
+        ProtocolKind::Sync,
+        DataMode::Ordered,
+        1_500,
+        dir.path().join("a"),
+    );
+    p.template.workload_params.random_ops = 60;
+    let first = soak(&p).unwrap();
+    let files = std::fs::read_dir(&p.dir).unwrap().count() as u64;
+    assert_eq!(files, first.seeds);
+    // Again on the same directory: every seed comes from its report.
+    let again = soak(&p).unwrap();
+    assert_eq!(again.states, first.states);
+    assert_eq!(again.seeds, first.seeds);
+    assert_eq!(std::fs::read_dir(&p.dir).unwrap().count() as u64, files);
+    // Two shards cover disjoint seeds and merge.
+    let mut shards = Vec::new();
+    for i in 0..2 {
+        let mut q = params(
+            ProtocolKind::Sync,
+            DataMode::Ordered,
+            1_500,
+            dir.path().join(format!("s{i}")),
+        );
+        q.template.workload_params.random_ops = 60;
+        q.shard = (i, 2);
+        soak(&q).unwrap();
+        shards.push(q.dir);
+    }
+    let merged = summarize(&shards).unwrap();
+    assert!(merged.states >= 1_500, "{}", merged.text());
+    // A seed in two directories is refused.
+    assert!(summarize(&[p.dir.clone(), p.dir.clone()]).is_err());
+}
