@@ -380,6 +380,28 @@ pub trait Protocol: Send {
         let _ = (block, h);
     }
 
+    /// A block allocated by handle `h` was given back by a rollback
+    /// before the handle ended: nothing on disk ever named it. Default:
+    /// treated as a free.
+    fn on_block_unallocated(&mut self, block: u64, h: &HandleInfo) {
+        self.on_block_freed(block, h);
+    }
+
+    /// Handle `h` rolled back changes it had reported (an operation that
+    /// failed for space half-way): the undoing updates were reported as
+    /// updates of the inverse meaning. Protocols that log meanings rather
+    /// than blocks may prefer to commit the handle's blocks whole.
+    fn on_rollback(&mut self, h: &HandleInfo) {
+        let _ = h;
+    }
+
+    /// Whether freed blocks are held back from reuse until a commit (or
+    /// a plan in flight) is durable: an allocation that failed may succeed
+    /// after [`Protocol::sync`].
+    fn has_pending_frees(&self) -> bool {
+        false
+    }
+
     /// Handle `h` ended (the system call is about to return). Synchronous
     /// protocols plan their writes here.
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
