@@ -66,7 +66,7 @@ fn write_file(path: &Path, len: usize, byte: u8, append: bool) -> std::io::Resul
 }
 
 fn worker(root: &Path, shared: &Path, id: usize, counts: &Counts) {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id as u64 + 1) * 0x1234_5678_9abc);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((id as u64 + 1) * 0x1234_5678_9abc));
     let dir = root.join(format!("w{id}"));
     fs::create_dir(&dir).unwrap();
     let file = |i: u64| dir.join(format!("f{i}"));
