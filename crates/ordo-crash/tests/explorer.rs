@@ -322,3 +322,50 @@ fn misdirected_data_is_foreign() {
         .flat_map(|f| &f.details)
         .any(|d| d.contains("never written there")));
 }
+
+/// The `enospc` workload runs to full: its recorded operations get ENOSPC
+/// (which the model takes as "nothing changed", or a short write), and
+/// no crash state of the journaling and ordering protocols is
+/// inconsistent or breaks a promise.
+#[test]
+fn enospc_workload_runs_to_full_and_stays_consistent() {
+    use ordo_crash::backend::{make_image, ImageParams};
+    use ordo_crash::record::{record, RecordParams, SetupCache};
+    use ordo_crash::workload::{enospc, WorkloadParams};
+    use ordo_fs::DataMode;
+
+    let wp = WorkloadParams {
+        random_sequences: 2,
+        ..WorkloadParams::default()
+    };
+    for mode in [
+        ProtocolKind::Sync,
+        ProtocolKind::Journal,
+        ProtocolKind::FastCommit,
+    ] {
+        let empty = make_image(&ImageParams::default(), mode).unwrap();
+        let setups = SetupCache::default();
+        let rp = RecordParams {
+            mode,
+            data: DataMode::Ordered,
+            fuse: false,
+        };
+        for (i, seq) in enospc(&wp).iter().enumerate() {
+            let rec = record(&empty, &setups, i, seq, &rp).unwrap();
+            assert!(
+                rec.out_of_space > 0,
+                "{mode:?} {}: no operation ran out of space",
+                seq.name
+            );
+        }
+        let mut p = params(mode, "enospc");
+        p.workload_params = wp;
+        p.max_states = Some(300);
+        p.e2fsck = E2fsckPolicy::Sample(10);
+        let r = explore(&p).unwrap();
+        println!("{}", r.summary(3));
+        assert!(r.checked > 0);
+        assert_eq!(r.inconsistent, 0, "{mode:?}: {}", r.summary(5));
+        assert_eq!(r.broken_promises, 0, "{mode:?}: {}", r.summary(5));
+    }
+}
