@@ -525,8 +525,14 @@ impl Core {
     /// next use. Afterwards the file system is, byte for byte, what it was
     /// at `sp`: an operation that fails for space half-way leaves nothing
     /// behind, no allocated-but-unreachable inode or block.
+    ///
+    /// A handle without an undo log (one that only releases space) is left
+    /// as it is: its frees must still reach the protocol.
     pub fn rollback_to(&mut self, sp: Savepoint) {
         use crate::update::BitmapKind;
+        if !self.undo_on {
+            return;
+        }
         let mut unallocated: Vec<u64> = Vec::new();
         let mut inodes: BTreeSet<Ino> = BTreeSet::new();
         let changed = self.undo.len() > sp.undo || self.freed_in_handle.len() > sp.freed;

@@ -163,6 +163,7 @@ fn long_name(prefix: &str, i: usize) -> Vec<u8> {
 /// inode's root), a file `file`, a file `frag` whose four extents fill its
 /// inode's root.
 struct Fixture {
+    frag3: u32,
     d: u32,
     dt: u32,
     src: u32,
@@ -198,6 +199,16 @@ fn setup(fs: &Fs) -> Fixture {
         let block = vec![k as u8 + 1; BS as usize];
         fs.write(frag, k * 2 * BS as u64, &block).unwrap();
     }
+    // Four extents, the first of three blocks: punching its middle block
+    // splits it into a fifth extent, which needs a tree block.
+    let frag3 = fs
+        .create(ROOT_INO, b"frag3", FileType::Regular, 0o644, 0, &c)
+        .unwrap()
+        .ino;
+    fs.write(frag3, 0, &[5u8; 3 * BS as usize]).unwrap();
+    for k in [4u64, 6, 8] {
+        fs.write(frag3, k * BS as u64, &[6u8; BS as usize]).unwrap();
+    }
     fs.mkdir(ROOT_INO, b"x", 0o755, &c).unwrap();
     let dt = fs.mkdir(ROOT_INO, b"dt", 0o755, &c).unwrap().ino;
     let mut pads = 0;
@@ -224,6 +235,7 @@ fn setup(fs: &Fs) -> Fixture {
         }
     }
     Fixture {
+        frag3,
         d,
         dt,
         src,
@@ -533,6 +545,19 @@ fn directory_growth_needing_a_tree_block() {
     });
 }
 
+/// A hole punched in the middle of an extent splits it; with the inode's
+/// root full the split needs a tree block the full file system lacks.
+#[test]
+fn punch_hole_needing_a_split() {
+    let punch = FallocFlags {
+        keep_size: true,
+        punch_hole: true,
+    };
+    check_op(Fill::Blocks, "punch hole", move |fs, fx, _| {
+        fs.fallocate(fx.frag3, BS as u64, BS as u64, punch)
+    });
+}
+
 /// Truncating up allocates nothing: it works on a full file system.
 #[test]
 fn truncate_up_on_a_full_file_system() {
@@ -679,6 +704,85 @@ fn reserved_blocks_are_for_root() {
             .unwrap();
         assert!(n > 0, "{}: root could not use the reserve", m.name);
         fs.mkdir(d, b"rootdir", 0o755, &root()).unwrap();
+        fs.unmount().unwrap();
+        assert_fsck_clean(&img);
+    }
+}
+
+/// Inodes freed on a file system out of inodes are usable at once.
+#[test]
+fn freed_inodes_are_reusable_at_once() {
+    require_tools();
+    for m in MODES {
+        let (_dir, img) = scratch();
+        make_image(&img, m.features, Some(128), 0);
+        let fs = mount_mode(&img, m);
+        setup(&fs);
+        fill_inodes(&fs);
+        let x = fs.lookup(ROOT_INO, b"x").unwrap().ino;
+        let r = fs.create(x, b"more", FileType::Regular, 0o644, 0, &root());
+        assert!(is_enospc(&r), "{}: {r:?}", m.name);
+        fs.unlink(x, b"i0").unwrap();
+        fs.unlink(x, b"i1").unwrap();
+        fs.create(x, b"more", FileType::Regular, 0o644, 0, &root())
+            .unwrap_or_else(|e| panic!("{}: create after an unlink: {e}", m.name));
+        fs.mkdir(x, b"moredir", 0o755, &root())
+            .unwrap_or_else(|e| panic!("{}: mkdir after an unlink: {e}", m.name));
+        fs.unmount().unwrap();
+        assert_fsck_clean(&img);
+    }
+}
+
+/// A journal smaller than what is written between two commits is not a
+/// full file system: transactions are committed and checkpointed as the
+/// log fills, and nothing answers ENOSPC (data=journal logs the data too).
+#[test]
+fn a_full_journal_is_not_enospc() {
+    require_tools();
+    for m in MODES.iter().filter(|m| m.features != "^has_journal") {
+        let (_dir, img) = scratch();
+        let out = Command::new("mkfs.ext4")
+            .args(["-F", "-q", "-b", "4096", "-J", "size=4", "-m", "0"])
+            .args(if m.features.is_empty() {
+                vec![]
+            } else {
+                vec!["-O", m.features]
+            })
+            .arg(&img)
+            .arg("64M")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fs = mount_mode(&img, m);
+        let c = root();
+        // 32 MiB of data (eight times the log) and 2000 creates, no fsync.
+        let f = fs
+            .create(ROOT_INO, b"big", FileType::Regular, 0o644, 0, &c)
+            .unwrap()
+            .ino;
+        let chunk = vec![4u8; 1 << 20];
+        for k in 0..32u64 {
+            let n = fs
+                .write(f, k << 20, &chunk)
+                .unwrap_or_else(|e| panic!("{}: write {k}: {e}", m.name));
+            assert_eq!(n as usize, chunk.len());
+        }
+        let d = fs.mkdir(ROOT_INO, b"many", 0o755, &c).unwrap().ino;
+        for i in 0..2000 {
+            fs.create(
+                d,
+                format!("f{i}").as_bytes(),
+                FileType::Regular,
+                0o644,
+                0,
+                &c,
+            )
+            .unwrap_or_else(|e| panic!("{}: create {i}: {e}", m.name));
+        }
         fs.unmount().unwrap();
         assert_fsck_clean(&img);
     }
