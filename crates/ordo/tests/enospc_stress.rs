@@ -1,6 +1,6 @@
-//! A full file system through FUSE, in every protocol: several workers
-//! create, write, link, rename, symlink, truncate and delete on a small
-//! image until and past full. Only the errors a racing, full file system
+//! A full file system through FUSE, in every protocol: several worker
+//! processes create, write, link, rename, symlink, truncate and delete on
+//! a small image until and past full. Only the errors a racing, full file system
 //! gives are accepted (ENOSPC above all); afterwards deleting a file makes
 //! room for a new write at once, and after unmount `e2fsck -fn` is clean.
 
@@ -137,12 +137,38 @@ fn stress(mode: &str, features: &str) {
     let shared = mp.join("shared");
     fs::create_dir(&shared).unwrap();
     let counts = Counts::default();
-    std::thread::scope(|sc| {
-        for id in 0..WORKERS {
-            let (root, shared, counts) = (&mp, &shared, &counts);
-            sc.spawn(move || worker(root, shared, id, counts));
-        }
-    });
+    // Each worker is a process of its own: this test binary, run for the
+    // ignored test `stress_worker` with the worker's number and paths.
+    let children: Vec<_> = (0..WORKERS)
+        .map(|id| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--ignored", "--exact", "stress_worker", "--nocapture"])
+                .env(WORKER_ENV, format!("{id}"))
+                .env(ROOT_ENV, &mp)
+                .env(SHARED_ENV, &shared)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn a worker process")
+        })
+        .collect();
+    for (id, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mode}: worker {id} failed:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("worker counts: "))
+            .unwrap_or_else(|| panic!("{mode}: worker {id} printed no counts:\n{text}"));
+        let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+        counts.ops.fetch_add(v[0], Ordering::Relaxed);
+        counts.enospc.fetch_add(v[1], Ordering::Relaxed);
+        counts.other_expected.fetch_add(v[2], Ordering::Relaxed);
+    }
     let (ops, enospc) = (
         counts.ops.load(Ordering::Relaxed),
         counts.enospc.load(Ordering::Relaxed),
@@ -177,6 +203,31 @@ fn stress(mode: &str, features: &str) {
     assert_eq!(fs::metadata(&fresh).unwrap().len(), 1 << 20);
     m.stop_ok();
     assert_e2fsck_clean(&img);
+}
+
+const WORKER_ENV: &str = "ORDO_STRESS_WORKER";
+const ROOT_ENV: &str = "ORDO_STRESS_ROOT";
+const SHARED_ENV: &str = "ORDO_STRESS_SHARED";
+
+/// One worker process of the stress tests (they start it; on its own it
+/// has nothing to do and fails).
+#[test]
+#[ignore = "a worker process the stress tests start"]
+fn stress_worker() {
+    let id: usize = std::env::var(WORKER_ENV)
+        .expect("started by a stress test")
+        .parse()
+        .unwrap();
+    let root = PathBuf::from(std::env::var_os(ROOT_ENV).unwrap());
+    let shared = PathBuf::from(std::env::var_os(SHARED_ENV).unwrap());
+    let counts = Counts::default();
+    worker(&root, &shared, id, &counts);
+    println!(
+        "worker counts: {} {} {}",
+        counts.ops.load(Ordering::Relaxed),
+        counts.enospc.load(Ordering::Relaxed),
+        counts.other_expected.load(Ordering::Relaxed)
+    );
 }
 
 #[test]
