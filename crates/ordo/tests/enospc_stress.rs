@@ -254,3 +254,59 @@ fn stress_past_full_async() {
 fn stress_past_full_fast_commit() {
     stress("fast_commit", "fast_commit");
 }
+
+/// `ordo mkfs -m 10`: through FUSE, a user other than root runs out of
+/// space while a tenth of the blocks is still free, and root can still
+/// write.
+#[test]
+fn reserved_blocks_through_fuse() {
+    require_mount_privileges();
+    assert!(
+        which("setpriv"),
+        "setpriv (util-linux) is needed to write as a user"
+    );
+    let s = Scratch::new();
+    let img = s.path("reserved.img");
+    let out = ordo(&["mkfs", img.to_str().unwrap(), "--size", "32M", "-m", "10"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sh(s.dir.path(), "chmod 0755 .");
+    let mp = s.mkdir("m");
+    let m = OrdoMount::start(&img, &mp, "mode=journal");
+    sh(&mp, "mkdir u && chmod 0777 u");
+    let user = run(
+        "setpriv",
+        &[
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "dd",
+            "if=/dev/zero",
+            &format!("of={}", mp.join("u/f").display()),
+            "bs=1M",
+        ],
+    );
+    let err = String::from_utf8_lossy(&user.stderr);
+    assert!(
+        !user.status.success() && err.contains("No space left on device"),
+        "the user's dd: {} {err}",
+        user.status
+    );
+    // What is left is the reserve: statfs says nothing is available to
+    // users, and about a tenth of the blocks is free.
+    let df = sh(&mp, "stat -f -c '%b %f %a' .");
+    let v: Vec<u64> = df.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (blocks, free, avail) = (v[0], v[1], v[2]);
+    assert_eq!(avail, 0, "statfs after the user's fill: {df}");
+    assert!(
+        free * 100 >= blocks * 9,
+        "the user wrote into the reserve: {free} of {blocks} blocks free"
+    );
+    // Root is not held back.
+    sh(&mp, "dd if=/dev/zero of=rootfile bs=1M count=1 status=none");
+    m.stop_ok();
+    assert_e2fsck_clean(&img);
+}
