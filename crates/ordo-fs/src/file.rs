@@ -233,6 +233,7 @@ impl Core {
                             (p, n as u64, true, false)
                         }
                         Err(e) => {
+                            self.rollback_to(sp);
                             err = Some(e);
                             break;
                         }
