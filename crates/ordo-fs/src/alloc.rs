@@ -9,8 +9,10 @@
 //! Every bit changed is one `Bitmap` update and every descriptor counter one
 //! `Counter` update; the superblock's summary counters are refreshed when
 //! the file system is synced (ext4 also keeps them lazily). A freed block is
-//! reported to the protocol (`on_block_freed`) and dropped from the cache,
-//! and the protocol decides when it may be reused (`can_allocate`).
+//! reported to the protocol (`on_block_freed`) and dropped from the cache
+//! when the handle ends (a rollback may take the free back first; the
+//! handle does not allocate it again), and the protocol decides when it may
+//! be reused (`can_allocate`).
 //!
 //! Groups whose bitmaps were never initialized (`BLOCK_UNINIT`,
 //! `INODE_UNINIT`, left by mkfs) get their bitmap built on first use, as the

@@ -374,8 +374,10 @@ pub trait Protocol: Send {
         let _ = (w, h);
     }
 
-    /// A block (metadata or data) was freed by handle `h`. Protocols that
-    /// must delay reuse (journal revoke, soft updates) record it here.
+    /// A block (metadata or data) was freed by handle `h` (reported when
+    /// the handle ends, before [`Protocol::on_handle_end`]: until then a
+    /// rollback may take the free back). Protocols that must delay reuse
+    /// (journal revoke, soft updates) record it here.
     fn on_block_freed(&mut self, block: u64, h: &HandleInfo) {
         let _ = (block, h);
     }
