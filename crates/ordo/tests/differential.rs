@@ -1042,23 +1042,27 @@ fn io_result(r: std::io::Result<()>) -> String {
     }
 }
 
-/// Write `path` in 1 MiB pieces until ENOSPC; returns its length.
+/// Write `path` in 1 MiB pieces until ENOSPC; returns its length. `dd`
+/// writes it, not this process: a file this process had open could be
+/// held open by a child another test forks meanwhile, and would then not
+/// be freed when it is deleted.
 fn fill_until_full(path: &Path) -> u64 {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).unwrap();
-    let buf = vec![0x5au8; 1 << 20];
-    loop {
-        if let Err(e) = f.write_all(&buf) {
-            assert_eq!(
-                e.raw_os_error(),
-                Some(libc::ENOSPC),
-                "filling {}: {e}",
-                path.display()
-            );
-            break;
-        }
-    }
-    drop(f);
+    let out = run(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={}", path.display()),
+            "bs=1M",
+            "status=none",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("No space left on device"),
+        "filling {}: {} {err}",
+        path.display(),
+        out.status
+    );
     std::fs::metadata(path).unwrap().len()
 }
 
@@ -1174,12 +1178,9 @@ fn nearly_full_matches_the_kernels_ext4() {
         // Nearly full: everything but 256 KiB.
         let filler = dir.join("filler");
         let len = fill_until_full(&filler);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&filler)
-            .unwrap();
-        f.set_len(len.saturating_sub(256 * 1024)).unwrap();
-        drop(f);
+        let size = len.saturating_sub(256 * 1024).to_string();
+        let out = run("truncate", &["-s", &size, filler.to_str().unwrap()]);
+        assert!(out.status.success());
         runs.push(nearly_full_steps(&dir));
     }
     let (k, o) = (&runs[0], &runs[1]);
@@ -1246,8 +1247,14 @@ fn nearly_full_matches_the_kernels_ext4() {
         let t = mp.join("t");
         fill_until_full(&t.join("filler2"));
         std::fs::remove_file(t.join("filler")).unwrap();
-        std::fs::write(t.join("after"), vec![3u8; 1 << 20])
-            .unwrap_or_else(|e| panic!("{}: a write after a deletion: {e}", mp.display()));
+        let after = format!("of={}", t.join("after").display());
+        let out = run("dd", &["if=/dev/zero", &after, "bs=1M", "count=1"]);
+        assert!(
+            out.status.success(),
+            "{}: a write after a deletion: {}",
+            mp.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     km.stop();
     om.stop_ok();

@@ -103,17 +103,27 @@ fn worker(root: &Path, shared: &Path, id: usize, counts: &Counts) {
     }
 }
 
-/// Write `path` in 1 MiB pieces until the file system is full.
+/// Write `path` in 1 MiB pieces until the file system is full. `dd`
+/// writes it, not this process: while this process held it open, a child
+/// another test spawns could inherit it for a moment, and a deletion right
+/// after would then leave it allocated until that child let go.
 fn fill(path: &Path) {
-    let mut f = fs::File::create(path).unwrap();
-    let buf = vec![0xeeu8; 1 << 20];
-    loop {
-        match f.write_all(&buf) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling {}: {e}", path.display()),
-        }
-    }
+    let out = run(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={}", path.display()),
+            "bs=1M",
+            "status=none",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("No space left on device"),
+        "filling {}: {} {err}",
+        path.display(),
+        out.status
+    );
 }
 
 /// Run the workers on a fresh 32 MiB image made with `-O features`
