@@ -647,7 +647,13 @@ impl Core {
     /// queue its plan.
     pub fn end(&mut self) -> Result<()> {
         assert!(self.in_handle);
-        self.undo.clear();
+        if self.undo.capacity() > 1 << 12 {
+            // A large handle (a rename over a big file) does not keep its
+            // log's memory for the next one.
+            self.undo = Vec::new();
+        } else {
+            self.undo.clear();
+        }
         self.undo_on = false;
         self.freed_set.clear();
         for b in std::mem::take(&mut self.freed_in_handle) {
