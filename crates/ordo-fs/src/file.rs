@@ -275,6 +275,9 @@ impl Core {
         if written == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
         }
+        if err.as_ref().is_some_and(|e| e.errno() == libc::ENOSPC) {
+            self.short_for_space = true;
+        }
         let end = off + written as u64;
         if end > i.size {
             self.set_size(ino, end);

@@ -171,20 +171,24 @@ impl Shared {
         reserve: bool,
         mut f: impl FnMut(&mut Core) -> Result<T>,
     ) -> Result<T> {
-        let (r, retry) = self.handle_once(op, reserve, &mut f);
+        let (r, retry) = self.handle_once(op, reserve, true, &mut f);
         if !retry {
             return r;
         }
         self.commit_for_space()?;
-        self.handle_once(op, reserve, &mut f).0
+        self.handle_once(op, reserve, false, &mut f).0
     }
 
     /// One attempt of [`Shared::with_handle_as`]; also says whether it
-    /// failed for space with frees pending.
+    /// failed for space with frees pending. On the `first` attempt a write
+    /// cut short for space with frees pending is rolled back too, to be
+    /// retried whole: committing its first part to retry the rest would
+    /// make a state durable that no single call left.
     fn handle_once<T>(
         &self,
         op: OpKind,
         reserve: bool,
+        first: bool,
         f: &mut impl FnMut(&mut Core) -> Result<T>,
     ) -> (Result<T>, bool) {
         let (r, plans, retry) = {
@@ -192,11 +196,15 @@ impl Shared {
             core.begin(op);
             core.use_reserve = reserve || op_frees_space(op);
             let start = core.savepoint();
-            let r = f(&mut core);
+            let mut r = f(&mut core);
             let mut retry = false;
             if let Err(e) = &r {
                 core.rollback_to(start);
                 retry = e.errno() == libc::ENOSPC && core.proto.has_pending_frees();
+            } else if first && core.short_for_space && core.proto.has_pending_frees() {
+                core.rollback_to(start);
+                r = Err(errno(libc::ENOSPC));
+                retry = true;
             }
             let end = core.end();
             let r = match (r, end) {
@@ -941,11 +949,15 @@ impl Fs {
                 c.file_write(ino, offset + done as u64, &data[done..end])
             });
             match r {
-                // A short piece (out of space, or at the largest file
-                // size): the next attempt for the rest says which, after
-                // a commit that frees held-back blocks.
-                Ok(0) => break,
-                Ok(n) => done += n as usize,
+                Ok(n) => {
+                    let want = end - done;
+                    done += n as usize;
+                    // Out of space (after the commit and retry that frees
+                    // held-back blocks), or at the largest file size.
+                    if (n as usize) < want {
+                        break;
+                    }
+                }
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,
             }

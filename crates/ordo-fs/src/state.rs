@@ -362,6 +362,10 @@ pub(crate) struct Core {
     /// Whether the current handle may allocate the blocks reserved for
     /// root (`s_r_blocks_count`).
     pub use_reserve: bool,
+    /// The current handle's write was cut short by ENOSPC (it returns the
+    /// bytes it wrote): with frees pending, the handle is rolled back and
+    /// retried whole after a commit rather than committed half done.
+    pub short_for_space: bool,
 }
 
 impl Core {
@@ -406,6 +410,7 @@ impl Core {
             freed_in_handle: Vec::new(),
             freed_set: HashSet::new(),
             use_reserve: true,
+            short_for_space: false,
         }
     }
 
@@ -634,6 +639,7 @@ impl Core {
         );
         self.undo.clear();
         self.use_reserve = true;
+        self.short_for_space = false;
     }
 
     /// Note that the handle touched `ino`.
