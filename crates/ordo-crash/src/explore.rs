@@ -293,7 +293,7 @@ impl ExploreParams {
             o.push(format!("--block-size {}", self.image.block_size));
         }
         let w = WorkloadParams::default();
-        if (self.workload == "random" || self.workload == "mix")
+        if matches!(self.workload.as_str(), "random" | "mix" | "enospc")
             && self.workload_params.random_ops != w.random_ops
         {
             o.push(format!("--random-ops {}", self.workload_params.random_ops));

@@ -68,6 +68,9 @@ pub struct Recording {
     /// Every version of every model node by inode, built on first use
     /// ([`Recording::versions_of`]).
     versions: std::sync::OnceLock<VersionIndex>,
+    /// Recorded operations ordo answered with ENOSPC (a full file system,
+    /// the `enospc` workload).
+    pub out_of_space: usize,
 }
 
 /// inode -> node -> its distinct versions, each with the first snapshot
@@ -141,14 +144,102 @@ fn rec_err(seq: &Sequence, op: usize, text: &str, detail: impl ToString) -> Cras
     }
 }
 
+/// Whether ordo's answer is ENOSPC.
+fn is_enospc(e: &ordo_fs::FsError) -> bool {
+    e.errno() == libc::ENOSPC
+}
+
 /// Run one operation on ordo and on the model. `serial` numbers it for
 /// the data pattern. Returns what the model says it did.
-fn run_op(fs: &Fs, tree: &mut Tree, op: &Op, serial: u32) -> Result<Applied, String> {
+///
+/// A full file system (the `enospc` workload) may answer ENOSPC: the
+/// operation then changed nothing, and the model keeps its tree (a write
+/// that wrote some bytes before running out is a short write, and the
+/// model applies those). `out_of_space` counts those answers: once there
+/// was one, the workload's later operations may name what a failed one
+/// would have made, and the model's refusal of one means it is skipped.
+fn run_op(
+    fs: &Fs,
+    tree: &mut Tree,
+    op: &Op,
+    serial: u32,
+    out_of_space: &mut usize,
+) -> Result<Applied, String> {
+    let unchanged = Applied::Changed { created: None };
     let payload = tree.write_payload(op, serial);
     let mut next = tree.clone();
-    let applied = next
-        .apply(op, serial)
-        .map_err(|e| format!("the model refuses it: {e}"))?;
+    let applied = match next.apply(op, serial) {
+        Ok(a) => a,
+        Err(_) if *out_of_space > 0 => return Ok(unchanged),
+        Err(e) => return Err(format!("the model refuses it: {e}")),
+    };
+    let created_ino = match run_on_ordo(fs, op, payload) {
+        Ok(v) => v,
+        Err(OrdoErr::NoSpace { done }) => {
+            *out_of_space += 1;
+            if done == 0 {
+                return Ok(unchanged);
+            }
+            // A short write: the model writes the same first bytes.
+            let short = match op {
+                Op::Write { path, off, .. } => Op::Write {
+                    path: path.clone(),
+                    off: *off,
+                    len: done as u64,
+                },
+                Op::Append { path, .. } => Op::Append {
+                    path: path.clone(),
+                    len: done as u64,
+                },
+                _ => return Err(format!("ordo answered ENOSPC to {op} after {done} bytes")),
+            };
+            let mut next = tree.clone();
+            let applied = next
+                .apply(&short, serial)
+                .map_err(|e| format!("the model refuses the short write {short}: {e}"))?;
+            *tree = next;
+            return Ok(applied);
+        }
+        Err(OrdoErr::Other(what, e)) => return Err(format!("ordo {what}: {e}")),
+        Err(OrdoErr::Text(t)) => return Err(t),
+    };
+    if let (Applied::Changed { created: Some(id) }, Some(ino)) = (&applied, created_ino) {
+        if let Some(Some(n)) = next.nodes.get_mut(*id) {
+            n.ino = ino;
+        }
+    }
+    *tree = next;
+    Ok(applied)
+}
+
+/// Why an operation failed on ordo.
+enum OrdoErr {
+    /// ENOSPC, after `done` bytes of a write.
+    NoSpace { done: usize },
+    /// Another error of the named call.
+    Other(&'static str, ordo_fs::FsError),
+    /// A path that did not resolve, or the like.
+    Text(String),
+}
+
+impl From<String> for OrdoErr {
+    fn from(t: String) -> Self {
+        OrdoErr::Text(t)
+    }
+}
+
+impl From<&str> for OrdoErr {
+    fn from(t: &str) -> Self {
+        OrdoErr::Text(t.to_string())
+    }
+}
+
+/// Run `op` on ordo; returns the inode it created, if any.
+fn run_on_ordo(
+    fs: &Fs,
+    op: &Op,
+    payload: Option<(crate::model::NodeId, u64, Vec<u8>)>,
+) -> Result<Option<u32>, OrdoErr> {
     let creds = Creds::root();
     let ino_of = |path: &str| -> Result<u32, String> {
         fs.lookup_path(path)
@@ -161,7 +252,13 @@ fn run_op(fs: &Fs, tree: &mut Tree, op: &Op, serial: u32) -> Result<Applied, Str
         let parent = if idx == 0 { "/" } else { &path[..idx] };
         Ok((ino_of(parent)?, path.as_bytes()[idx + 1..].to_vec()))
     };
-    let fs_err = |what: &str, e: ordo_fs::FsError| format!("ordo {what}: {e}");
+    let fs_err = |what: &'static str, e: ordo_fs::FsError| {
+        if is_enospc(&e) {
+            OrdoErr::NoSpace { done: 0 }
+        } else {
+            OrdoErr::Other(what, e)
+        }
+    };
     let mut created_ino = None;
     match op {
         Op::Creat(p) => {
@@ -190,9 +287,11 @@ fn run_op(fs: &Fs, tree: &mut Tree, op: &Op, serial: u32) -> Result<Applied, Str
             let (_, off, data) = payload.ok_or("no payload")?;
             let mut done = 0usize;
             while done < data.len() {
-                let n = fs
-                    .write(ino, off + done as u64, &data[done..])
-                    .map_err(|e| fs_err("write", e))?;
+                let n = match fs.write(ino, off + done as u64, &data[done..]) {
+                    Ok(n) => n,
+                    Err(e) if is_enospc(&e) => return Err(OrdoErr::NoSpace { done }),
+                    Err(e) => return Err(OrdoErr::Other("write", e)),
+                };
                 if n == 0 {
                     return Err("ordo write returned 0 bytes".into());
                 }
@@ -256,13 +355,7 @@ fn run_op(fs: &Fs, tree: &mut Tree, op: &Op, serial: u32) -> Result<Applied, Str
         }
         Op::Sync => fs.sync().map_err(|e| fs_err("sync", e))?,
     }
-    if let (Applied::Changed { created: Some(id) }, Some(ino)) = (&applied, created_ino) {
-        if let Some(Some(n)) = next.nodes.get_mut(*id) {
-            n.ino = ino;
-        }
-    }
-    *tree = next;
-    Ok(applied)
+    Ok(created_ino)
 }
 
 /// The promise an operation's result makes, if any.
@@ -326,8 +419,9 @@ impl SetupCache {
         let mut tree = Tree::new();
         import(&fs, &mut tree, crate::model::ROOT, ordo_fs::ROOT_INO, 0)
             .map_err(|e| rec_err(seq, 0, "reading the empty file system", e))?;
+        let mut enospc_ops = 0;
         for (i, op) in seq.setup.iter().enumerate() {
-            run_op(&fs, &mut tree, op, i as u32 + 1)
+            run_op(&fs, &mut tree, op, i as u32 + 1, &mut enospc_ops)
                 .map_err(|e| rec_err(seq, 0, &format!("setup: {op}"), e))?;
         }
         fs.unmount()
@@ -429,6 +523,7 @@ pub fn record(
         what: Promised::All,
         label: "the base tree (clean unmount after setup)".into(),
     }];
+    let mut enospc_ops = 0;
     for (i, op) in seq.ops.iter().enumerate() {
         let op_index = i + 1;
         rec.set_op(op_index);
@@ -436,7 +531,7 @@ pub fn record(
         let before = tree.clone();
         let applied = match &mnt {
             Some(m) => crate::fuse::run_op(m.path(), &fs, &mut tree, op, serial),
-            None => run_op(&fs, &mut tree, op, serial),
+            None => run_op(&fs, &mut tree, op, serial, &mut enospc_ops),
         }
         .map_err(|e| rec_err(seq, op_index, &op.to_string(), e))?;
         if let Some(p) = promise_for(&before, &tree, &base_tree, &applied, op_index, op) {
@@ -462,5 +557,6 @@ pub fn record(
         snapshots,
         promises,
         versions: std::sync::OnceLock::new(),
+        out_of_space: enospc_ops,
     })
 }

@@ -156,10 +156,11 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         "seq2" => seq2(params.seq2_max),
         "random" => random(params),
         "mix" => mix(params),
+        "enospc" => enospc(params),
         path => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 CrashError::Workload(format!(
-                    "'{path}' is not a built-in workload (seq1, seq2, random, mix) and can not be read: {e}"
+                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, enospc) and can not be read: {e}"
                 ))
             })?;
             let stem = std::path::Path::new(path)
@@ -768,6 +769,42 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
         }
     }
     ops
+}
+
+/// The `random` workload on a full file system: the setup fills the
+/// image (on the default 16 MiB image a 16 MiB write runs out of space and
+/// is kept short) after a 16 KiB file `/pad`; the recorded part deletes
+/// `/pad` and runs a `random` sequence, which soon runs out of space
+/// again. Operations that get ENOSPC change nothing (a write may be cut
+/// short), and the crash states must be as consistent as any others.
+pub fn enospc(params: &WorkloadParams) -> Vec<Sequence> {
+    let mut setup = preset();
+    setup.extend([
+        Op::Creat("/pad".into()),
+        Op::Write {
+            path: "/pad".into(),
+            off: 0,
+            len: 16 * 1024,
+        },
+        Op::Creat("/fill".into()),
+        Op::Write {
+            path: "/fill".into(),
+            off: 0,
+            len: 16 << 20,
+        },
+    ]);
+    random(params)
+        .into_iter()
+        .map(|r| {
+            let mut ops = vec![Op::Unlink("/pad".into())];
+            ops.extend(r.ops);
+            Sequence {
+                name: r.name.replacen("random/", "enospc/", 1),
+                setup: setup.clone(),
+                ops,
+            }
+        })
+        .collect()
 }
 
 /// Parse a scenario: one operation per line, `#` starts a comment, blank

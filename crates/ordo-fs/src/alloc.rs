@@ -9,8 +9,10 @@
 //! Every bit changed is one `Bitmap` update and every descriptor counter one
 //! `Counter` update; the superblock's summary counters are refreshed when
 //! the file system is synced (ext4 also keeps them lazily). A freed block is
-//! reported to the protocol (`on_block_freed`) and dropped from the cache,
-//! and the protocol decides when it may be reused (`can_allocate`).
+//! reported to the protocol (`on_block_freed`) and dropped from the cache
+//! when the handle ends (a rollback may take the free back first; the
+//! handle does not allocate it again), and the protocol decides when it may
+//! be reused (`can_allocate`).
 //!
 //! Groups whose bitmaps were never initialized (`BLOCK_UNINIT`,
 //! `INODE_UNINIT`, left by mkfs) get their bitmap built on first use, as the
@@ -186,8 +188,22 @@ impl Core {
 
     /// Allocate up to `max` contiguous blocks, as near `goal` as possible.
     /// Returns `(first, len)` with `1 <= len <= max`, or ENOSPC.
+    ///
+    /// Unless the handle may use them (`use_reserve`: root, the reserved
+    /// uid or gid, operations that free space), the last
+    /// `s_r_blocks_count` free blocks are not handed out, as ext4's
+    /// `ext4_has_free_clusters`.
     pub fn alloc_blocks(&mut self, goal: u64, max: u32) -> Result<(u64, u32)> {
         assert!(max > 0);
+        let mut max = max;
+        if !self.use_reserve && self.sbi.r_blocks_count > 0 {
+            let (free, _) = self.free_totals()?;
+            let avail = free.saturating_sub(self.sbi.r_blocks_count);
+            if avail == 0 {
+                return Err(errno(libc::ENOSPC));
+            }
+            max = max.min(avail.min(u32::MAX as u64) as u32);
+        }
         let ngroups = self.group_count();
         let goal = if goal < self.sbi.first_data_block as u64 || goal >= self.sbi.blocks_count {
             self.sbi.first_data_block as u64
@@ -213,6 +229,13 @@ impl Core {
         Err(errno(libc::ENOSPC))
     }
 
+    /// Whether free block `b` may be allocated now: not freed by this
+    /// handle (a rollback may take the free back) and not held back by the
+    /// protocol's reuse rules.
+    fn may_take(&self, b: u64) -> bool {
+        !self.freed_by_handle(b) && self.proto.can_allocate(b)
+    }
+
     /// Look for a free run in group `g` starting at or after bit `from`.
     fn find_free_run(&mut self, g: u32, from: usize, max: u32) -> Result<Option<(u64, u32)>> {
         let bb = self.block_bitmap(g)?;
@@ -225,12 +248,12 @@ impl Core {
                 i += 8;
                 continue;
             }
-            if img[i / 8] & (1 << (i % 8)) == 0 && self.proto.can_allocate(first_block + i as u64) {
+            if img[i / 8] & (1 << (i % 8)) == 0 && self.may_take(first_block + i as u64) {
                 let mut len = 1usize;
                 while len < max as usize
                     && i + len < n
                     && img[(i + len) / 8] & (1 << ((i + len) % 8)) == 0
-                    && self.proto.can_allocate(first_block + (i + len) as u64)
+                    && self.may_take(first_block + (i + len) as u64)
                 {
                     len += 1;
                 }
@@ -315,9 +338,7 @@ impl Core {
             let n = (end.min(gend) - b) as u32;
             self.mark_blocks(b, n, false)?;
             for x in b..b + n as u64 {
-                self.cache.forget(x);
-                self.seal.owners.remove(&x);
-                self.proto.on_block_freed(x, &self.handle);
+                self.note_block_freed(x);
             }
             b += n as u64;
         }

@@ -193,10 +193,13 @@ impl Core {
                 }
             }
         }
-        let mut unwritten_done: Vec<(u32, u32)> = Vec::new();
         let mut l = first;
         let mut err = None;
+        // Each run is all or nothing: a run that cannot get its blocks, or
+        // the tree blocks to map them, is rolled back, and the write
+        // returns what the runs before it wrote (a short write).
         while l <= last {
+            let sp = self.savepoint();
             let m = maps
                 .iter()
                 .find(|m| (m.lblk as u64) <= l && l < m.lblk as u64 + m.len as u64)
@@ -218,23 +221,26 @@ impl Core {
                     let want = (next - l).min(exc::MAX_INIT_LEN as u64) as u32;
                     match self.alloc_blocks(goal, want) {
                         Ok((p, n)) => {
-                            if let Err(e) =
-                                extent::insert(&mut self.tree(ino)?, l as u32, p, n, false)
-                            {
-                                let _ = self.free_blocks(p, n as u64);
+                            let r = self
+                                .tree(ino)
+                                .and_then(|mut t| extent::insert(&mut t, l as u32, p, n, false))
+                                .and_then(|()| self.add_iblocks(ino, n as i64));
+                            if let Err(e) = r {
+                                self.rollback_to(sp);
                                 err = Some(e);
                                 break;
                             }
-                            self.add_iblocks(ino, n as i64)?;
                             (p, n as u64, true, false)
                         }
                         Err(e) => {
+                            self.rollback_to(sp);
                             err = Some(e);
                             break;
                         }
                     }
                 }
             };
+            let mut run_written = written;
             for k in 0..run {
                 let lb = l + k;
                 let bstart = lb * bs;
@@ -249,19 +255,28 @@ impl Core {
                     src,
                     fresh,
                 )?;
-                written = (to - off) as usize;
+                run_written = (to - off) as usize;
             }
             if unwritten {
-                unwritten_done.push((l as u32, run as u32));
+                // Converting part of an unwritten extent may split it.
+                let r = self
+                    .tree(ino)
+                    .and_then(|mut t| extent::mark_written(&mut t, l as u32, run));
+                if let Err(e) = r {
+                    self.rollback_to(sp);
+                    err = Some(e);
+                    break;
+                }
             }
+            written = run_written;
             goal = pblk + run;
             l += run;
         }
-        for (ul, un) in unwritten_done {
-            extent::mark_written(&mut self.tree(ino)?, ul, un as u64)?;
-        }
         if written == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
+        }
+        if err.as_ref().is_some_and(|e| e.errno() == libc::ENOSPC) {
+            self.short_for_space = true;
         }
         let end = off + written as u64;
         if end > i.size {

@@ -152,12 +152,60 @@ impl Shared {
         Ok(())
     }
 
-    /// Run `f` inside one operation handle, then execute the plans.
-    fn with_handle<T>(&self, op: OpKind, f: impl FnOnce(&mut Core) -> Result<T>) -> Result<T> {
-        let (r, plans) = {
+    /// Run `f` inside one operation handle, then execute the plans, for a
+    /// caller that may use the reserved blocks.
+    fn with_handle<T>(&self, op: OpKind, f: impl FnMut(&mut Core) -> Result<T>) -> Result<T> {
+        self.with_handle_as(op, true, f)
+    }
+
+    /// Run `f` inside one operation handle, then execute the plans. A
+    /// failing `f` leaves nothing behind: whatever it changed is rolled
+    /// back before the handle ends. When it failed with ENOSPC while freed
+    /// blocks wait for a commit to become reusable, the protocol commits,
+    /// the commits under way are waited for, and `f` runs once more (as
+    /// ext4's `ext4_should_retry_alloc`); only then is ENOSPC returned.
+    /// `reserve`: the caller may use the blocks reserved for root.
+    fn with_handle_as<T>(
+        &self,
+        op: OpKind,
+        reserve: bool,
+        mut f: impl FnMut(&mut Core) -> Result<T>,
+    ) -> Result<T> {
+        let (r, retry) = self.handle_once(op, reserve, true, &mut f);
+        if !retry {
+            return r;
+        }
+        self.commit_for_space()?;
+        self.handle_once(op, reserve, false, &mut f).0
+    }
+
+    /// One attempt of [`Shared::with_handle_as`]; also says whether it
+    /// failed for space with frees pending. On the `first` attempt a write
+    /// cut short for space with frees pending is rolled back too, to be
+    /// retried whole: committing its first part to retry the rest would
+    /// make a state durable that no single call left.
+    fn handle_once<T>(
+        &self,
+        op: OpKind,
+        reserve: bool,
+        first: bool,
+        f: &mut impl FnMut(&mut Core) -> Result<T>,
+    ) -> (Result<T>, bool) {
+        let (r, plans, retry) = {
             let mut core = self.lock();
             core.begin(op);
-            let r = f(&mut core);
+            core.use_reserve = reserve || op_frees_space(op);
+            let start = core.savepoint();
+            let mut r = f(&mut core);
+            let mut retry = false;
+            if let Err(e) = &r {
+                core.rollback_to(start);
+                retry = e.errno() == libc::ENOSPC && core.proto.has_pending_frees();
+            } else if first && core.short_for_space && core.proto.has_pending_frees() {
+                core.rollback_to(start);
+                r = Err(errno(libc::ENOSPC));
+                retry = true;
+            }
             let end = core.end();
             let r = match (r, end) {
                 (Ok(v), Ok(())) => Ok(v),
@@ -173,12 +221,26 @@ impl Shared {
                 (r, _) => r,
             };
             let plans = self.take_plans(&mut core);
-            (r, plans)
+            (r, plans, retry)
         };
         let ran = self.run(plans);
-        let v = r?;
-        ran?;
-        Ok(v)
+        let r = match (r, ran) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        };
+        (r, retry)
+    }
+
+    /// Make the frees the protocol holds back reusable: commit, and wait
+    /// for every plan made so far (another caller's commit included).
+    fn commit_for_space(&self) -> Result<()> {
+        self.plan(|c| c.plan_with(|p, io| p.sync(io)))?;
+        let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
+        let target = seq.next_ticket;
+        while seq.now_serving < target {
+            seq = self.turn.wait(seq).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
     }
 
     /// Run `f` under the lock without a handle (reads).
@@ -721,8 +783,16 @@ impl Fs {
     /// is not in the file's group, as the kernel does).
     pub fn setattr_as(&self, ino: Ino, set: &SetAttr, creds: &Creds) -> Result<Attr> {
         self.mutating()?;
+        let reserve = self.may_use_reserve(creds);
         self.shared
-            .with_handle(op_of_setattr(set), |c| c.op_setattr(ino, set, Some(creds)))
+            .with_handle_as(op_of_setattr(set), reserve, |c| {
+                c.op_setattr(ino, set, Some(creds))
+            })
+    }
+
+    /// Whether `creds` may allocate the blocks reserved for root.
+    fn may_use_reserve(&self, creds: &Creds) -> bool {
+        may_use_reserve(&self.shared.lock().sbi, creds)
     }
 
     /// Create a regular file (or, with another `kind`, a device node, FIFO or
@@ -742,17 +812,22 @@ impl Fs {
         } else {
             OpKind::Mknod
         };
-        self.shared
-            .with_handle(op, |c| c.op_create(parent, name, kind, perm, rdev, creds))
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(op, reserve, |c| {
+            c.op_create(parent, name, kind, perm, rdev, creds)
+        })
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u16, creds: &Creds) -> Result<Attr> {
         self.mutating()?;
-        self.shared
-            .with_handle(OpKind::Mkdir, |c| c.op_mkdir(parent, name, perm, creds))
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(OpKind::Mkdir, reserve, |c| {
+            c.op_mkdir(parent, name, perm, creds)
+        })
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], creds: &Creds) -> Result<Attr> {
         self.mutating()?;
-        self.shared.with_handle(OpKind::Symlink, |c| {
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(OpKind::Symlink, reserve, |c| {
             c.op_symlink(parent, name, target, creds)
         })
     }
@@ -760,9 +835,16 @@ impl Fs {
         self.shared.read(|c| c.op_readlink(ino))
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.link_as(ino, newparent, newname, &Creds::root())
+    }
+    /// `link` on behalf of `creds` (who may or may not use the reserved
+    /// blocks should the directory need one).
+    pub fn link_as(&self, ino: Ino, newparent: Ino, newname: &[u8], creds: &Creds) -> Result<Attr> {
         self.mutating()?;
-        self.shared
-            .with_handle(OpKind::Link, |c| c.op_link(ino, newparent, newname))
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(OpKind::Link, reserve, |c| {
+            c.op_link(ino, newparent, newname)
+        })
     }
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.mutating()?;
@@ -782,8 +864,21 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.rename_as(parent, name, newparent, newname, flags, &Creds::root())
+    }
+    /// `rename` on behalf of `creds` (see [`Fs::link_as`]).
+    pub fn rename_as(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+        creds: &Creds,
+    ) -> Result<()> {
         self.mutating()?;
-        self.shared.with_handle(OpKind::Rename, |c| {
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(OpKind::Rename, reserve, |c| {
             c.op_rename(parent, name, newparent, newname, flags)
         })
     }
@@ -830,7 +925,15 @@ impl Fs {
         self.shared.read(|c| c.file_read(ino, offset, size))
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, offset, data, &Creds::root())
+    }
+    /// `write` on behalf of `creds`: a caller who may not use the reserved
+    /// blocks gets a short write, or ENOSPC, where root would not. A write
+    /// that runs out of space returns the bytes it wrote (short write);
+    /// ENOSPC only when it wrote none.
+    pub fn write_as(&self, ino: Ino, offset: u64, data: &[u8], creds: &Creds) -> Result<u32> {
         self.mutating()?;
+        let reserve = self.may_use_reserve(creds);
         if data.is_empty() {
             self.getattr(ino)?;
             return Ok(0);
@@ -842,13 +945,15 @@ impl Fs {
         let mut done = 0usize;
         while done < data.len() {
             let end = (done + chunk).min(data.len());
-            let r = self.shared.with_handle(OpKind::Write, |c| {
+            let r = self.shared.with_handle_as(OpKind::Write, reserve, |c| {
                 c.file_write(ino, offset + done as u64, &data[done..end])
             });
             match r {
                 Ok(n) => {
                     let want = end - done;
                     done += n as usize;
+                    // Out of space (after the commit and retry that frees
+                    // held-back blocks), or at the largest file size.
                     if (n as usize) < want {
                         break;
                     }
@@ -860,14 +965,26 @@ impl Fs {
         Ok(done as u32)
     }
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> Result<()> {
+        self.fallocate_as(ino, offset, len, flags, &Creds::root())
+    }
+    /// `fallocate` on behalf of `creds` (see [`Fs::write_as`]).
+    pub fn fallocate_as(
+        &self,
+        ino: Ino,
+        offset: u64,
+        len: u64,
+        flags: FallocFlags,
+        creds: &Creds,
+    ) -> Result<()> {
         self.mutating()?;
+        let reserve = self.may_use_reserve(creds);
         let op = if flags.punch_hole {
             OpKind::PunchHole
         } else {
             OpKind::Fallocate
         };
         self.shared
-            .with_handle(op, |c| c.file_fallocate(ino, offset, len, flags))
+            .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))
     }
     pub fn seek(&self, ino: Ino, offset: u64, whence: SeekWhence) -> Result<u64> {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
@@ -1026,6 +1143,28 @@ impl Fs {
     pub fn block_size(&self) -> u32 {
         self.shared.lock().bs
     }
+}
+
+/// Operations that release space: they may use the reserved blocks (a
+/// hole punched in an extent may need a block for the split), as ext4's
+/// `EXT4_MB_USE_RESERVED` allocations.
+fn op_frees_space(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Unlink | OpKind::Rmdir | OpKind::Evict | OpKind::Internal | OpKind::PunchHole
+    )
+}
+
+/// Whether `creds` may allocate the blocks reserved with `mkfs -m`
+/// (`s_r_blocks_count`): root, the reserved uid (`s_def_resuid`) or a
+/// member of the reserved group (`s_def_resgid`, when it is not root's),
+/// as ext4's `ext4_has_free_clusters`.
+fn may_use_reserve(sbi: &Superblock, creds: &Creds) -> bool {
+    creds.uid == 0
+        || creds.uid == sbi.def_resuid as u32
+        || (sbi.def_resgid != 0
+            && (creds.gid == sbi.def_resgid as u32
+                || creds.groups.contains(&(sbi.def_resgid as u32))))
 }
 
 fn op_of_setattr(set: &SetAttr) -> OpKind {

@@ -1,8 +1,9 @@
 //! Namespace and attribute operations, with Linux ext4's error cases.
 //!
 //! Each function here runs inside one operation handle opened by `Fs` and
-//! checks every error condition *before* changing anything, so a failing
-//! call leaves no partial change behind. The order of the changes inside an
+//! checks every error condition *before* changing anything. What can still
+//! fail half-way (ENOSPC, I/O) is undone by the handle's rollback
+//! (`Core::rollback_to`), so a failing call leaves no partial change behind. The order of the changes inside an
 //! operation does not matter for crash consistency: protocols derive the
 //! order of writes from the meaning of each update.
 

@@ -16,7 +16,7 @@
 //! protocol's intermediate writes, soft updates' rollbacks) recompute them
 //! through [`Sealer`], which knows what each block holds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice};
@@ -241,7 +241,7 @@ impl Sealer for SealCtx {
 }
 
 /// Checksums to recompute at the end of the handle.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct PendingCsum {
     inodes: BTreeSet<Ino>,
     dir_blocks: BTreeSet<u64>,
@@ -250,6 +250,71 @@ struct PendingCsum {
     inode_bitmaps: BTreeSet<u32>,
     groups: BTreeSet<u32>,
     superblock: bool,
+}
+
+/// One entry of a handle's undo log.
+enum Undo {
+    /// `old` was at `offset` of `block` before an update of meaning `kind`.
+    Bytes {
+        block: u64,
+        offset: usize,
+        old: Vec<u8>,
+        kind: UpdateKind,
+    },
+    /// `block` entered the cache as a fresh image (`init_block`): nothing
+    /// cached before it was valid, so undoing drops it again.
+    Init { block: u64 },
+}
+
+/// A point in the current handle to roll back to ([`Core::savepoint`],
+/// [`Core::rollback_to`]).
+pub(crate) struct Savepoint {
+    undo: usize,
+    freed: usize,
+    pending: PendingCsum,
+}
+
+/// The meaning of the update that undoes an update of meaning `kind`.
+fn inverse(kind: &UpdateKind) -> UpdateKind {
+    use crate::update::{LinkOp, MapOp};
+    match kind.clone() {
+        UpdateKind::Extent {
+            ino,
+            lblk,
+            pblk,
+            len,
+            op,
+        } => UpdateKind::Extent {
+            ino,
+            lblk,
+            pblk,
+            len,
+            op: match op {
+                MapOp::Set => MapOp::Clear,
+                MapOp::Clear => MapOp::Set,
+            },
+        },
+        UpdateKind::Dirent { dir, name, ino, op } => UpdateKind::Dirent {
+            dir,
+            name,
+            ino,
+            op: match op {
+                LinkOp::Add => LinkOp::Remove,
+                LinkOp::Remove => LinkOp::Add,
+            },
+        },
+        UpdateKind::Bitmap { what, index, set } => UpdateKind::Bitmap {
+            what,
+            index,
+            set: !set,
+        },
+        UpdateKind::Counter { what, group, delta } => UpdateKind::Counter {
+            what,
+            group,
+            delta: -delta,
+        },
+        k => k,
+    }
 }
 
 /// Per-directory in-memory name index (see `dir.rs`).
@@ -284,6 +349,23 @@ pub(crate) struct Core {
     /// dirtied by a neighbour the bytes can no longer be checked in place,
     /// yet the inode must keep failing as ext4's would.
     pub inode_csum_bad: BTreeMap<Ino, (u32, u32)>,
+    /// The current handle's undo log (kept for the operations that can
+    /// fail for space once they changed something; see [`Core::rollback_to`]).
+    undo: Vec<Undo>,
+    undo_on: bool,
+    /// Blocks freed by the current handle, in order. They leave the cache
+    /// and are reported to the protocol when the handle ends (a rollback
+    /// may still take the free back), and are not allocated again by the
+    /// same handle.
+    freed_in_handle: Vec<u64>,
+    freed_set: HashSet<u64>,
+    /// Whether the current handle may allocate the blocks reserved for
+    /// root (`s_r_blocks_count`).
+    pub use_reserve: bool,
+    /// The current handle's write was cut short by ENOSPC (it returns the
+    /// bytes it wrote): with frees pending, the handle is rolled back and
+    /// retried whole after a commit rather than committed half done.
+    pub short_for_space: bool,
 }
 
 impl Core {
@@ -323,6 +405,12 @@ impl Core {
             gen_state: (seed.sec as u64) ^ ((seed.nsec as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15,
             plans: Vec::new(),
             inode_csum_bad: BTreeMap::new(),
+            undo: Vec::new(),
+            undo_on: false,
+            freed_in_handle: Vec::new(),
+            freed_set: HashSet::new(),
+            use_reserve: true,
+            short_for_space: false,
         }
     }
 
@@ -393,6 +481,14 @@ impl Core {
         if old == bytes {
             return;
         }
+        if self.undo_on {
+            self.undo.push(Undo::Bytes {
+                block,
+                offset,
+                old: old.clone(),
+                kind: kind.clone(),
+            });
+        }
         let u = Update {
             block,
             range: offset as u32..(offset + bytes.len()) as u32,
@@ -409,7 +505,117 @@ impl Core {
         assert!(self.in_handle && !self.read_only);
         self.cache
             .insert_new(block, class, vec![0u8; self.bs as usize]);
+        if self.undo_on {
+            self.undo.push(Undo::Init { block });
+        }
         self.modify(block, 0, image, kind);
+    }
+
+    // ----- undo -----
+
+    /// The current point of the handle, to roll back to.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            undo: self.undo.len(),
+            freed: self.freed_in_handle.len(),
+            pending: self.pending.clone(),
+        }
+    }
+
+    /// Undo every change the handle made since `sp`, newest first: each
+    /// byte range gets its old bytes back (reported to the protocol as an
+    /// update of the inverse meaning), frees are taken back, blocks
+    /// allocated since are dropped from the cache and reported to the
+    /// protocol as unallocated, directory indexes touched are rebuilt on
+    /// next use. Afterwards the file system is, byte for byte, what it was
+    /// at `sp`: an operation that fails for space half-way leaves nothing
+    /// behind, no allocated-but-unreachable inode or block.
+    ///
+    /// A handle without an undo log (one that only releases space) is left
+    /// as it is: its frees must still reach the protocol.
+    pub fn rollback_to(&mut self, sp: Savepoint) {
+        use crate::update::BitmapKind;
+        if !self.undo_on {
+            return;
+        }
+        let mut unallocated: Vec<u64> = Vec::new();
+        let mut inodes: BTreeSet<Ino> = BTreeSet::new();
+        let changed = self.undo.len() > sp.undo || self.freed_in_handle.len() > sp.freed;
+        while self.undo.len() > sp.undo {
+            let Some(u) = self.undo.pop() else { break };
+            match u {
+                Undo::Init { block } => {
+                    self.cache.forget(block);
+                }
+                Undo::Bytes {
+                    block,
+                    offset,
+                    old,
+                    kind,
+                } => {
+                    if !self.cache.contains(block) {
+                        continue;
+                    }
+                    match &kind {
+                        UpdateKind::Bitmap {
+                            what: BitmapKind::Block,
+                            index,
+                            set: true,
+                        } => unallocated.push(*index),
+                        UpdateKind::Bitmap {
+                            what: BitmapKind::Block,
+                            index,
+                            set: false,
+                        } => unallocated.retain(|b| b != index),
+                        UpdateKind::Inode { ino, .. }
+                        | UpdateKind::Extent { ino, .. }
+                        | UpdateKind::ExtentBlockInit { ino }
+                        | UpdateKind::Dirent { dir: ino, .. }
+                        | UpdateKind::DirBlockInit { dir: ino } => {
+                            inodes.insert(*ino);
+                        }
+                        _ => {}
+                    }
+                    let cur = self.cache.modify(block, offset, &old);
+                    if cur != old {
+                        let u = Update {
+                            block,
+                            range: offset as u32..(offset + old.len()) as u32,
+                            old: cur,
+                            new: old,
+                            kind: inverse(&kind),
+                        };
+                        self.proto.on_update(&u, &self.handle);
+                    }
+                }
+            }
+        }
+        for b in self.freed_in_handle.drain(sp.freed..) {
+            self.freed_set.remove(&b);
+        }
+        self.pending = sp.pending;
+        for b in unallocated {
+            self.cache.forget(b);
+            self.seal.owners.remove(&b);
+            self.proto.on_block_unallocated(b, &self.handle);
+        }
+        for ino in inodes {
+            self.dirs.remove(&ino);
+        }
+        if changed {
+            self.proto.on_rollback(&self.handle);
+        }
+    }
+
+    /// Note that the handle freed `block` (see `freed_in_handle`).
+    pub fn note_block_freed(&mut self, block: u64) {
+        self.freed_in_handle.push(block);
+        self.freed_set.insert(block);
+    }
+
+    /// Whether the handle freed `block` (it may not take it again).
+    pub fn freed_by_handle(&self, block: u64) -> bool {
+        self.freed_set.contains(&block)
     }
 
     // ----- handles -----
@@ -425,6 +631,15 @@ impl Core {
         };
         self.next_handle_id += 1;
         self.in_handle = true;
+        // Operations that only release space cannot fail for it: no undo
+        // log (an unlink of a large file would log every bitmap bit).
+        self.undo_on = !matches!(
+            op,
+            OpKind::Unlink | OpKind::Rmdir | OpKind::Evict | OpKind::Internal
+        );
+        self.undo.clear();
+        self.use_reserve = true;
+        self.short_for_space = false;
     }
 
     /// Note that the handle touched `ino`.
@@ -438,6 +653,20 @@ impl Core {
     /// queue its plan.
     pub fn end(&mut self) -> Result<()> {
         assert!(self.in_handle);
+        if self.undo.capacity() > 1 << 12 {
+            // A large handle (a rename over a big file) does not keep its
+            // log's memory for the next one.
+            self.undo = Vec::new();
+        } else {
+            self.undo.clear();
+        }
+        self.undo_on = false;
+        self.freed_set.clear();
+        for b in std::mem::take(&mut self.freed_in_handle) {
+            self.cache.forget(b);
+            self.seal.owners.remove(&b);
+            self.proto.on_block_freed(b, &self.handle);
+        }
         if !self.read_only {
             self.seal();
         }

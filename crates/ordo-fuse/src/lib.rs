@@ -623,7 +623,7 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -636,28 +636,32 @@ impl fuser::Filesystem for OrdoFuse {
         let Some(flags) = rename_flags(flags) else {
             return reply.error(Errno::EINVAL);
         };
-        let result = self.fs.rename(
+        let result = self.fs.rename_as(
             ino_from_fuse(parent),
             name,
             ino_from_fuse(newparent),
             newname,
             flags,
+            &creds(req),
         );
         Self::empty(reply, result);
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
         let newname = name_or_reply!(newname, reply);
-        let result = self
-            .fs
-            .link(ino_from_fuse(ino), ino_from_fuse(newparent), newname);
+        let result = self.fs.link_as(
+            ino_from_fuse(ino),
+            ino_from_fuse(newparent),
+            newname,
+            &creds(req),
+        );
         self.entry(reply, result);
     }
 
@@ -693,7 +697,7 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -703,7 +707,10 @@ impl fuser::Filesystem for OrdoFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino_from_fuse(ino), offset, data) {
+        match self
+            .fs
+            .write_as(ino_from_fuse(ino), offset, data, &creds(req))
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -951,7 +958,7 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -964,7 +971,9 @@ impl fuser::Filesystem for OrdoFuse {
             Err(e) => return reply.error(e),
         };
         let ino = ino_from_fuse(ino);
-        let result = self.fs.fallocate(ino, offset, length, flags);
+        let result = self
+            .fs
+            .fallocate_as(ino, offset, length, flags, &creds(req));
         Self::empty(reply, result);
     }
 

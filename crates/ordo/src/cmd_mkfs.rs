@@ -34,6 +34,10 @@ pub struct MkfsArgs {
     /// Number of inodes (default: one per 16 KiB).
     #[arg(short = 'N', long = "inodes")]
     pub inodes: Option<u32>,
+    /// Percentage of the blocks reserved for root (`s_r_blocks_count`), as
+    /// mke2fs -m: other users get ENOSPC when only these are left.
+    #[arg(short = 'm', long = "reserved-percent", default_value_t = 5)]
+    pub reserved_percent: u32,
 }
 
 fn make(a: &MkfsArgs) -> Result<String, String> {
@@ -81,6 +85,7 @@ fn make(a: &MkfsArgs) -> Result<String, String> {
         label: a.label.clone().unwrap_or_default(),
         assume_zeroed: fresh,
         journal_blocks: a.journal_blocks,
+        reserved_percent: a.reserved_percent,
         ..MkfsOptions::default()
     };
     let report = mkfs(&dev, &opts).map_err(|e| format!("{name}: {e}"))?;

@@ -708,6 +708,21 @@ impl Protocol for FastCommitProtocol {
         self.pending.data.remove(&block);
     }
 
+    fn on_block_unallocated(&mut self, block: u64, h: &HandleInfo) {
+        self.journal.on_block_unallocated(block, h);
+        self.pending.data.remove(&block);
+    }
+
+    fn on_rollback(&mut self, _h: &HandleInfo) {
+        // The log would carry the undone changes as history (a creation
+        // and its removal, a range mapped then cleared): commit the blocks.
+        self.mark_ineligible(Reason::Unsupported);
+    }
+
+    fn has_pending_frees(&self) -> bool {
+        self.journal.has_pending_frees()
+    }
+
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
         self.created_in_handle.clear();
         // A renamed directory: replay cannot move it (its "..", the link

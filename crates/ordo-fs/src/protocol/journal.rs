@@ -869,6 +869,21 @@ impl Protocol for JournalProtocol {
         self.running.freed.insert(block);
     }
 
+    fn on_block_unallocated(&mut self, block: u64, h: &HandleInfo) {
+        // Allocated and given back inside one handle: no commit ever named
+        // it, so it may be reused at once, unless an older copy of it is in
+        // the live log (then it needs its revoke, and waits like a free).
+        self.running.logged.remove(&block);
+        self.running.data.remove(&block);
+        if self.in_log.contains_key(&block) {
+            self.on_block_freed(block, h);
+        }
+    }
+
+    fn has_pending_frees(&self) -> bool {
+        !self.running.freed.is_empty() || !self.freed_pending.is_empty()
+    }
+
     fn on_handle_end(&mut self, _h: &HandleInfo, io: &mut Io) -> Result<()> {
         if self.running_blocks() >= self.max_txn_blocks {
             self.commit(io, false)?;

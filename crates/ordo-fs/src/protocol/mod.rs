@@ -374,10 +374,34 @@ pub trait Protocol: Send {
         let _ = (w, h);
     }
 
-    /// A block (metadata or data) was freed by handle `h`. Protocols that
-    /// must delay reuse (journal revoke, soft updates) record it here.
+    /// A block (metadata or data) was freed by handle `h` (reported when
+    /// the handle ends, before [`Protocol::on_handle_end`]: until then a
+    /// rollback may take the free back). Protocols that must delay reuse
+    /// (journal revoke, soft updates) record it here.
     fn on_block_freed(&mut self, block: u64, h: &HandleInfo) {
         let _ = (block, h);
+    }
+
+    /// A block allocated by handle `h` was given back by a rollback
+    /// before the handle ended: nothing on disk ever named it. Default:
+    /// treated as a free.
+    fn on_block_unallocated(&mut self, block: u64, h: &HandleInfo) {
+        self.on_block_freed(block, h);
+    }
+
+    /// Handle `h` rolled back changes it had reported (an operation that
+    /// failed for space half-way): the undoing updates were reported as
+    /// updates of the inverse meaning. Protocols that log meanings rather
+    /// than blocks may prefer to commit the handle's blocks whole.
+    fn on_rollback(&mut self, h: &HandleInfo) {
+        let _ = h;
+    }
+
+    /// Whether freed blocks are held back from reuse until a commit (or
+    /// a plan in flight) is durable: an allocation that failed may succeed
+    /// after [`Protocol::sync`].
+    fn has_pending_frees(&self) -> bool {
+        false
     }
 
     /// Handle `h` ended (the system call is about to return). Synchronous

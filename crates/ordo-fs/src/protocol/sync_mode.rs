@@ -631,6 +631,16 @@ impl Protocol for SyncProtocol {
         !self.not_reusable.contains(&block)
     }
 
+    fn on_block_unallocated(&mut self, block: u64, _h: &HandleInfo) {
+        // Allocated and given back by one handle: nothing on disk names it,
+        // and its data need not be written.
+        self.fresh.retain(|&b| b != block);
+    }
+
+    fn has_pending_frees(&self) -> bool {
+        !self.not_reusable.is_empty()
+    }
+
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
         let ups = std::mem::take(&mut self.updates);
         let mut fresh = std::mem::take(&mut self.fresh);
