@@ -17,7 +17,9 @@
 //!    the logged physical blocks; DEL_RANGE unmaps a range; LINK / CREAT
 //!    add an entry unless it is there; UNLINK removes one if it is there.
 //! 4. **Rebuild** the allocation state of the touched inodes: blocks they
-//!    no longer map are freed, blocks they map are marked used, inodes with
+//!    no longer map are freed, then (for all of them, after every free)
+//!    blocks they map are marked used, as the kernel's
+//!    `ext4_fc_set_bitmaps_and_counters` marks last; inodes with
 //!    links are marked used and inodes left without any are freed; group
 //!    and superblock counts and bitmap checksums follow. Steps 3 and 4 run
 //!    in memory: nothing is written yet.
@@ -1103,11 +1105,30 @@ impl<'a> Img<'a> {
 
     // ----- rebuild -----
 
+    /// Bring the bitmaps, counts and `i_blocks` of the touched inodes in
+    /// line with what they map now. Blocks are freed for every inode
+    /// before any is marked used: a block one inode gave up (a tree node
+    /// [`extent`] freed while the tags ran, a range it no longer maps) may
+    /// be what another inode maps now, and marking it first then freeing
+    /// it would leave a block in use free in the bitmap.
     fn rebuild(&mut self) -> Result<()> {
         self.recount_subdirs()?;
         let touched: Vec<(Ino, Touched)> =
             self.touched.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut finals = Vec::with_capacity(touched.len());
         for (ino, t) in touched {
+            let raw = self.read_inode(ino)?;
+            let fin = if le16(&raw, ioff::LINKS_COUNT) > 0 {
+                self.owned_blocks(ino, &raw)?
+            } else {
+                BTreeSet::new()
+            };
+            for &b in t.initial.difference(&fin) {
+                self.set_block_used(b, false)?;
+            }
+            finals.push((ino, t, fin));
+        }
+        for (ino, t, fin) in finals {
             let mut raw = self.read_inode(ino)?;
             let links = le16(&raw, ioff::LINKS_COUNT);
             let is_dir = le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR;
@@ -1124,14 +1145,6 @@ impl<'a> Img<'a> {
                 }
             }
             let g = self.sb.group_of_inode(ino) as usize;
-            let fin = if links > 0 {
-                self.owned_blocks(ino, &raw)?
-            } else {
-                BTreeSet::new()
-            };
-            for &b in t.initial.difference(&fin) {
-                self.set_block_used(b, false)?;
-            }
             for &b in &fin {
                 self.set_block_used(b, true)?;
             }
