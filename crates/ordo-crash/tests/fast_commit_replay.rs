@@ -26,6 +26,58 @@ fn assert_clean(name: &str, text: &str) {
     assert!(r.failures.is_empty(), "{name}: {}", r.summary(5));
 }
 
+/// `ordo crash --mode fast_commit --workload random --seed 1029
+/// --random-ops 400`, sequence 0, cut down. A fast commit adds a fifth
+/// extent to `/A/foo` (its inode's root holds four), so the replay gives
+/// the file an extent-tree leaf; the next one unlinks the file's last
+/// name. The rebuild freed only the blocks the inode owned before the
+/// replay, and the leaf was not one of them: a block marked in use that
+/// no file uses ("free but marked", e2fsck's "Block bitmap differences:
+/// -N"). In the full run the slot is then reused by a CREAT, whose INODE
+/// record resets the extent root and drops the leaf the same way.
+const SEED_1029_DROPPED_TREE_LEAF: &str = r"mkdir /A
+mkdir /B
+mkdir /C
+mkdir /B/sub
+creat /A/foo
+creat /A/bar
+creat /B/sub/x
+creat /foo
+---
+creat /B/f1
+link /A/bar /C/f2
+mkdir /A/d1
+rmdir /A/d1
+mkdir /A/d1
+mkdir /B/d2
+rename /A/foo /B/f2
+rmdir /B/d2
+rmdir /A/d1
+symlink /B/sub/foo /B/sub/foo
+mkdir /A/d1
+sync
+rename /B/sub/foo /B/sub/bar
+rmdir /A/d1
+creat /A/foo
+rename /C/f2 /B/sub/bar
+mkdir /B/d2
+append /B/sub/bar 8256
+fsync /A/foo
+write /A/foo 0 8192
+mkdir /A/d1
+write /A/foo 16384 12288
+punch /A/foo 20480 4096
+link /A/foo /B/sub/foo
+rmdir /A/d1
+mkdir /A/d1
+sync
+unlink /B/sub/foo
+write /A/foo 25010 5146
+fdatasync /B/sub/bar
+unlink /A/foo
+fsync /B/f1
+";
+
 /// `ordo crash --mode fast_commit --workload random --seed 1194
 /// --random-ops 400`, sequence 1, cut down. The last fast commit
 /// truncates `/A/bar`, which frees its extent-tree leaf while the tags
@@ -90,6 +142,11 @@ truncate /A/bar 1438
 write /C/foo 16384 12288
 fsync /B/sub/bar
 ";
+
+#[test]
+fn replay_frees_a_tree_leaf_it_allocated_then_dropped() {
+    assert_clean("seed1029", SEED_1029_DROPPED_TREE_LEAF);
+}
 
 #[test]
 fn replay_never_frees_a_block_another_inode_took() {

@@ -461,7 +461,12 @@ fn replay_image(
 /// Per-inode replay state.
 #[derive(Clone, Debug, Default)]
 struct Touched {
-    /// Blocks (data and tree) the inode owned before the replay.
+    /// Blocks (data and tree) the inode owned before the replay, and the
+    /// tree nodes the replay gave it since. Those it does not map at the
+    /// end are freed: a node the replay allocated is dropped with the
+    /// whole tree, without [`extent`] freeing it, when the inode loses
+    /// its last link or an INODE record of a new incarnation resets the
+    /// extent root.
     initial: BTreeSet<u64>,
     /// Created by a CREAT of this log.
     created: bool,
@@ -1276,7 +1281,11 @@ impl ExtentStore for Tree<'_, '_> {
         Ok(self.img.block(pblk)?.clone())
     }
     fn alloc_tree_block(&mut self, goal: u64) -> Result<u64> {
-        self.img.alloc_block(goal)
+        let b = self.img.alloc_block(goal)?;
+        if let Some(t) = self.img.touched.get_mut(&self.ino) {
+            t.initial.insert(b);
+        }
+        Ok(b)
     }
     fn init_tree_block(&mut self, pblk: u64, image: &[u8]) -> Result<()> {
         self.img.write_block(pblk, image.to_vec());
