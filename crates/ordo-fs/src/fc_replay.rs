@@ -29,6 +29,10 @@
 //! 6. Only then mark the journal empty and clear `needs_recovery` (by
 //!    handing over to [`crate::protocol::journal::recover`], which finds a
 //!    clean log).
+//! 7. Zero the area's last block if another writer left something there:
+//!    ordo never writes it, so that the kernel's and e2fsck's scan, which
+//!    reads past the area when no block ends it first, stops there
+//!    (docs/FORMAT.md, "The full area").
 //!
 //! # Why the result is journaled
 //!
@@ -308,10 +312,56 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     let mut env = env.clone();
     env.journal_runs = map.runs().to_vec();
     let mut report = journal::recover(dev, &env)?;
+    // The log is empty now, and every fast commit in the area stale.
+    if clear_last_area_block(dev, &map, &jscan.sb)? {
+        lines.push(
+            "fast commit: cleared the area's last block (left by another writer)".to_string(),
+        );
+        written += 1;
+    }
     report.lines.splice(0..0, lines);
     report.replayed += replayed;
     report.blocks_written += written;
     Ok(report)
+}
+
+/// Zero the fast-commit area's last block when it is not zero; whether
+/// it wrote. ordo's writer never uses that block, so that a scan by the
+/// kernel or e2fsck, which reads one block past the area when no block
+/// ends the log before (docs/FORMAT.md, "The full area"), stops there.
+/// That holds only if the block does end a scan, and another writer may
+/// have left one that does not: the kernel uses it, and a commit it gave
+/// up for want of room (a full commit instead) leaves blocks without a
+/// TAIL up to the area's end. Cleared once at mount, after recovery, it
+/// stays zero, whatever stale blocks precede it. The area is where the
+/// fast-commit protocol will find it: the journal's fast-commit feature,
+/// which mke2fs leaves clear, set.
+fn clear_last_area_block(
+    dev: &dyn BlockDevice,
+    map: &JournalMap,
+    jsb: &ordo_format::jbd2::JournalSuperblock,
+) -> Result<bool> {
+    let mut sb = jsb.clone();
+    sb.feature_incompat |= ordo_format::jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
+    let Some((first, n)) = fc_area(&sb) else {
+        return Ok(false);
+    };
+    let last = first + n - 1;
+    if last >= sb.maxlen {
+        return Ok(false);
+    }
+    let Some(p) = map.phys(last) else {
+        return Ok(false);
+    };
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(p, &mut buf, BlockClass::FastCommit)?;
+    if buf.iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    buf.fill(0);
+    dev.write(p, &buf, WriteFlags::new(BlockClass::FastCommit))?;
+    dev.flush()?;
+    Ok(true)
 }
 
 /// What [`replay_tags`] did.

@@ -492,13 +492,52 @@ fn crash_after_fast_commits_replays_alike_by_ordo_e2fsck_and_the_kernel_1k() {
 /// the area is then as full as ordo ever leaves it. The kernel's and
 /// e2fsck's scan reads one block past the journal when every block of the
 /// area holds a valid commit, and their recovery fails ("JBD2: corrupted
-/// journal superblock"; docs/FORMAT.md, "Fast commit"); ordo never uses
+/// journal superblock"; docs/FORMAT.md, "The full area"); ordo never uses
 /// the area's last block, so the kernel (a loop mount) and `e2fsck -fy`
 /// both replay the crash, to ordo's tree, every file intact.
 #[test]
 fn a_full_fast_commit_area_is_replayed_by_the_kernel_and_e2fsck() {
+    fill_the_area_crash_and_replay(false);
+}
+
+/// The same, on an image whose area's last block holds what another
+/// writer left there, a block that does not end a scan: ordo's mount
+/// clears it, and the kernel and e2fsck still stop before the journal's
+/// end.
+#[test]
+fn a_stale_last_area_block_is_cleared_at_mount() {
+    fill_the_area_crash_and_replay(true);
+}
+
+/// The physical block of the fast-commit area's last block in `img`, as
+/// the fast-commit protocol sees the area (the journal's fast-commit
+/// feature, which mke2fs leaves clear, set).
+fn last_area_block(img: &[u8], bs: u32) -> u64 {
+    let dev = MemDevice::from_image(bs, img).unwrap();
+    let runs = ordo_fs::recovery::locate_journal(&dev).unwrap().unwrap();
+    let map = ordo_fs::recovery::JournalMap::new(runs);
+    let mut jsb = ordo_fs::recovery::read_journal_super(&dev, &map).unwrap();
+    jsb.feature_incompat |= ordo_format::jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
+    let (first, n) = ordo_fs::fc_replay::fc_area(&jsb).unwrap();
+    map.phys(first + n - 1).unwrap()
+}
+
+/// The two tests above; `stale_last_block`: the area's last block first
+/// holds a block that does not end a scan.
+fn fill_the_area_crash_and_replay(stale_last_block: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), 4096).expect("an image");
+    let mut img = image(dir.path(), 4096).expect("an image");
+    if stale_last_block {
+        // What another writer may leave in the area's last block: a block
+        // that does not end a scan, its records running exactly to its
+        // end without a TAIL (here one PAD), as the kernel leaves a block
+        // of a commit it gave up for want of room.
+        let p = last_area_block(&img, 4096) as usize * 4096;
+        let blk = &mut img[p..p + 4096];
+        blk.fill(0);
+        blk[..2].copy_from_slice(&7u16.to_le_bytes());
+        blk[2..4].copy_from_slice(&(4096u16 - 4).to_le_bytes());
+    }
     let (dev, fs) = mount_cached(&img, 4096);
     // The first fsync of a mount is a full commit: fast commits follow.
     let first = create(&fs, "first", b"first\n");
@@ -529,7 +568,13 @@ fn a_full_fast_commit_area_is_replayed_by_the_kernel_and_e2fsck() {
     let (crashed, mut promised) = before_fallback.expect("fast commits before the area filled");
     promised.insert("/first".into(), b"first\n".to_vec());
     let cap = dir.path().join("crashed.img");
-    std::fs::write(&cap, crashed.to_image()).unwrap();
+    let cimg = crashed.to_image();
+    let last = last_area_block(&cimg, 4096) as usize * 4096;
+    assert!(
+        cimg[last..last + 4096].iter().all(|&b| b == 0),
+        "the area's last block is zero"
+    );
+    std::fs::write(&cap, cimg).unwrap();
     let st = fc_state(&cap);
     assert_eq!(
         st.scan.commits as usize, st.scan.blocks,
