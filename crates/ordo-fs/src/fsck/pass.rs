@@ -2560,21 +2560,29 @@ impl<'a> Checker<'a> {
         ))
     }
 
-    /// Report how group `g`'s `what` ("block" or "inode") bitmap, at
-    /// block `bm_block`, differs from use: `plus`, in use but free, is a
-    /// hazard (the next allocation can hand them out twice); `minus`,
-    /// marked but unused, is a benign leak.
+    /// Report how group `g`'s block or inode bitmap, at block
+    /// `bm_block`, differs from use: `plus`, in use but free, is a hazard
+    /// (the next allocation can hand them out twice); `minus`, marked but
+    /// unused, is a benign leak.
     fn report_bitmap_diffs(
         &mut self,
         g: u32,
-        what: &str,
+        kind: BitmapKind,
         bm_block: u64,
         plus: &[u64],
         minus: &[u64],
     ) {
-        let (used_free, leak) = match what {
-            "block" => (ProblemClass::BlockUsedButFree, ProblemClass::BlockBitmap),
-            _ => (ProblemClass::InodeUsedButFree, ProblemClass::InodeBitmap),
+        let (what, used_free, leak) = match kind {
+            BitmapKind::Block => (
+                "block",
+                ProblemClass::BlockUsedButFree,
+                ProblemClass::BlockBitmap,
+            ),
+            BitmapKind::Inode => (
+                "inode",
+                ProblemClass::InodeUsedButFree,
+                ProblemClass::InodeBitmap,
+            ),
         };
         if !plus.is_empty() {
             self.report(
@@ -2628,7 +2636,7 @@ impl<'a> Checker<'a> {
             );
             let free_blocks = count - used_in_group;
             total_free_blocks += free_blocks;
-            self.report_bitmap_diffs(g, "block", gd.block_bitmap, &plus, &minus);
+            self.report_bitmap_diffs(g, BitmapKind::Block, gd.block_bitmap, &plus, &minus);
             let uninit_b = self.sb.gdt_csum() && gd.flags & BG_BLOCK_UNINIT != 0;
             if let Some(bm) = &disk_bm {
                 if !uninit_b {
@@ -2694,10 +2702,10 @@ impl<'a> Checker<'a> {
             );
             let free_inodes = ipg - used_inodes;
             total_free_inodes += free_inodes;
-            self.report_bitmap_diffs(g, "inode", gd.inode_bitmap, &plus, &minus);
-            if !plus.is_empty() || !minus.is_empty() {
-                // Padding and checksum only matter once the bits are right.
-            } else if let Some(ib) = &disk_ib {
+            self.report_bitmap_diffs(g, BitmapKind::Inode, gd.inode_bitmap, &plus, &minus);
+            // Padding and checksum are only checked once the bits are right.
+            let bits_right = plus.is_empty() && minus.is_empty();
+            if let Some(ib) = disk_ib.as_ref().filter(|_| bits_right) {
                 let pad_from = (ipg / 8) as usize;
                 let pad_ok = ipg.is_multiple_of(8) && ib[pad_from..].iter().all(|&b| b == 0xFF);
                 if !uninit_i && !pad_ok {
@@ -2904,6 +2912,13 @@ fn block_map_max_size(bs: u64) -> u64 {
     // and triple indirect blocks can map.
     let per = bs / 4;
     (12 + per + per * per + per * per * per) * bs
+}
+
+/// Which allocation bitmap a difference is about.
+#[derive(Clone, Copy)]
+enum BitmapKind {
+    Block,
+    Inode,
 }
 
 /// Up to eight numbers with their sign (e2fsck's `+N` / `-N`), then how
