@@ -29,12 +29,13 @@ fn assert_clean(name: &str, text: &str) {
 /// `ordo crash --mode fast_commit --workload random --seed 1029
 /// --random-ops 400`, sequence 0, cut down. A fast commit adds a fifth
 /// extent to `/A/foo` (its inode's root holds four), so the replay gives
-/// the file an extent-tree leaf; the next one unlinks the file's last
-/// name. The rebuild freed only the blocks the inode owned before the
-/// replay, and the leaf was not one of them: a block marked in use that
-/// no file uses ("free but marked", e2fsck's "Block bitmap differences:
-/// -N"). In the full run the slot is then reused by a CREAT, whose INODE
-/// record resets the extent root and drops the leaf the same way.
+/// the file an extent-tree leaf; a later UNLINK of the log removes the
+/// file's last name. The rebuild freed only the blocks the inode owned
+/// before the replay, and the leaf was not one of them: a block marked in
+/// use that no file uses ("free but marked", e2fsck's "Block bitmap
+/// differences: -N"). In the full run the slot is then reused by a CREAT,
+/// whose INODE record resets the extent root and drops the leaf the same
+/// way.
 const SEED_1029_DROPPED_TREE_LEAF: &str = r"mkdir /A
 mkdir /B
 mkdir /C
