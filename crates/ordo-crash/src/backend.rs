@@ -109,7 +109,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair_benign: bool) -> Result<FsckVerdict, S
     let left = r.remaining.as_ref().unwrap_or(&r.problems);
     let benign_problems = left
         .iter()
-        .filter(|p| p.severity == Severity::Benign)
+        .filter(|p| matches!(p.severity, Severity::Benign | Severity::Hazard))
         .map(|p| p.to_string())
         .collect();
     Ok(FsckVerdict {

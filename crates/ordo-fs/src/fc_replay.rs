@@ -17,7 +17,9 @@
 //!    the logged physical blocks; DEL_RANGE unmaps a range; LINK / CREAT
 //!    add an entry unless it is there; UNLINK removes one if it is there.
 //! 4. **Rebuild** the allocation state of the touched inodes: blocks they
-//!    no longer map are freed, blocks they map are marked used, inodes with
+//!    no longer map are freed, then (for all of them, after every free)
+//!    blocks they map are marked used, as the kernel's
+//!    `ext4_fc_set_bitmaps_and_counters` marks last; inodes with
 //!    links are marked used and inodes left without any are freed; group
 //!    and superblock counts and bitmap checksums follow. Steps 3 and 4 run
 //!    in memory: nothing is written yet.
@@ -27,6 +29,10 @@
 //! 6. Only then mark the journal empty and clear `needs_recovery` (by
 //!    handing over to [`crate::protocol::journal::recover`], which finds a
 //!    clean log).
+//! 7. Zero the area's last block if another writer left something there:
+//!    ordo never writes it, so that the kernel's and e2fsck's scan, which
+//!    reads past the area when no block ends it first, stops there
+//!    (docs/FORMAT.md, "The full area").
 //!
 //! # Why the result is journaled
 //!
@@ -306,10 +312,56 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     let mut env = env.clone();
     env.journal_runs = map.runs().to_vec();
     let mut report = journal::recover(dev, &env)?;
+    // The log is empty now, and every fast commit in the area stale.
+    if clear_last_area_block(dev, &map, &jscan.sb)? {
+        lines.push(
+            "fast commit: cleared the area's last block (left by another writer)".to_string(),
+        );
+        written += 1;
+    }
     report.lines.splice(0..0, lines);
     report.replayed += replayed;
     report.blocks_written += written;
     Ok(report)
+}
+
+/// Zero the fast-commit area's last block when it is not zero; whether
+/// it wrote. ordo's writer never uses that block, so that a scan by the
+/// kernel or e2fsck, which reads one block past the area when no block
+/// ends the log before (docs/FORMAT.md, "The full area"), stops there.
+/// That holds only if the block does end a scan, and another writer may
+/// have left one that does not: the kernel uses it, and a commit it gave
+/// up for want of room (a full commit instead) leaves blocks without a
+/// TAIL up to the area's end. Cleared once at mount, after recovery, it
+/// stays zero, whatever stale blocks precede it. The area is where the
+/// fast-commit protocol will find it: the journal's fast-commit feature,
+/// which mke2fs leaves clear, set.
+fn clear_last_area_block(
+    dev: &dyn BlockDevice,
+    map: &JournalMap,
+    jsb: &ordo_format::jbd2::JournalSuperblock,
+) -> Result<bool> {
+    let mut sb = jsb.clone();
+    sb.feature_incompat |= ordo_format::jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
+    let Some((first, n)) = fc_area(&sb) else {
+        return Ok(false);
+    };
+    let last = first + n - 1;
+    if last >= sb.maxlen {
+        return Ok(false);
+    }
+    let Some(p) = map.phys(last) else {
+        return Ok(false);
+    };
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(p, &mut buf, BlockClass::FastCommit)?;
+    if buf.iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    buf.fill(0);
+    dev.write(p, &buf, WriteFlags::new(BlockClass::FastCommit))?;
+    dev.flush()?;
+    Ok(true)
 }
 
 /// What [`replay_tags`] did.
@@ -459,7 +511,12 @@ fn replay_image(
 /// Per-inode replay state.
 #[derive(Clone, Debug, Default)]
 struct Touched {
-    /// Blocks (data and tree) the inode owned before the replay.
+    /// Blocks (data and tree) the inode owned before the replay, and the
+    /// tree nodes the replay gave it since. Those it does not map at the
+    /// end are freed: a node the replay allocated is dropped with the
+    /// whole tree, without [`extent`] freeing it, when the inode loses
+    /// its last link or an INODE record of a new incarnation resets the
+    /// extent root.
     initial: BTreeSet<u64>,
     /// Created by a CREAT of this log.
     created: bool,
@@ -1103,11 +1160,30 @@ impl<'a> Img<'a> {
 
     // ----- rebuild -----
 
+    /// Bring the bitmaps, counts and `i_blocks` of the touched inodes in
+    /// line with what they map now. Blocks are freed for every inode
+    /// before any is marked used: a block one inode gave up (a tree node
+    /// [`extent`] freed while the tags ran, a range it no longer maps) may
+    /// be what another inode maps now, and marking it first then freeing
+    /// it would leave a block in use free in the bitmap.
     fn rebuild(&mut self) -> Result<()> {
         self.recount_subdirs()?;
         let touched: Vec<(Ino, Touched)> =
             self.touched.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut finals = Vec::with_capacity(touched.len());
         for (ino, t) in touched {
+            let raw = self.read_inode(ino)?;
+            let fin = if le16(&raw, ioff::LINKS_COUNT) > 0 {
+                self.owned_blocks(ino, &raw)?
+            } else {
+                BTreeSet::new()
+            };
+            for &b in t.initial.difference(&fin) {
+                self.set_block_used(b, false)?;
+            }
+            finals.push((ino, t, fin));
+        }
+        for (ino, t, fin) in finals {
             let mut raw = self.read_inode(ino)?;
             let links = le16(&raw, ioff::LINKS_COUNT);
             let is_dir = le16(&raw, ioff::MODE) & imode::S_IFMT == imode::S_IFDIR;
@@ -1124,14 +1200,6 @@ impl<'a> Img<'a> {
                 }
             }
             let g = self.sb.group_of_inode(ino) as usize;
-            let fin = if links > 0 {
-                self.owned_blocks(ino, &raw)?
-            } else {
-                BTreeSet::new()
-            };
-            for &b in t.initial.difference(&fin) {
-                self.set_block_used(b, false)?;
-            }
             for &b in &fin {
                 self.set_block_used(b, true)?;
             }
@@ -1263,7 +1331,11 @@ impl ExtentStore for Tree<'_, '_> {
         Ok(self.img.block(pblk)?.clone())
     }
     fn alloc_tree_block(&mut self, goal: u64) -> Result<u64> {
-        self.img.alloc_block(goal)
+        let b = self.img.alloc_block(goal)?;
+        if let Some(t) = self.img.touched.get_mut(&self.ino) {
+            t.initial.insert(b);
+        }
+        Ok(b)
     }
     fn init_tree_block(&mut self, pblk: u64, image: &[u8]) -> Result<()> {
         self.img.write_block(pblk, image.to_vec());

@@ -11,7 +11,11 @@
 //! *unsafe* ones (everything else: an entry naming a free inode, a block
 //! owned twice, a link count too low, a torn directory, a bad checksum),
 //! and (c) a repair that fixes the benign ones only and refuses to touch an
-//! image that has anything else wrong. It decodes the image with its own
+//! image that has anything else wrong. Between the two, a block or inode
+//! in use that its bitmap calls free is a *hazard*: the repair fixes it
+//! like a benign one, but until then the next allocation can hand it out
+//! twice, so it is harmless only when the repair runs before any
+//! allocation (a leaked one, marked but unused, is benign). It decodes the image with its own
 //! readers (`fsck/layout.rs`) rather than ordo-format's, so that a bug in
 //! the writer's encoder cannot hide itself from the checker.
 //!
@@ -79,7 +83,7 @@ use crate::error::FsError;
 /// Options of one check.
 #[derive(Clone, Debug)]
 pub struct FsckOptions {
-    /// Repair the benign problems (bitmaps, free counts, leaked inodes,
+    /// Repair the benign and hazard problems (bitmaps, free counts, leaked inodes,
     /// link counts and i_blocks that are too high, extent index keys below
     /// their child's first key, orphan list, the stale second name of a
     /// directory moved by an interrupted rename) by writing through the
@@ -110,6 +114,13 @@ pub enum Severity {
     Info,
     /// Derivable state only; repairing it loses nothing that was reachable.
     Benign,
+    /// Derivable state the benign repair fixes, but dangerous until it
+    /// runs: a block or inode in use that its bitmap calls free, which the
+    /// next allocation can hand out a second time. Harmless only when the
+    /// repair runs before any allocation (as `async` and `sync` recovery
+    /// does at mount); an error for a protocol whose recovery must leave
+    /// a clean image.
+    Hazard,
     /// Anything else: the image is inconsistent.
     Unsafe,
 }
@@ -121,10 +132,17 @@ pub enum ProblemClass {
     Superblock,
     /// Group descriptor fields, locations or checksum.
     GroupDescriptor,
-    /// Block bitmap against actual use, padding or checksum.
+    /// Block bitmap: blocks marked in use that nothing uses (leaked),
+    /// padding or checksum.
     BlockBitmap,
-    /// Inode bitmap against actual use or checksum.
+    /// Blocks in use (by a file or by metadata) that the block bitmap
+    /// calls free.
+    BlockUsedButFree,
+    /// Inode bitmap: inodes marked in use that are free (leaked) or
+    /// checksum.
     InodeBitmap,
+    /// Inodes in use that the inode bitmap calls free.
+    InodeUsedButFree,
     /// Free block / inode / directory counts of a group.
     GroupCounts,
     /// Free counts of the superblock.
@@ -169,6 +187,7 @@ impl fmt::Display for Problem {
         let sev = match self.severity {
             Severity::Info => "info",
             Severity::Benign => "benign",
+            Severity::Hazard => "hazard",
             Severity::Unsafe => "UNSAFE",
         };
         write!(f, "[{sev}] {:?}: {}", self.class, self.message)
@@ -528,26 +547,58 @@ mod tests {
         assert_eq!(exit_code(&r), 8);
     }
 
-    #[test]
-    fn a_cleared_bitmap_bit_is_benign_and_repaired() {
-        let dev = fresh(4096, 32 << 20);
-        let bb = block_bitmap_block(&dev);
-        // Block 0 (the superblock) is in use: clear its bit.
-        let disk = Disk::new(&dev);
-        disk.set_block_size(4096);
-        let mut bm = disk.read_block(bb, BlockClass::GroupMeta).unwrap();
-        bm[0] &= !1;
-        disk.write_block(bb, &bm, BlockClass::GroupMeta).unwrap();
-        let r = check(&dev, &FsckOptions::default()).unwrap();
+    /// The bitmap block at byte `field` of group 0's descriptor (0: the
+    /// block bitmap, 4: the inode bitmap).
+    fn group0_bitmap_block(dev: &MemDevice, field: usize) -> u64 {
+        let bs = dev.block_size() as u64;
+        let disk = Disk::new(dev);
+        let gdt = if bs == 1024 { 2 } else { 1 };
+        let mut gd = vec![0u8; 8];
+        disk.read_bytes(gdt * bs, &mut gd, BlockClass::GroupMeta)
+            .unwrap();
+        u32::from_le_bytes(gd[field..field + 4].try_into().unwrap()) as u64
+    }
+
+    /// Set or clear bit `i` of bitmap block `bm_block`.
+    fn put_bit(dev: &MemDevice, bm_block: u64, i: usize, on: bool) {
+        let disk = Disk::new(dev);
+        disk.set_block_size(dev.block_size() as u64);
+        let mut bm = disk.read_block(bm_block, BlockClass::GroupMeta).unwrap();
+        if on {
+            bm[i / 8] |= 1 << (i % 8);
+        } else {
+            bm[i / 8] &= !(1 << (i % 8));
+        }
+        disk.write_block(bm_block, &bm, BlockClass::GroupMeta)
+            .unwrap();
+    }
+
+    /// `dev` has exactly one error, of `class` and `severity`, naming
+    /// `bm_block`; the benign repair fixes it.
+    fn one_bitmap_problem_repaired(
+        dev: &MemDevice,
+        bm_block: u64,
+        class: ProblemClass,
+        severity: Severity,
+    ) {
+        let r = check(dev, &FsckOptions::default()).unwrap();
         assert!(!r.is_clean());
         assert!(!r.has_unsafe(), "{:?}", r.problems);
-        assert!(r
+        let errors: Vec<&Problem> = r
             .problems
             .iter()
-            .any(|p| p.class == ProblemClass::BlockBitmap && p.block == Some(bb)));
+            .filter(|p| p.severity > Severity::Info && p.class != ProblemClass::GroupCounts)
+            .collect();
+        assert_eq!(errors.len(), 1, "{:?}", r.problems);
+        assert_eq!(
+            (errors[0].class, errors[0].severity, errors[0].block),
+            (class, severity, Some(bm_block)),
+            "{}",
+            errors[0]
+        );
         assert_eq!(r.exit_code(), 4);
         let fixed = check(
-            &dev,
+            dev,
             &FsckOptions {
                 repair_benign: true,
                 ..FsckOptions::default()
@@ -557,7 +608,46 @@ mod tests {
         assert!(!fixed.repairs.is_empty());
         assert_eq!(fixed.remaining.as_deref(), Some(&[][..]));
         assert_eq!(fixed.exit_code(), 1);
-        assert!(check(&dev, &FsckOptions::default()).unwrap().is_clean());
+        assert!(check(dev, &FsckOptions::default()).unwrap().is_clean());
+    }
+
+    #[test]
+    fn a_block_in_use_but_free_is_a_hazard_and_repaired() {
+        let dev = fresh(4096, 32 << 20);
+        let bb = group0_bitmap_block(&dev, 0);
+        // Block 0 (the superblock) is in use: clear its bit.
+        put_bit(&dev, bb, 0, false);
+        one_bitmap_problem_repaired(&dev, bb, ProblemClass::BlockUsedButFree, Severity::Hazard);
+        let r = check(&dev, &FsckOptions::default()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_leaked_block_is_benign_and_repaired() {
+        let dev = fresh(4096, 32 << 20);
+        let bb = group0_bitmap_block(&dev, 0);
+        // Mark the last free block of the image (8192 blocks, one group).
+        let disk = Disk::new(&dev);
+        disk.set_block_size(4096);
+        let bm = disk.read_block(bb, BlockClass::GroupMeta).unwrap();
+        let free = (0..8192)
+            .rev()
+            .find(|&i| bm[i / 8] & (1 << (i % 8)) == 0)
+            .unwrap();
+        put_bit(&dev, bb, free, true);
+        one_bitmap_problem_repaired(&dev, bb, ProblemClass::BlockBitmap, Severity::Benign);
+    }
+
+    #[test]
+    fn an_inode_in_use_but_free_is_a_hazard_and_a_leaked_one_benign() {
+        let dev = fresh(4096, 32 << 20);
+        let ib = group0_bitmap_block(&dev, 4);
+        // The root directory (inode 2, bit 1) is in use: clear its bit.
+        put_bit(&dev, ib, 1, false);
+        one_bitmap_problem_repaired(&dev, ib, ProblemClass::InodeUsedButFree, Severity::Hazard);
+        // Inode 100 is free on a fresh image: mark it.
+        put_bit(&dev, ib, 99, true);
+        one_bitmap_problem_repaired(&dev, ib, ProblemClass::InodeBitmap, Severity::Benign);
     }
 
     /// Adds `delta_sectors` to the root inode's i_blocks, checksum kept valid.

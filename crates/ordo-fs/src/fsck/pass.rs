@@ -2560,6 +2560,57 @@ impl<'a> Checker<'a> {
         ))
     }
 
+    /// Report how group `g`'s block or inode bitmap, at block
+    /// `bm_block`, differs from use: `plus`, in use but free, is a hazard
+    /// (the next allocation can hand them out twice); `minus`, marked but
+    /// unused, is a benign leak.
+    fn report_bitmap_diffs(
+        &mut self,
+        g: u32,
+        kind: BitmapKind,
+        bm_block: u64,
+        plus: &[u64],
+        minus: &[u64],
+    ) {
+        let (what, used_free, leak) = match kind {
+            BitmapKind::Block => (
+                "block",
+                ProblemClass::BlockUsedButFree,
+                ProblemClass::BlockBitmap,
+            ),
+            BitmapKind::Inode => (
+                "inode",
+                ProblemClass::InodeUsedButFree,
+                ProblemClass::InodeBitmap,
+            ),
+        };
+        if !plus.is_empty() {
+            self.report(
+                Severity::Hazard,
+                used_free,
+                None,
+                Some(bm_block),
+                format!(
+                    "group {g} {what} bitmap (block {bm_block}): in use but free: {} (the next \
+                     allocation may hand them out twice: harmless only if repaired before any)",
+                    describe_diffs(plus, '+')
+                ),
+            );
+        }
+        if !minus.is_empty() {
+            self.report(
+                Severity::Benign,
+                leak,
+                None,
+                Some(bm_block),
+                format!(
+                    "group {g} {what} bitmap (block {bm_block}): free but marked (leaked): {}",
+                    describe_diffs(minus, '-')
+                ),
+            );
+        }
+    }
+
     fn pass5(&mut self) -> Result<(), FsError> {
         let bpg = self.geo.blocks_per_group;
         let ipg = self.geo.inodes_per_group as u64;
@@ -2585,18 +2636,7 @@ impl<'a> Checker<'a> {
             );
             let free_blocks = count - used_in_group;
             total_free_blocks += free_blocks;
-            if !plus.is_empty() || !minus.is_empty() {
-                problem!(
-                    self,
-                    Benign,
-                    BlockBitmap,
-                    None,
-                    Some(gd.block_bitmap),
-                    "group {g} block bitmap (block {}) differs from use: {}",
-                    gd.block_bitmap,
-                    describe_diffs(&plus, &minus)
-                );
-            }
+            self.report_bitmap_diffs(g, BitmapKind::Block, gd.block_bitmap, &plus, &minus);
             let uninit_b = self.sb.gdt_csum() && gd.flags & BG_BLOCK_UNINIT != 0;
             if let Some(bm) = &disk_bm {
                 if !uninit_b {
@@ -2662,18 +2702,10 @@ impl<'a> Checker<'a> {
             );
             let free_inodes = ipg - used_inodes;
             total_free_inodes += free_inodes;
-            if !plus.is_empty() || !minus.is_empty() {
-                problem!(
-                    self,
-                    Benign,
-                    InodeBitmap,
-                    None,
-                    Some(gd.inode_bitmap),
-                    "group {g} inode bitmap (block {}) differs from use: {}",
-                    gd.inode_bitmap,
-                    describe_diffs(&plus, &minus)
-                );
-            } else if let Some(ib) = &disk_ib {
+            self.report_bitmap_diffs(g, BitmapKind::Inode, gd.inode_bitmap, &plus, &minus);
+            // Padding and checksum are only checked once the bits are right.
+            let bits_right = plus.is_empty() && minus.is_empty();
+            if let Some(ib) = disk_ib.as_ref().filter(|_| bits_right) {
                 let pad_from = (ipg / 8) as usize;
                 let pad_ok = ipg.is_multiple_of(8) && ib[pad_from..].iter().all(|&b| b == 0xFF);
                 if !uninit_i && !pad_ok {
@@ -2882,22 +2914,21 @@ fn block_map_max_size(bs: u64) -> u64 {
     (12 + per + per * per + per * per * per) * bs
 }
 
-fn describe_diffs(plus: &[u64], minus: &[u64]) -> String {
-    let show = |v: &[u64], sign: char| {
-        let mut s: Vec<String> = v.iter().take(8).map(|x| format!("{sign}{x}")).collect();
-        if v.len() > 8 {
-            s.push(format!("... ({} in all)", v.len()));
-        }
-        s.join(" ")
-    };
-    let mut parts = Vec::new();
-    if !plus.is_empty() {
-        parts.push(format!("in use but free: {}", show(plus, '+')));
+/// Which allocation bitmap a difference is about.
+#[derive(Clone, Copy)]
+enum BitmapKind {
+    Block,
+    Inode,
+}
+
+/// Up to eight numbers with their sign (e2fsck's `+N` / `-N`), then how
+/// many there are in all.
+fn describe_diffs(v: &[u64], sign: char) -> String {
+    let mut s: Vec<String> = v.iter().take(8).map(|x| format!("{sign}{x}")).collect();
+    if v.len() > 8 {
+        s.push(format!("... ({} in all)", v.len()));
     }
-    if !minus.is_empty() {
-        parts.push(format!("free but marked: {}", show(minus, '-')));
-    }
-    parts.join("; ")
+    s.join(" ")
 }
 
 /// Superblock sanity: everything the rest of the checker relies on.

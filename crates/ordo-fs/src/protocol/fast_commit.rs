@@ -29,7 +29,8 @@
 //! below), fallocate (unwritten extents are not reported), data=journal,
 //! symlinks and device nodes (their `i_block` content, which the kernel's
 //! INODE replay does not copy), an update of a special inode, a record
-//! too large for a block, a full fast-commit area, a journal that is not live yet (the
+//! too large for a block, a full fast-commit area (a commit that would need the area's
+//! last block, which ordo never uses: see `docs/FORMAT.md`), a journal that is not live yet (the
 //! kernel's rule: fast commits only after a full commit), and changes made
 //! outside a system call. A full commit also happens every commit interval
 //! (the timer), and empties the area: the next fast commit starts with a
@@ -144,7 +145,7 @@ pub enum Reason {
     Unsupported,
     /// A record too large for a block.
     TooLarge,
-    /// The fast-commit area is full.
+    /// The fast-commit area is full (ordo never uses its last block).
     AreaFull,
     /// No geometry from recovery (read-only or unrecovered mount).
     NoGeometry,
@@ -515,7 +516,12 @@ impl FastCommitProtocol {
             return self.full_commit(io, Some(Reason::AreaFull));
         };
         let need = w.blocks_when_closed() as u32;
-        if self.area_used + need > n {
+        // Never the area's last block: when every block of the area holds
+        // a valid fast commit, the kernel's and e2fsck's scan
+        // (`fc_do_one_pass`) reads one block past the end of the journal
+        // and fails the whole recovery (docs/FORMAT.md, "Fast commit").
+        // A commit that would need it is a full commit instead.
+        if self.area_used + need > n.saturating_sub(1) {
             return self.full_commit(io, Some(Reason::AreaFull));
         }
         let phys: Vec<u64> = (0..need)
