@@ -423,27 +423,36 @@ fn in_lost_found(path: &str) -> bool {
     path == "/lost+found" || path.starts_with("/lost+found/")
 }
 
-/// Compare ordo's recovery with e2fsck's. With `fc_unlink_allowed` (a
-/// fast-commit image) e2fsck may have reconnected to `lost+found` inodes
-/// that ordo's replay freed: those inodes, and exactly as many extra blocks
-/// as they hold, are the only allowed difference; everything ordo's
-/// recovery has in use must be in use in e2fsck's too.
+/// Compare ordo's recovery with e2fsck's. With `fc_unlinked` (a
+/// fast-commit image: the inodes the replayed fast commits UNLINK) e2fsck
+/// may differ where its UNLINK replay does: it removes the name only, so an
+/// inode ordo's replay freed stays allocated with its blocks, and e2fsck
+/// reconnects it to `lost+found`, or, when a later CREAT of the log reused
+/// its number, the new file inherits the old size and blocks. Those inodes
+/// (in `lost+found`, or named in `fc_unlinked`) and no more blocks than
+/// they hold are the only allowed difference; everything ordo's recovery
+/// has in use must be in use in e2fsck's too.
 pub fn compare_e2fsck(
     ours: &Recovered,
     e2fsck: &Recovered,
-    fc_unlink_allowed: bool,
+    fc_unlinked: Option<&BTreeSet<Ino>>,
 ) -> Vec<String> {
-    if !fc_unlink_allowed {
+    let Some(unlinked) = fc_unlinked else {
         return compare_kernel(ours, e2fsck);
-    }
-    let mut out = diff_trees(&ours.tree, &e2fsck.tree, in_lost_found);
+    };
+    let mut out = diff_trees(&ours.tree, &e2fsck.tree, |p| {
+        in_lost_found(p)
+            || [&ours.tree, &e2fsck.tree]
+                .iter()
+                .any(|t| t.get(p).is_some_and(|o| unlinked.contains(&o.ino)))
+    });
     let reconnected: BTreeSet<Ino> = e2fsck
         .tree
         .iter()
         .filter(|(p, o)| p.starts_with("/lost+found/") && ours.tree.get(*p) != Some(*o))
         .map(|(_, o)| o.ino)
         .collect();
-    let allowed_inodes: BTreeSet<u32> = reconnected.iter().copied().collect();
+    let allowed_inodes: BTreeSet<u32> = reconnected.iter().chain(unlinked).copied().collect();
     let theirs_inodes: BTreeSet<u32> = e2fsck
         .alloc
         .inodes
@@ -465,17 +474,43 @@ pub fn compare_e2fsck(
         .collect();
     out.extend(diff_sets("block(s)", &missing, &BTreeSet::new()));
     let extra = e2fsck.alloc.blocks.difference(&ours.alloc.blocks).count() as u64;
-    let allowed: u64 = reconnected
-        .iter()
-        .map(|i| e2fsck.held.get(i).copied().unwrap_or(0))
-        .sum();
-    if extra != allowed {
+    let held = |set: &BTreeSet<Ino>| -> u64 {
+        set.iter()
+            .map(|i| e2fsck.held.get(i).copied().unwrap_or(0))
+            .sum()
+    };
+    let from_lost_found = held(&reconnected);
+    let from_reused = held(&unlinked.difference(&reconnected).copied().collect());
+    // Exactly what the reconnected inodes hold; at most that plus what the
+    // reused ones hold (their new incarnation may hold blocks of its own).
+    let ok = if unlinked.is_empty() {
+        extra == from_lost_found
+    } else {
+        extra <= from_lost_found + from_reused
+    };
+    if !ok {
         out.push(format!(
-            "e2fsck's recovery has {extra} more block(s) in use; the {} inode(s) it reconnected to lost+found hold {allowed}",
+            "e2fsck's recovery has {extra} more block(s) in use; the {} inode(s) it reconnected to lost+found hold {from_lost_found}, the unlinked ones {from_reused}",
             reconnected.len()
         ));
     }
     out
+}
+
+/// The inodes the valid fast commits of a crash image UNLINK.
+pub fn fc_unlinked(crash: &MemDevice) -> BTreeSet<Ino> {
+    match ordo_fs::fc_replay::fc_state(crash) {
+        Ok(Some(st)) => st
+            .scan
+            .tags
+            .iter()
+            .filter_map(|t| match t {
+                ordo_format::fc::Tag::Unlink(d) => Some(d.ino),
+                _ => None,
+            })
+            .collect(),
+        _ => BTreeSet::new(),
+    }
 }
 
 /// Whether the judge applies to a protocol: the kernel replays its log.
@@ -536,7 +571,10 @@ pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Ve
         Ok((img, _)) => {
             let dev: Arc<dyn BlockDevice> = img.clone();
             match recovered_of(dev, mode) {
-                Ok(e) => v.e2fsck = compare_e2fsck(&ours, &e, mode == ProtocolKind::FastCommit),
+                Ok(e) => {
+                    let unlinked = (mode == ProtocolKind::FastCommit).then(|| fc_unlinked(crash));
+                    v.e2fsck = compare_e2fsck(&ours, &e, unlinked.as_ref());
+                }
                 Err(e) => v.e2fsck.push(format!("reading e2fsck's recovery: {e}")),
             }
         }

@@ -196,6 +196,7 @@ struct Stats {
     data_blocks: u64,
     waits: u64,
     pre_replay_writes: u64,
+    stale_head_clears: u64,
 }
 
 /// Logical changes since the last full commit not yet in a fast commit.
@@ -341,6 +342,9 @@ pub struct FastCommitProtocol {
     area_used: u32,
     /// tid the area's HEAD names.
     area_tid: u32,
+    /// The tid of the HEAD in the area's first block, until a full commit
+    /// of that transaction makes it stale and it is cleared.
+    area_head: Option<u32>,
     /// Fast-commit plans made and not yet run.
     in_flight: u64,
     reasons: BTreeMap<Reason, u64>,
@@ -371,6 +375,7 @@ impl FastCommitProtocol {
             ineligible: None,
             area_used: 0,
             area_tid: 0,
+            area_head: None,
             in_flight: 0,
             reasons: BTreeMap::new(),
             stats: Stats::default(),
@@ -395,15 +400,46 @@ impl FastCommitProtocol {
             *self.reasons.entry(r).or_insert(0) += 1;
         }
         self.journal.fsync(0, false, io)?;
-        self.after_full_commit();
+        self.after_full_commit(io);
         Ok(())
     }
 
-    fn after_full_commit(&mut self) {
+    fn after_full_commit(&mut self, io: &mut Io) {
         self.stats.full_commits += 1;
         self.pending = Pending::default();
         self.ineligible = None;
         self.area_used = 0;
+        self.clear_stale_head(io);
+    }
+
+    /// Once the transaction whose fast commits the area holds is closed by
+    /// a full commit, its HEAD is stale. The kernel's scan stops at it,
+    /// but e2fsck (1.47) takes it for a corrupt journal and abandons the
+    /// whole replay (docs/FORMAT.md, "e2fsck and a stale fast-commit
+    /// HEAD"). So, in the same plan, after the commit block (FUA: durable
+    /// first), the area's first block is zeroed, also FUA. Never earlier:
+    /// without the full commit on disk, those fast commits are the only
+    /// copy of what was fsynced.
+    fn clear_stale_head(&mut self, io: &mut Io) {
+        let Some(t) = self.area_head else {
+            return;
+        };
+        if self.journal.running_tid() == t {
+            // The transaction is still running: its fast commits are live.
+            return;
+        }
+        let (map, jsb) = self.journal.geometry();
+        if let Some(p) = crate::fc_replay::fc_area(jsb).and_then(|(first, _)| map.phys(first)) {
+            let bs = io.block_size() as usize;
+            io.write_raw(
+                p,
+                Arc::new(vec![0u8; bs]),
+                WriteFlags::fua(BlockClass::FastCommit),
+            );
+            self.stats.fua_writes += 1;
+            self.stats.stale_head_clears += 1;
+        }
+        self.area_head = None;
     }
 
     /// The raw inode to log: the first 128 bytes plus `i_extra_isize`.
@@ -575,6 +611,9 @@ impl FastCommitProtocol {
             self.stats.single_block += 1;
         }
         self.stats.fast_commits += 1;
+        if self.area_used == 0 {
+            self.area_head = Some(tid);
+        }
         self.area_used += need;
         self.area_tid = tid;
         self.pending = Pending::default();
@@ -740,7 +779,7 @@ impl Protocol for FastCommitProtocol {
         let before = self.journal.running_tid();
         self.journal.on_handle_end(h, io)?;
         if self.journal.running_tid() != before {
-            self.after_full_commit();
+            self.after_full_commit(io);
         }
         Ok(())
     }
@@ -755,7 +794,7 @@ impl Protocol for FastCommitProtocol {
 
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
         self.journal.write_back(reason, io)?;
-        self.after_full_commit();
+        self.after_full_commit(io);
         Ok(())
     }
 
@@ -790,6 +829,7 @@ impl Protocol for FastCommitProtocol {
             ("fc_data_blocks".into(), s.data_blocks),
             ("fc_waits".into(), s.waits),
             ("fc_pre_replay_home_writes".into(), s.pre_replay_writes),
+            ("fc_stale_head_clears".into(), s.stale_head_clears),
             ("fc_area_used_blocks".into(), self.area_used as u64),
         ];
         for (r, n) in &self.reasons {
