@@ -42,6 +42,8 @@ if [ "${CI:-}" = true ] || [ "${ORDO_TEST_FIRST_USE:-}" = 1 ]; then
   echo "== ordo bench installs on first use, without racing (postmark, fsmark removed)"
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 remove -y -qq postmark fsmark >/dev/null
   ! command -v postmark >/dev/null || die "postmark still installed after apt-get remove"
+  # The smoke test drives the ordo binary (ordo:MODE targets mount it).
+  cargo build -p ordo
   cargo test -p ordo-bench --test smoke
   bash scripts/deps.sh --check || die "the smoke test did not reinstall what it removed"
 fi
