@@ -359,6 +359,11 @@ fn check_image(
         Ok(v) => v,
         Err(e) => {
             out.push(Failure::new(FailureClass::Recovery, e));
+            // The judge still says whether the kernel would have recovered
+            // the crash image to what ordo's recovery left.
+            if let Some(crash) = &crash {
+                judge_into(crash, image, params.mode, &mut out, notes);
+            }
             if params.e2fsck {
                 // Record whether e2fsck agrees the state is broken.
                 if let Ok(true) = e2fsck_clean(image) {
@@ -400,16 +405,7 @@ fn check_image(
         }
     }
     if let Some(crash) = &crash {
-        let v = crate::judge::judge(crash, image, params.mode);
-        for d in v.kernel {
-            out.push(Failure::new(FailureClass::KernelReplay, d));
-        }
-        for d in v.e2fsck {
-            out.push(Failure::new(FailureClass::E2fsckReplay, d));
-        }
-        if v.e2fsck_stale_head {
-            notes.push(Note::E2fsckStaleFcHead);
-        }
+        judge_into(crash, image, params.mode, &mut out, notes);
     }
     let fs = match backend::mount(image.clone(), params.mode, params.data, true) {
         Ok(fs) => fs,
@@ -452,6 +448,26 @@ fn check_image(
         }
     }
     out
+}
+
+/// Run the kernel / e2fsck judge on a state and add what it found.
+fn judge_into(
+    crash: &MemDevice,
+    recovered: &Arc<MemDevice>,
+    mode: ProtocolKind,
+    out: &mut Vec<Failure>,
+    notes: &mut Vec<Note>,
+) {
+    let v = crate::judge::judge(crash, recovered, mode);
+    for d in v.kernel {
+        out.push(Failure::new(FailureClass::KernelReplay, d));
+    }
+    for d in v.e2fsck {
+        out.push(Failure::new(FailureClass::E2fsckReplay, d));
+    }
+    if v.e2fsck_stale_head {
+        notes.push(Note::E2fsckStaleFcHead);
+    }
 }
 
 /// Where temporary images go: memory (`/dev/shm`) when there is one, so
