@@ -533,6 +533,23 @@ pub struct Verdict {
     /// corrupt journal, abandoning the whole replay. Not a failure of
     /// ordo's; counted apart.
     pub e2fsck_stale_head: bool,
+    /// The crash image's primary superblock does not verify (a torn write
+    /// of it, `--torn`): the kernel and e2fsck refuse such an image (e2fsck
+    /// points at a backup superblock) while ordo repairs it from the
+    /// journal's committed copy. Nothing to compare; counted apart.
+    pub torn_superblock: bool,
+}
+
+/// Whether the primary superblock of an image verifies (magic, checksum).
+pub fn superblock_verifies(dev: &MemDevice) -> bool {
+    let bs = dev.block_size() as usize;
+    let mut buf = vec![0u8; bs];
+    let blk = if bs == 1024 { 1 } else { 0 };
+    if dev.read(blk, &mut buf, BlockClass::Super).is_err() {
+        return false;
+    }
+    let off = if bs == 1024 { 0 } else { 1024 };
+    Superblock::decode(&buf[off..off + 1024]).is_ok()
 }
 
 /// Whether the crash image's fast-commit area starts with a HEAD naming a
@@ -554,6 +571,10 @@ pub fn has_stale_fc_head(crash: &MemDevice) -> bool {
 /// image after ordo's.
 pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Verdict {
     let mut v = Verdict::default();
+    if !superblock_verifies(crash) {
+        v.torn_superblock = true;
+        return v;
+    }
     let ours = match recovered_of(ours.clone(), mode) {
         Ok(r) => r,
         Err(e) => {

@@ -135,6 +135,10 @@ pub enum Note {
     /// (e2fsprogs bug, `docs/FORMAT.md`); the kernel's replay agreed with
     /// ordo's.
     E2fsckStaleFcHead,
+    /// The crash image's superblock was torn: the kernel and e2fsck refuse
+    /// it outright (ordo repairs it from the journal), so the judge had
+    /// nothing to compare.
+    JudgeTornSuperblock,
 }
 
 impl Note {
@@ -142,6 +146,7 @@ impl Note {
     pub fn name(self) -> &'static str {
         match self {
             Note::E2fsckStaleFcHead => "e2fsck_stale_fc_head",
+            Note::JudgeTornSuperblock => "judge_torn_superblock",
         }
     }
 }
@@ -467,6 +472,9 @@ fn judge_into(
     }
     if v.e2fsck_stale_head {
         notes.push(Note::E2fsckStaleFcHead);
+    }
+    if v.torn_superblock {
+        notes.push(Note::JudgeTornSuperblock);
     }
 }
 
