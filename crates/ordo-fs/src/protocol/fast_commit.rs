@@ -157,6 +157,14 @@ pub enum Reason {
     /// ones): the log has no tag for directory blocks, so a fast commit
     /// would leave replay an unindexed inode over dx blocks.
     HtreeConversion,
+    /// A directory grew a block. The log has no tag for directory blocks:
+    /// each replay re-adds the entries and places them itself, and they do
+    /// not agree. The kernel's replay allocates a block where ordo's fits
+    /// the entries in place, and e2fsck's `ext2fs_link` does not grow a
+    /// full directory at all and drops the entries (found by the crash
+    /// explorer's kernel/e2fsck judge on the `mix` workload). A full commit
+    /// journals the new block instead.
+    DirGrow,
 }
 
 impl Reason {
@@ -174,6 +182,7 @@ impl Reason {
             Reason::NoGeometry => "no_geometry",
             Reason::SpecialInode => "symlink_or_device",
             Reason::HtreeConversion => "htree_conversion",
+            Reason::DirGrow => "dir_grow",
         }
     }
 }
@@ -465,6 +474,16 @@ impl FastCommitProtocol {
             .unwrap_or(false)
     }
 
+    /// Whether `ino` is a symbolic link, from its cached inode.
+    fn is_symlink(&self, io: &Io, ino: Ino) -> bool {
+        let Some(&(block, off)) = self.slots.get(&ino) else {
+            return false;
+        };
+        io.snapshot(block)
+            .map(|img| u16::from_le_bytes([img[off], img[off + 1]]) & 0o170000 == 0o120000)
+            .unwrap_or(false)
+    }
+
     /// Whether `ino` has no links left (deleted, or open but unlinked).
     /// The kernel never logs such an inode (eviction takes it off the
     /// fast-commit list), and its replay of an INODE record without links
@@ -495,6 +514,19 @@ impl FastCommitProtocol {
         };
         if let Some(r) = self.ineligible {
             return self.full_commit(io, Some(r));
+        }
+        // e2fsck (1.47) never replays a LINK or CREAT of a symlink: its
+        // `ext4_fc_handle_link_and_create` returns on the symlink type
+        // instead of linking, so a hard link or a rename of a symlink in a
+        // fast commit would lose the new name in e2fsck's recovery (and a
+        // rename the symlink itself). A full commit instead.
+        if self
+            .pending
+            .dentries
+            .iter()
+            .any(|t| matches!(t, Tag::Link(de) | Tag::Creat(de) if self.is_symlink(io, de.ino)))
+        {
+            return self.full_commit(io, Some(Reason::SpecialInode));
         }
         if !self.journal.log_is_live() {
             return self.full_commit(io, Some(Reason::NoLiveLog));
@@ -730,8 +762,8 @@ impl Protocol for FastCommitProtocol {
                 }
                 self.pending.dentries.push(t);
             }
+            UpdateKind::DirBlockInit { .. } => self.mark_ineligible(Reason::DirGrow),
             UpdateKind::ExtentBlockInit { .. }
-            | UpdateKind::DirBlockInit { .. }
             | UpdateKind::Bitmap { .. }
             | UpdateKind::Counter { .. }
             | UpdateKind::Checksum
