@@ -139,6 +139,9 @@ pub enum Note {
     /// it outright (ordo repairs it from the journal), so the judge had
     /// nothing to compare.
     JudgeTornSuperblock,
+    /// e2fsck's fast-commit replay claimed a block twice: its tree was
+    /// compared by shape only (names, inode numbers, types, sizes).
+    E2fsckMultiplyClaimed,
 }
 
 impl Note {
@@ -147,6 +150,7 @@ impl Note {
         match self {
             Note::E2fsckStaleFcHead => "e2fsck_stale_fc_head",
             Note::JudgeTornSuperblock => "judge_torn_superblock",
+            Note::E2fsckMultiplyClaimed => "e2fsck_multiply_claimed",
         }
     }
 }
@@ -475,6 +479,9 @@ fn judge_into(
     }
     if v.torn_superblock {
         notes.push(Note::JudgeTornSuperblock);
+    }
+    if v.e2fsck_multiply_claimed {
+        notes.push(Note::E2fsckMultiplyClaimed);
     }
 }
 
