@@ -680,6 +680,15 @@ fn candidates(rec: &Recording, ino: Ino, j: usize) -> Vec<(NodeId, Vec<&crate::m
     rec.versions_of(ino, j.min(rec.snapshots.len() - 1))
 }
 
+/// Fast path of the byte checks: `data` is wholly one of `contents` (zeros
+/// past that version's end), so no byte-by-byte search is needed.
+fn is_one_version(data: &[u8], contents: &[&Arc<Vec<u8>>]) -> bool {
+    contents.iter().any(|c| {
+        let n = c.len().min(data.len());
+        data[..n] == c[..n] && data[n..].iter().all(|&b| b == 0)
+    })
+}
+
 fn describe_bytes(data: &[u8], off: usize) -> String {
     match pattern::decode(data, 0, off as u64) {
         Some(o) => format!(
@@ -750,13 +759,7 @@ fn check_foreign(
                 if stale_data_allowed {
                     continue;
                 }
-                // Fast path: the file is wholly one version (zeros allowed
-                // past its end and in holes).
-                let whole = contents.iter().any(|c| {
-                    let n = c.len().min(data.len());
-                    data[..n] == c[..n] && data[n..].iter().all(|&b| b == 0)
-                });
-                if let Some(off) = (!whole)
+                if let Some(off) = (!is_one_version(&data, &contents))
                     .then(|| {
                         data.iter().enumerate().position(|(o, &b)| {
                             b != 0 && !contents.iter().any(|c| c.get(o) == Some(&b))
@@ -943,12 +946,7 @@ fn check_file(
                     dedup(sizes)
                 ));
             }
-            // Fast path: the file is wholly one version (zeros past its end).
-            let whole = contents.iter().any(|c| {
-                let n = c.len().min(data.len());
-                data[..n] == c[..n] && data[n..].iter().all(|&b| b == 0)
-            });
-            if let Some(off) = (!whole)
+            if let Some(off) = (!is_one_version(&data, &contents))
                 .then(|| {
                     data.iter().enumerate().position(|(o, &b)| {
                         !contents.iter().any(|c| c.get(o).copied().unwrap_or(0) == b)
