@@ -13,7 +13,6 @@ pub mod cache;
 mod dir;
 pub mod error;
 pub mod extent;
-pub mod fc_replay;
 mod file;
 pub mod fs;
 pub mod fsck;
@@ -23,12 +22,15 @@ pub mod mkfs;
 pub mod mkfs_journal;
 mod ops;
 pub mod protocol;
-pub mod recovery;
 mod state;
 pub mod types;
 pub mod update;
 
 pub use error::{FsError, Result};
 pub use fs::{recover_image, recovered_view, Fs};
+/// Fast-commit replay, as `protocol::fast_commit::replay`.
+pub use protocol::fast_commit::replay as fc_replay;
+/// JBD2 recovery (scan, replay), as `protocol::jbd2::recovery`.
+pub use protocol::jbd2::recovery;
 pub use protocol::{DataMode, ProtocolKind};
 pub use types::*;

@@ -14,7 +14,7 @@
 
 pub mod async_mode;
 pub mod fast_commit;
-pub mod journal;
+pub mod jbd2;
 pub mod sync_mode;
 
 use std::sync::Arc;
@@ -467,8 +467,8 @@ pub fn recover(
     let _ = (dev, env);
     match kind {
         ProtocolKind::Async | ProtocolKind::Sync => Ok(RecoveryReport::default()),
-        ProtocolKind::Journal => journal::recover(dev, env),
-        ProtocolKind::FastCommit => crate::fc_replay::recover(dev, env),
+        ProtocolKind::Journal => jbd2::recover(dev, env),
+        ProtocolKind::FastCommit => fast_commit::replay::recover(dev, env),
     }
 }
 
@@ -477,7 +477,7 @@ pub fn build(kind: ProtocolKind, env: &ProtocolEnv) -> Result<Box<dyn Protocol>>
     match kind {
         ProtocolKind::Async => Ok(Box::new(async_mode::AsyncProtocol::new(env))),
         ProtocolKind::Sync => Ok(Box::new(sync_mode::SyncProtocol::new(env))),
-        ProtocolKind::Journal => Ok(Box::new(journal::JournalProtocol::new(env)?)),
+        ProtocolKind::Journal => Ok(Box::new(jbd2::JournalProtocol::new(env)?)),
         ProtocolKind::FastCommit => Ok(Box::new(fast_commit::FastCommitProtocol::new(env)?)),
     }
 }

@@ -98,6 +98,8 @@
 //!
 //! See [`crate::fc_replay`].
 
+pub mod replay;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -105,7 +107,7 @@ use std::sync::Arc;
 use ordo_dev::{BlockClass, WriteFlags};
 use ordo_format::fc::{Dentry, LogWriter, Tag};
 
-use super::journal::JournalProtocol;
+use super::jbd2::JournalProtocol;
 use super::{DataMode, Io, Protocol, ProtocolEnv, WriteBackReason};
 use crate::error::Result;
 use crate::update::{
@@ -361,7 +363,7 @@ pub struct FastCommitProtocol {
 }
 
 impl FastCommitProtocol {
-    /// Build the protocol for a mount (after [`crate::fc_replay::recover`]
+    /// Build the protocol for a mount (after [`replay::recover`]
     /// on the same thread).
     pub fn new(env: &ProtocolEnv) -> Result<Self> {
         let geo = HANDOFF
@@ -438,7 +440,7 @@ impl FastCommitProtocol {
             return;
         }
         let (map, jsb) = self.journal.geometry();
-        if let Some(p) = crate::fc_replay::fc_area(jsb).and_then(|(first, _)| map.phys(first)) {
+        if let Some(p) = replay::fc_area(jsb).and_then(|(first, _)| map.phys(first)) {
             let bs = io.block_size() as usize;
             io.write_raw(
                 p,
@@ -580,7 +582,7 @@ impl FastCommitProtocol {
             return self.full_commit(io, Some(Reason::TooLarge));
         }
         let (map, jsb) = self.journal.geometry();
-        let Some((first, n)) = crate::fc_replay::fc_area(jsb) else {
+        let Some((first, n)) = replay::fc_area(jsb) else {
             return self.full_commit(io, Some(Reason::AreaFull));
         };
         let need = w.blocks_when_closed() as u32;

@@ -97,6 +97,8 @@
 //! can be durable before its transaction: the crash explorer must catch
 //! it.
 
+pub mod recovery;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -106,8 +108,8 @@ use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
 
 use super::{DataMode, Io, Protocol, ProtocolEnv, RecoveryReport, WriteBackReason};
 use crate::error::{FsError, Result};
-use crate::recovery::{self, JournalMap};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
+use recovery::JournalMap;
 
 /// The smallest journal (`JBD2_MIN_JOURNAL_BLOCKS`).
 const MIN_JOURNAL_BLOCKS: u32 = 1024;

@@ -462,7 +462,7 @@ fn journal_inode_loc(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<(u64, u64
 /// last inode-table block it read in a one-block buffer and writes inodes
 /// through it, read-modify-write). A fast commit on top of a full commit
 /// that logged one of these blocks is only replayed right by e2fsck once
-/// the committed copy is also home; see `protocol::journal`.
+/// the committed copy is also home; see `protocol::jbd2`.
 pub(crate) fn e2fsck_pre_replay_blocks(dev: &dyn BlockDevice) -> Result<Vec<u64>> {
     let (sup, buf) = Ext4Super::read(dev)?;
     let bs = sup.block_size;

@@ -27,7 +27,7 @@
 //!    JBD2 transaction `end_tid` (descriptors and copies after the live
 //!    log, a flush, the commit block, a flush), then go home, flush.
 //! 6. Only then mark the journal empty and clear `needs_recovery` (by
-//!    handing over to [`crate::protocol::journal::recover`], which finds a
+//!    handing over to [`crate::protocol::jbd2::recover`], which finds a
 //!    clean log).
 //! 7. Zero the area's last block if another writer left something there:
 //!    ordo never writes it, so that the kernel's and e2fsck's scan, which
@@ -105,7 +105,7 @@ use ordo_format::{bitmap, dir as fdir, Superblock};
 
 use crate::error::{FsError, Result};
 use crate::extent::{self, ExtentStore, LBLK_END, ROOT_SIZE_BYTES};
-use crate::protocol::{journal, ProtocolEnv, RecoveryReport};
+use crate::protocol::{jbd2 as journal, ProtocolEnv, RecoveryReport};
 use crate::recovery::{self, JournalMap};
 use crate::update::{Ino, UpdateKind};
 
