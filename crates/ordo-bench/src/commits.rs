@@ -82,8 +82,8 @@ impl ProtocolStats {
                 jbd2_commits: self.get("jbd2_commits"),
             });
         }
-        if self.mode == "journal" {
-            let commits = self.get("commits")?;
+        // A JBD2 protocol's statistics count its commits as "commits".
+        if let Some(commits) = self.get("commits") {
             return Some(CommitCounts {
                 source: "ordo".into(),
                 fast_commits: 0,

@@ -392,18 +392,15 @@ fn ext4_block_size(dev: &Path) -> Result<u32> {
     Ok(1024 << log)
 }
 
-/// The `ordo mkfs -O` features a protocol needs on disk: a journal for
-/// the JBD2 modes, and the fast-commit area for fast commit.
+/// The `ordo mkfs -O` features a protocol needs on disk (its registry
+/// entry's: a journal for the JBD2 modes, the fast-commit area for fast
+/// commit).
 fn ordo_mkfs_features(kind: &TargetKind) -> Option<&'static str> {
     let mode = match kind {
         TargetKind::Ordo { mode, .. } | TargetKind::OrdoLib { mode, .. } => *mode,
         _ => return None,
     };
-    match mode {
-        ProtocolKind::Journal => Some("has_journal"),
-        ProtocolKind::FastCommit => Some("has_journal,fast_commit"),
-        _ => None,
-    }
+    Some(mode.spec().mkfs_features).filter(|f| !f.is_empty())
 }
 
 fn unique_dir(workdir: &Path, target: &str) -> Result<PathBuf> {
@@ -848,7 +845,7 @@ mod tests {
             t.kind,
             TargetKind::Ordo {
                 options: "mode=journal,data=journal".into(),
-                mode: ProtocolKind::Journal
+                mode: ProtocolKind::named("journal")
             }
         );
         assert!(t.is_ordo() && t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));
@@ -856,7 +853,7 @@ mod tests {
         assert_eq!(
             t.kind,
             TargetKind::OrdoLib {
-                mode: ProtocolKind::Sync,
+                mode: ProtocolKind::named("sync"),
                 data: DataMode::Ordered,
                 commit_s: None,
             }
@@ -865,7 +862,7 @@ mod tests {
         assert_eq!(
             t.kind,
             TargetKind::OrdoLib {
-                mode: ProtocolKind::FastCommit,
+                mode: ProtocolKind::named("fast_commit"),
                 data: DataMode::Ordered,
                 commit_s: Some(600),
             }

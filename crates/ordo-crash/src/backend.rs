@@ -36,18 +36,11 @@ pub fn make_image(params: &ImageParams, mode: ProtocolKind) -> Result<Arc<MemDev
     let dev = Arc::new(
         MemDevice::new(params.block_size, blocks).map_err(|e| CrashError::Mkfs(e.to_string()))?,
     );
-    let journaled = matches!(mode, ProtocolKind::Journal | ProtocolKind::FastCommit);
-    let extra = match mode {
-        ProtocolKind::FastCommit => Some("has_journal,fast_commit"),
-        ProtocolKind::Journal => Some("has_journal"),
-        _ => None,
-    };
-    let features = match extra {
-        Some(spec) => {
-            parse_features(spec, DEFAULT_FEATURES).map_err(|e| CrashError::Mkfs(e.to_string()))?
-        }
-        None => DEFAULT_FEATURES,
-    };
+    let journaled = mode
+        .required_features()
+        .has_compat(ordo_format::features::compat::HAS_JOURNAL);
+    let features = parse_features(mode.spec().mkfs_features, DEFAULT_FEATURES)
+        .map_err(|e| CrashError::Mkfs(e.to_string()))?;
     let opts = MkfsOptions {
         block_size: params.block_size,
         features,

@@ -403,7 +403,7 @@ mod tests {
         ])
         .unwrap();
         let p = a.explore_params().unwrap();
-        assert_eq!(p.mode, ProtocolKind::Sync);
+        assert_eq!(p.mode, ProtocolKind::named("sync"));
         assert_eq!(p.max_states, Some(100));
         assert_eq!(p.shard, Some((1, 4)));
         assert_eq!(p.e2fsck, E2fsckPolicy::Never);

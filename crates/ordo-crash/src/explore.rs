@@ -801,7 +801,7 @@ mod tests {
 
     #[test]
     fn reproduce_command_names_everything_that_shapes_states() {
-        let mut p = ExploreParams::new(ProtocolKind::Sync, "seq2");
+        let mut p = ExploreParams::new(ProtocolKind::named("sync"), "seq2");
         p.states.seed = 9;
         p.states.torn = true;
         let c = p.reproduce_command(StateId {

@@ -515,7 +515,26 @@ pub fn fc_unlinked(crash: &MemDevice) -> BTreeSet<Ino> {
 
 /// Whether the judge applies to a protocol: the kernel replays its log.
 pub fn applies_to(mode: ProtocolKind) -> bool {
-    matches!(mode, ProtocolKind::Journal | ProtocolKind::FastCommit)
+    mode.caps().kernel_replays
+}
+
+/// Whether the crash image was made with fast commits (the ext4
+/// superblock's `fast_commit` feature): e2fsprogs' fast-commit replay has
+/// the known faults the comparisons below make room for.
+pub fn has_fast_commits(crash: &MemDevice) -> bool {
+    let bs = crash.block_size();
+    let (blk, off) = if bs == 1024 { (1, 0) } else { (0, 1024) };
+    let mut buf = vec![0u8; bs as usize];
+    if crash
+        .read(blk, &mut buf, ordo_dev::BlockClass::Super)
+        .is_err()
+    {
+        return false;
+    }
+    ordo_format::Superblock::decode(&buf[off..off + 1024]).is_ok_and(|s| {
+        s.features
+            .has_compat(ordo_format::features::compat::FAST_COMMIT)
+    })
 }
 
 /// What the judge found on one state.
@@ -612,11 +631,12 @@ pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Ve
         Ok(k) => v.kernel = compare_kernel(&ours, &k),
         Err(e) => v.kernel.push(e),
     }
+    let fast_commits = has_fast_commits(crash);
     match e2fsck_recover(crash) {
         Ok((img, text)) => {
             let dev: Arc<dyn BlockDevice> = img.clone();
             match recovered_of(dev, mode) {
-                Ok(e) if mode == ProtocolKind::FastCommit && text.contains("Multiply-claimed") => {
+                Ok(e) if fast_commits && text.contains("Multiply-claimed") => {
                     // e2fsck's fast-commit replay handed one block to two
                     // inodes and its pass 1D then cloned it: contents and
                     // blocks are e2fsck's own invention, so only names,
@@ -626,7 +646,7 @@ pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Ve
                     v.e2fsck_multiply_claimed = true;
                 }
                 Ok(e) => {
-                    let unlinked = (mode == ProtocolKind::FastCommit).then(|| fc_unlinked(crash));
+                    let unlinked = fast_commits.then(|| fc_unlinked(crash));
                     v.e2fsck = compare_e2fsck(&ours, &e, unlinked.as_ref());
                 }
                 Err(e) => v.e2fsck.push(format!("reading e2fsck's recovery: {e}")),
@@ -634,7 +654,7 @@ pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Ve
         }
         Err(e) => v.e2fsck.push(e),
     }
-    if !v.e2fsck.is_empty() && mode == ProtocolKind::FastCommit && has_stale_fc_head(crash) {
+    if !v.e2fsck.is_empty() && fast_commits && has_stale_fc_head(crash) {
         v.e2fsck.clear();
         v.e2fsck_stale_head = true;
     }

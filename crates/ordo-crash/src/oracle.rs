@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockDevice, MemDevice};
+use ordo_fs::protocol::AfterCrash;
 use ordo_fs::{FileType, Fs, Ino, ProtocolKind};
 
 use crate::backend;
@@ -203,9 +204,7 @@ impl InvariantHook for RecoveryIdempotent {
         "recovery-idempotent"
     }
     fn check(&self, ctx: &HookContext) -> Vec<String> {
-        if ctx.verdict.repairs.is_empty()
-            && matches!(self.mode, ProtocolKind::Async | ProtocolKind::Sync)
-        {
+        if ctx.verdict.repairs.is_empty() && !self.mode.caps().log_replay {
             // Recovery wrote nothing, so a second one sees the same image.
             return Vec::new();
         }
@@ -236,12 +235,13 @@ impl InvariantHook for RecoveryIdempotent {
 
 /// The hooks of a protocol.
 pub fn hooks_for(mode: ProtocolKind) -> Vec<Box<dyn InvariantHook>> {
-    match mode {
-        // A journal mount stamps the superblock (mount count, times), so
-        // its idempotence is checked on the replayed blocks by the journal
-        // protocol's own hook, not block for block here.
-        ProtocolKind::Async | ProtocolKind::Sync => vec![Box::new(RecoveryIdempotent { mode })],
-        ProtocolKind::Journal | ProtocolKind::FastCommit => Vec::new(),
+    // A log-replaying mount stamps the superblock (mount count, times),
+    // so its idempotence is checked on the replayed blocks by the log's
+    // own tests, not block for block here.
+    if mode.caps().log_replay {
+        Vec::new()
+    } else {
+        vec![Box::new(RecoveryIdempotent { mode })]
     }
 }
 
@@ -274,8 +274,8 @@ pub fn recover(
     data: ordo_fs::DataMode,
     image: &Arc<MemDevice>,
 ) -> Result<backend::FsckVerdict, String> {
-    match mode {
-        ProtocolKind::Async | ProtocolKind::Sync => {
+    match mode.caps().after_crash {
+        AfterCrash::NoPromise | AfterCrash::ConsistentAfterRepair => {
             let v = backend::fsck(image.as_ref(), true)?;
             if !v.unsafe_problems.is_empty() {
                 return Err(format!(
@@ -291,7 +291,7 @@ pub fn recover(
             }
             Ok(v)
         }
-        ProtocolKind::Journal | ProtocolKind::FastCommit => {
+        AfterCrash::ConsistentAfterReplay => {
             let dev: Arc<dyn BlockDevice> = image.clone();
             let fs = backend::mount(dev, mode, data, false)
                 .map_err(|e| format!("mount with log replay: {e}"))?;
@@ -431,10 +431,8 @@ fn check_image(
     // ext4's data=writeback makes no promise about unpromised data: a
     // crash may expose a freed block's old contents in a file (the
     // metadata committed before the data was written).
-    let stale_data_allowed = matches!(
-        params.mode,
-        ProtocolKind::Journal | ProtocolKind::FastCommit
-    ) && params.data == ordo_fs::DataMode::Writeback;
+    let stale_data_allowed =
+        params.mode.caps().stale_data_with_writeback && params.data == ordo_fs::DataMode::Writeback;
     out.extend(check_foreign(rec, j, stale_data_allowed, &mut reader));
     for p in promises_to_check(rec, state) {
         out.extend(check_promise(rec, p, j, &mut reader));

@@ -506,7 +506,7 @@ pub fn record(
     } else {
         None
     };
-    if params.mode == ProtocolKind::FastCommit {
+    if params.mode.caps().settle_with_sync {
         // Steady state: a mounted fast-commit file system has made a full
         // commit (the timer makes one every few seconds). The kernel's
         // rule, which ordo follows, makes every fsync before the first

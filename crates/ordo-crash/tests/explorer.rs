@@ -35,7 +35,7 @@ fn scenario(text: &str) -> (tempfile::TempDir, String) {
 /// can not fix.
 #[test]
 fn async_has_inconsistent_states() {
-    let mut p = params(ProtocolKind::Async, "seq1");
+    let mut p = params(ProtocolKind::named("async"), "seq1");
     p.max_states = Some(3000);
     let r = explore(&p).unwrap();
     println!("{}", r.summary(3));
@@ -62,7 +62,7 @@ fn sync_reports() -> &'static [Report] {
         ]
         .into_iter()
         .map(|(workload, e2fsck)| {
-            let mut p = params(ProtocolKind::Sync, workload);
+            let mut p = params(ProtocolKind::named("sync"), workload);
             p.e2fsck = e2fsck;
             let r = explore(&p).unwrap();
             println!("{}", r.summary(5));
@@ -109,7 +109,7 @@ fn journal_is_consistent_over_seq1_and_seq2() {
         ("seq1", E2fsckPolicy::Sample(10)),
         ("seq2", E2fsckPolicy::Sample(200)),
     ] {
-        let mut p = params(ProtocolKind::Journal, workload);
+        let mut p = params(ProtocolKind::named("journal"), workload);
         p.e2fsck = e2fsck;
         let r = match explore(&p) {
             Err(e) if e.to_string().contains("not built yet") => {
@@ -132,7 +132,7 @@ fn journal_is_consistent_over_seq1_and_seq2() {
 /// explorer reports broken promises (the image stays consistent).
 #[test]
 fn journal_without_flushes_breaks_promises() {
-    let mut p = params(ProtocolKind::Journal, "seq1");
+    let mut p = params(ProtocolKind::named("journal"), "seq1");
     p.fault = Some(LogFault::DropFlushes);
     let r = match explore(&p) {
         Err(e) if e.to_string().contains("not built yet") => return,
@@ -151,7 +151,7 @@ fn a_broken_ordering_is_caught() {
         "preset\n---\ncreat /A/new\nwrite /A/new 0 8192\nfsync /A/new\nmkdir /C/d\nsymlink /A/new /C/d/s\nunlink /A/bar\nsync\n",
     );
     let mut protocols_checked = Vec::new();
-    for mode in [ProtocolKind::Sync, ProtocolKind::Journal] {
+    for mode in [ProtocolKind::named("sync"), ProtocolKind::named("journal")] {
         let clean = match explore(&params(mode, &path)) {
             Ok(r) => r,
             Err(e) if e.to_string().contains("not built yet") => continue,
@@ -200,7 +200,7 @@ fn a_broken_ordering_is_caught() {
 #[test]
 fn same_seed_same_states_and_verdicts() {
     let run = |seed| {
-        let mut p = params(ProtocolKind::Async, "random");
+        let mut p = params(ProtocolKind::named("async"), "random");
         p.states.seed = seed;
         p.workload_params.random_ops = 20;
         p.states.max_states_per_point = 16;
@@ -215,7 +215,7 @@ fn same_seed_same_states_and_verdicts() {
     assert_eq!(verdicts(&a), verdicts(&b));
     // And a reproduced state gets the verdict it got in the run.
     if let Some(f) = a.failures.first() {
-        let mut p = params(ProtocolKind::Async, "random");
+        let mut p = params(ProtocolKind::named("async"), "random");
         p.states.seed = 11;
         p.workload_params.random_ops = 20;
         p.states.max_states_per_point = 16;
@@ -232,10 +232,10 @@ fn same_seed_same_states_and_verdicts() {
 fn shards_merge_to_the_whole_run() {
     let (_dir, path) =
         scenario("preset\n---\ncreat /A/x\nappend /A/x 5000\nfsync /A/x\nunlink /A/bar\nsync\n");
-    let whole = explore(&params(ProtocolKind::Async, &path)).unwrap();
+    let whole = explore(&params(ProtocolKind::named("async"), &path)).unwrap();
     let mut shards = Vec::new();
     for i in 0..3 {
-        let mut p = params(ProtocolKind::Async, &path);
+        let mut p = params(ProtocolKind::named("async"), &path);
         p.shard = Some((i, 3));
         shards.push((format!("shard{i}"), explore(&p).unwrap()));
     }
@@ -253,11 +253,11 @@ fn shards_merge_to_the_whole_run() {
 fn prefix_only_and_torn_change_the_state_count() {
     let (_dir, path) =
         scenario("preset\n---\nwrite /A/foo 0 12288\nfsync /A/foo\ncreat /B/n\nsync\n");
-    let full = explore(&params(ProtocolKind::Async, &path)).unwrap();
-    let mut p = params(ProtocolKind::Async, &path);
+    let full = explore(&params(ProtocolKind::named("async"), &path)).unwrap();
+    let mut p = params(ProtocolKind::named("async"), &path);
     p.states.prefix_only = true;
     let prefix = explore(&p).unwrap();
-    let mut p = params(ProtocolKind::Async, &path);
+    let mut p = params(ProtocolKind::named("async"), &path);
     p.states.torn = true;
     let torn = explore(&p).unwrap();
     assert!(prefix.states_total < full.states_total);
@@ -282,7 +282,7 @@ fn recording_through_fuse() {
     let (_dir, path) = scenario(
         "preset\n---\ncreat /A/new\nwrite /A/new 0 10000\nfsync /A/new\nappend /A/foo 6000\nfdatasync /A/foo\nmkdir /C/d\nfsync /C\nsync\n",
     );
-    for mode in [ProtocolKind::Sync, ProtocolKind::Journal] {
+    for mode in [ProtocolKind::named("sync"), ProtocolKind::named("journal")] {
         let mut p = params(mode, &path);
         p.fuse = true;
         let r = match explore(&p) {
@@ -296,7 +296,7 @@ fn recording_through_fuse() {
         assert_eq!(r.options, "--fuse");
         assert_eq!(r.broken_promises, 0, "{}", r.summary(5));
         assert_eq!(r.foreign_data, 0, "{}", r.summary(5));
-        if mode == ProtocolKind::Journal {
+        if mode == ProtocolKind::named("journal") {
             assert_eq!(r.failures_total, 0, "{}", r.summary(5));
         }
     }
@@ -310,9 +310,9 @@ fn misdirected_data_is_foreign() {
     let (_dir, path) = scenario(
         "preset\n---\ncreat /A/x\nwrite /A/x 0 8192\ncreat /B/y\nwrite /B/y 0 8192\nsync\n",
     );
-    let clean = explore(&params(ProtocolKind::Sync, &path)).unwrap();
+    let clean = explore(&params(ProtocolKind::named("sync"), &path)).unwrap();
     assert_eq!(clean.foreign_data, 0, "{}", clean.summary(3));
-    let mut p = params(ProtocolKind::Sync, &path);
+    let mut p = params(ProtocolKind::named("sync"), &path);
     p.fault = Some(LogFault::CrossData(0));
     let r = explore(&p).unwrap();
     assert!(r.foreign_data > 0, "{}", r.summary(3));
@@ -339,7 +339,7 @@ fn sync_rename_into_a_growing_directory_keeps_the_file() {
     text += &format!("rename /A/x {}\n", long(59));
     text += &format!("creat /A/y\nsync\nrename /A/y {}\n", long(60));
     let (_dir, path) = scenario(&text);
-    let mut p = params(ProtocolKind::Sync, &path);
+    let mut p = params(ProtocolKind::named("sync"), &path);
     p.e2fsck = E2fsckPolicy::Every;
     let r = explore(&p).unwrap();
     assert!(r.checked >= 20, "{}", r.summary(3));
@@ -361,10 +361,10 @@ fn enospc_workload_runs_to_full_and_stays_consistent() {
     // its first part been committed before the retry, a crash would show
     // a size no call left (a broken promise).
     for (mode, seed, sequences) in [
-        (ProtocolKind::Sync, 0, 2),
-        (ProtocolKind::Journal, 0, 4),
-        (ProtocolKind::Journal, 3, 4),
-        (ProtocolKind::FastCommit, 3, 4),
+        (ProtocolKind::named("sync"), 0, 2),
+        (ProtocolKind::named("journal"), 0, 4),
+        (ProtocolKind::named("journal"), 3, 4),
+        (ProtocolKind::named("fast_commit"), 3, 4),
     ] {
         let wp = WorkloadParams {
             seed,

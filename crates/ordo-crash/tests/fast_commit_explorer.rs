@@ -10,7 +10,7 @@ use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams};
 use ordo_fs::ProtocolKind;
 
 fn params(workload: &str) -> ExploreParams {
-    let mut p = ExploreParams::new(ProtocolKind::FastCommit, workload);
+    let mut p = ExploreParams::new(ProtocolKind::named("fast_commit"), workload);
     p.e2fsck = E2fsckPolicy::Never;
     p.minimize_max = 2;
     p

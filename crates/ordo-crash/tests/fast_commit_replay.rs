@@ -11,7 +11,7 @@ fn explore_scenario(name: &str, text: &str) -> ordo_crash::report::Report {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{name}.scenario"));
     std::fs::write(&path, text).unwrap();
-    let mut p = ExploreParams::new(ProtocolKind::FastCommit, path.to_str().unwrap());
+    let mut p = ExploreParams::new(ProtocolKind::named("fast_commit"), path.to_str().unwrap());
     p.e2fsck = E2fsckPolicy::Every;
     p.minimize_max = 0;
     let r = explore(&p).unwrap();

@@ -35,17 +35,21 @@ fn assert_agree(r: &ordo_crash::Report) {
 #[test]
 fn the_kernel_and_e2fsck_recover_journal_images_as_ordo_does() {
     for data in [DataMode::Ordered, DataMode::Journal] {
-        assert_agree(&judged_run(ProtocolKind::Journal, data, 11));
+        assert_agree(&judged_run(ProtocolKind::named("journal"), data, 11));
     }
 }
 
 #[test]
 fn the_kernel_and_e2fsck_recover_fast_commit_images_as_ordo_does() {
-    assert_agree(&judged_run(ProtocolKind::FastCommit, DataMode::Ordered, 12));
+    assert_agree(&judged_run(
+        ProtocolKind::named("fast_commit"),
+        DataMode::Ordered,
+        12,
+    ));
 }
 
 #[test]
 fn the_judge_does_not_apply_where_the_kernel_has_no_log_to_replay() {
-    let r = judged_run(ProtocolKind::Sync, DataMode::Ordered, 13);
+    let r = judged_run(ProtocolKind::named("sync"), DataMode::Ordered, 13);
     assert_eq!(r.judged, 0);
 }

@@ -15,7 +15,7 @@ static FAULT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn a_replay_that_drops_the_last_transaction_is_caught_by_the_kernel_judge() {
     let _one = FAULT.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("ORDO_FAULT", "replay_drop_last");
-    let mut p = ExploreParams::new(ProtocolKind::Journal, "seq1");
+    let mut p = ExploreParams::new(ProtocolKind::named("journal"), "seq1");
     p.e2fsck = E2fsckPolicy::Never;
     p.judge = JudgePolicy::Sample(1);
     p.minimize_max = 0;
@@ -50,7 +50,7 @@ fn a_fast_commit_replay_that_skips_its_frees_is_caught_by_the_kernel_judge() {
     // The two tests of this binary set different faults: one at a time.
     let _one = FAULT.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("ORDO_FAULT", "fc_replay_skip_frees");
-    let mut p = ExploreParams::new(ProtocolKind::FastCommit, "seq1");
+    let mut p = ExploreParams::new(ProtocolKind::named("fast_commit"), "seq1");
     p.e2fsck = E2fsckPolicy::Never;
     p.judge = JudgePolicy::Sample(1);
     p.minimize_max = 0;

@@ -49,13 +49,17 @@ fn assert_clean(s: &SoakSummary) {
 
 #[test]
 fn sync_soak_is_clean() {
-    assert_clean(&run(ProtocolKind::Sync, DataMode::Ordered, CI_TARGET));
+    assert_clean(&run(
+        ProtocolKind::named("sync"),
+        DataMode::Ordered,
+        CI_TARGET,
+    ));
 }
 
 #[test]
 fn journal_soaks_are_clean_in_every_data_mode() {
     for data in [DataMode::Ordered, DataMode::Writeback, DataMode::Journal] {
-        let s = run(ProtocolKind::Journal, data, CI_TARGET);
+        let s = run(ProtocolKind::named("journal"), data, CI_TARGET);
         assert_clean(&s);
         assert!(s.judged > 0, "{}", s.text());
     }
@@ -63,14 +67,18 @@ fn journal_soaks_are_clean_in_every_data_mode() {
 
 #[test]
 fn fast_commit_soak_is_clean() {
-    let s = run(ProtocolKind::FastCommit, DataMode::Ordered, CI_TARGET);
+    let s = run(
+        ProtocolKind::named("fast_commit"),
+        DataMode::Ordered,
+        CI_TARGET,
+    );
     assert_clean(&s);
     assert!(s.judged > 0, "{}", s.text());
 }
 
 #[test]
 fn the_soak_fails_on_async() {
-    let s = run(ProtocolKind::Async, DataMode::Ordered, 2_000);
+    let s = run(ProtocolKind::named("async"), DataMode::Ordered, 2_000);
     assert!(s.failing_states > 0, "{}", s.text());
     assert!(!s.failed_seeds.is_empty());
     assert!(s.inconsistent > 0);
@@ -80,7 +88,7 @@ fn the_soak_fails_on_async() {
 fn a_soak_resumes_from_its_seed_reports_and_shards_merge() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = params(
-        ProtocolKind::Sync,
+        ProtocolKind::named("sync"),
         DataMode::Ordered,
         1_500,
         dir.path().join("a"),
@@ -98,7 +106,7 @@ fn a_soak_resumes_from_its_seed_reports_and_shards_merge() {
     let mut shards = Vec::new();
     for i in 0..2 {
         let mut q = params(
-            ProtocolKind::Sync,
+            ProtocolKind::named("sync"),
             DataMode::Ordered,
             1_500,
             dir.path().join(format!("s{i}")),

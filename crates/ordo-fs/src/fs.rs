@@ -307,25 +307,32 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
             "images without the extent feature (ext2/ext3 block maps)".into(),
         ));
     }
-    if inc & feat::INCOMPAT_RECOVER != 0
-        && matches!(
-            opts.mode,
-            protocol::ProtocolKind::Async | protocol::ProtocolKind::Sync
-        )
-    {
+    if inc & feat::INCOMPAT_RECOVER != 0 && !opts.mode.caps().log_replay {
         return Err(FsError::Unsupported(
             "needs_recovery: the journal needs recovery (replay it with e2fsck or mount with mode=journal)".into(),
         ));
     }
-    if opts.mode == protocol::ProtocolKind::FastCommit
-        && s.features.compat & ordo_format::features::compat::FAST_COMMIT == 0
-    {
-        // The fast-commit area is part of the journal's geometry, fixed at
-        // mkfs: growing it at mount would change what e2fsck and the kernel
-        // read as the journal. Refuse, as the kernel ignores the mount option.
-        return Err(FsError::Unsupported(
-            "mode=fast_commit needs an image made with -O fast_commit".into(),
-        ));
+    // A protocol's on-disk structures (a journal, a fast-commit area) are
+    // fixed at mkfs: making them at mount would change what e2fsck and the
+    // kernel read. Refuse, as the kernel ignores a mount option whose
+    // feature the image lacks. (A missing journal is reported by its
+    // recovery, which names the journal.)
+    let need = opts.mode.required_features();
+    let missing_compat =
+        need.compat & !s.features.compat & !ordo_format::features::compat::HAS_JOURNAL;
+    if missing_compat != 0 {
+        let names: Vec<&str> = ordo_format::features::ALL_FEATURES
+            .iter()
+            .filter(|f| {
+                f.kind == ordo_format::features::FeatureKind::Compat && missing_compat & f.bit != 0
+            })
+            .map(|f| f.name)
+            .collect();
+        return Err(FsError::Unsupported(format!(
+            "mode={} needs an image made with -O {}",
+            opts.mode.name(),
+            names.join(",")
+        )));
     }
     if !opts.read_only {
         let ro = s.features.ro_compat;
@@ -368,32 +375,18 @@ pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryR
             dev.block_size()
         )));
     }
-    let kind = recovery_kind(protocol::ProtocolKind::Journal, &s);
+    // Whatever the image's log is, the registry's log-replaying protocol
+    // with the most of the image's features recovers it.
+    let any_log = protocol::ProtocolKind::all()
+        .find(|k| k.caps().log_replay)
+        .expect("a log-replaying protocol is registered");
+    let kind = any_log.recovery_for(&s);
     let env = recovery_env(&s, 0, protocol::DataMode::Ordered);
     protocol::recover(kind, dev, &env).map(Some)
 }
 
-/// The recovery a mount in `mode` runs: decided by the image as much as
-/// by the mode, since a journal can only be recovered whole. An image with
-/// fast commits gets the fast-commit replay (which replays JBD2 first)
-/// whether it is mounted `fast_commit` or `journal`, as the kernel replays
-/// them whatever the mount options; a JBD2 recovery alone would empty the
-/// log and discard fsynced fast commits.
-fn recovery_kind(mode: protocol::ProtocolKind, s: &Superblock) -> protocol::ProtocolKind {
-    use protocol::ProtocolKind::*;
-    match mode {
-        Journal | FastCommit
-            if s.features.compat & ordo_format::features::compat::FAST_COMMIT != 0 =>
-        {
-            FastCommit
-        }
-        Journal | FastCommit => Journal,
-        other => other,
-    }
-}
-
 /// What recovery is told of the image (and of the mount, for the
-/// protocol built after it on the same thread).
+/// protocol built from what it recovered).
 fn recovery_env(
     s: &Superblock,
     commit_interval_ms: u64,
@@ -439,11 +432,7 @@ impl Fs {
         } else {
             dev
         };
-        if matches!(
-            opts.mode,
-            protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
-        ) && !opts.read_only
-        {
+        if opts.mode.caps().log_replay && !opts.read_only {
             // A crash can tear the superblock while the journal flips its
             // needs_recovery flag; undo that before validating it.
             crate::recovery::repair_torn_super(dev.as_ref())?;
@@ -453,10 +442,12 @@ impl Fs {
         check_features(&s, &opts)?;
         // The protocol's recovery (journal replay) runs before anything else
         // is read: group descriptors and the superblock may be in the log.
-        if !opts.read_only && s.block_size() == dev.block_size() {
+        let recovered = if !opts.read_only && s.block_size() == dev.block_size() {
             let env = recovery_env(&s, opts.commit_interval_ms, opts.data);
-            protocol::recover(recovery_kind(opts.mode, &s), dev.as_ref(), &env)?;
-        }
+            opts.mode.recovery_for(&s).recover(dev.as_ref(), &env)?
+        } else {
+            protocol::Recovered::none()
+        };
         let (_, _, raw) = read_superblock(dev.as_ref())?;
         let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
         let bs = s.block_size();
@@ -569,7 +560,7 @@ impl Fs {
             data_mode: opts.data,
             metadata_csum: csum,
         };
-        let proto = protocol::build(opts.mode, &env)?;
+        let proto = opts.mode.build(recovered, &env)?;
         let cache = BufferCache::new(bs, opts.cache_bytes);
         let mut core = Core::new(dev.clone(), s, groups, cache, proto, seal, opts.read_only);
         // The root must be a directory.
@@ -581,13 +572,14 @@ impl Fs {
                 format!("root is not a directory ({:#o})", root.mode),
             ));
         }
-        let journaled = matches!(
-            opts.mode,
-            protocol::ProtocolKind::Journal | protocol::ProtocolKind::FastCommit
-        );
+        let journaled = opts.mode.caps().log_replay;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
-            group: journaled.then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
+            group: opts
+                .mode
+                .caps()
+                .group_commit
+                .then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
             seq: Mutex::new(Sequencer {
                 next_ticket: 0,
                 now_serving: 0,

@@ -207,7 +207,7 @@ pub struct MountOptions {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            mode: ProtocolKind::Async,
+            mode: ProtocolKind::default(),
             data: DataMode::Ordered,
             read_only: false,
             commit_interval_ms: 5000,

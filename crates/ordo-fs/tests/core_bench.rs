@@ -46,7 +46,7 @@ fn report(what: &str, mode: ProtocolKind, ops: u64, secs: f64, c: &Counters, pea
 #[test]
 #[ignore]
 fn bench_core() {
-    for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
+    for mode in [ProtocolKind::named("async"), ProtocolKind::named("sync")] {
         let (_dir, img) = scratch();
         mkfs(&img, 3 * 1024, 4096, "^has_journal");
         let c = Creds::root();

@@ -318,10 +318,10 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
 
 #[test]
 fn kernel_tree_4k_async() {
-    kernel_tree_then_ordo(4096, ProtocolKind::Async);
+    kernel_tree_then_ordo(4096, ProtocolKind::named("async"));
 }
 
 #[test]
 fn kernel_tree_1k_sync() {
-    kernel_tree_then_ordo(1024, ProtocolKind::Sync);
+    kernel_tree_then_ordo(1024, ProtocolKind::named("sync"));
 }

@@ -20,7 +20,7 @@ fn large_sparse_file_past_4gib() {
     }
     let (_dir, img) = scratch();
     mkfs(&img, 8 * 1024, 4096, "^has_journal");
-    let fs = mount(&img, ProtocolKind::Async);
+    let fs = mount(&img, ProtocolKind::named("async"));
     let c = Creds::root();
     let f = fs
         .create(ROOT_INO, b"big", FileType::Regular, 0o644, 0, &c)
@@ -56,7 +56,7 @@ fn large_sparse_file_past_4gib() {
     );
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
-    let fs = mount(&img, ProtocolKind::Sync);
+    let fs = mount(&img, ProtocolKind::named("sync"));
     let f = fs.lookup(ROOT_INO, b"big").unwrap();
     assert_eq!(fs.read(f.ino, 5 * GIB - 1, 1).unwrap(), b"!");
     fs.setattr(
@@ -122,7 +122,7 @@ fn memory_bound_holds_while_streaming() {
     if !have("mkfs.ext4") {
         return;
     }
-    for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
+    for mode in [ProtocolKind::named("async"), ProtocolKind::named("sync")] {
         let (peak, bound) = stream_through_small_cache(256 << 20, mode);
         eprintln!(
             "{}: 256 MiB through a {} MiB cache, peak {} KiB",
@@ -140,7 +140,7 @@ fn memory_bound_holds_while_streaming() {
 #[test]
 #[ignore]
 fn memory_bound_4gib() {
-    let (peak, bound) = stream_through_small_cache(4 << 30, ProtocolKind::Async);
+    let (peak, bound) = stream_through_small_cache(4 << 30, ProtocolKind::named("async"));
     eprintln!(
         "4 GiB through a {} MiB cache: peak {} KiB",
         bound >> 20,
@@ -154,7 +154,7 @@ fn unlinked_open_file_survives_until_release_and_a_crash_frees_it() {
     if !have("mkfs.ext4") || !have("e2fsck") {
         return;
     }
-    for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
+    for mode in [ProtocolKind::named("async"), ProtocolKind::named("sync")] {
         let (_dir, img) = scratch();
         mkfs(&img, 64, 4096, "^has_journal");
         let fs = mount(&img, mode);
@@ -217,7 +217,7 @@ fn read_only_mount_writes_nothing() {
     let (_dir, img) = scratch();
     mkfs(&img, 32, 1024, "");
     {
-        let fs = mount(&img, ProtocolKind::Async);
+        let fs = mount(&img, ProtocolKind::named("async"));
         let f = fs
             .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &Creds::root())
             .unwrap();
@@ -274,7 +274,7 @@ fn refusals_name_the_reason() {
     }
     let (_dir, img) = scratch();
     mkfs(&img, 32, 4096, "inline_data");
-    let e = mount_err(&img, ProtocolKind::Async);
+    let e = mount_err(&img, ProtocolKind::named("async"));
     assert!(e.contains("inline_data"), "{e}");
 
     mkfs(&img, 32, 4096, "");
@@ -284,7 +284,7 @@ fn refusals_name_the_reason() {
         .output()
         .unwrap();
     assert!(st.status.success());
-    let e = mount_err(&img, ProtocolKind::Sync);
+    let e = mount_err(&img, ProtocolKind::named("sync"));
     assert!(e.contains("journal needs recovery"), "{e}");
 
     // A damaged group descriptor is named with its block and field.
@@ -292,7 +292,7 @@ fn refusals_name_the_reason() {
     let mut bytes = std::fs::read(&img).unwrap();
     bytes[4096 + 0x10] ^= 0xff; // group 0 bg_used_dirs_count
     std::fs::write(&img, &bytes).unwrap();
-    let e = mount_err(&img, ProtocolKind::Async);
+    let e = mount_err(&img, ProtocolKind::named("async"));
     assert!(e.contains("block 1") && e.contains("bg_checksum"), "{e}");
 }
 
@@ -319,7 +319,7 @@ fn link_count_limits_as_ext4() {
         .status()
         .unwrap();
     assert!(st.success());
-    let fs = mount(&img, ProtocolKind::Async);
+    let fs = mount(&img, ProtocolKind::named("async"));
     let c = Creds::root();
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
     let f = fs

@@ -1100,15 +1100,15 @@ fn run_model(mode: ProtocolKind, block_size: u32, features: &str, default_ops: u
 
 #[test]
 fn model_async_4k() {
-    run_model(ProtocolKind::Async, 4096, "^has_journal", 10_000);
+    run_model(ProtocolKind::named("async"), 4096, "^has_journal", 10_000);
 }
 
 #[test]
 fn model_sync_4k_debian_defaults() {
-    run_model(ProtocolKind::Sync, 4096, "", 10_000);
+    run_model(ProtocolKind::named("sync"), 4096, "", 10_000);
 }
 
 #[test]
 fn model_async_1k() {
-    run_model(ProtocolKind::Async, 1024, "", 4_000);
+    run_model(ProtocolKind::named("async"), 1024, "", 4_000);
 }

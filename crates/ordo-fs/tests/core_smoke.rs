@@ -61,22 +61,22 @@ fn basic_ops(block_size: u32, features: &str, mode: ProtocolKind) {
 
 #[test]
 fn basic_ops_4k_no_journal_async() {
-    basic_ops(4096, "^has_journal", ProtocolKind::Async);
+    basic_ops(4096, "^has_journal", ProtocolKind::named("async"));
 }
 
 #[test]
 fn basic_ops_4k_debian_defaults_sync() {
-    basic_ops(4096, "", ProtocolKind::Sync);
+    basic_ops(4096, "", ProtocolKind::named("sync"));
 }
 
 #[test]
 fn basic_ops_1k_debian_defaults_async() {
-    basic_ops(1024, "", ProtocolKind::Async);
+    basic_ops(1024, "", ProtocolKind::named("async"));
 }
 
 #[test]
 fn basic_ops_1k_sync() {
-    basic_ops(1024, "^has_journal", ProtocolKind::Sync);
+    basic_ops(1024, "^has_journal", ProtocolKind::named("sync"));
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn paths_access_statfs_and_attributes() {
     }
     let (_dir, img) = scratch();
     mkfs(&img, 32, 4096, "^has_journal");
-    let fs = mount(&img, ProtocolKind::Async);
+    let fs = mount(&img, ProtocolKind::named("async"));
     let root = Creds::root();
     let user = Creds {
         uid: 1000,
@@ -224,7 +224,7 @@ fn paths_access_statfs_and_attributes() {
 
 #[test]
 fn basic_ops_2k_sync() {
-    basic_ops(2048, "", ProtocolKind::Sync);
+    basic_ops(2048, "", ProtocolKind::named("sync"));
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn threads_share_one_mount() {
     if !have("mkfs.ext4") || !have("e2fsck") {
         return;
     }
-    for mode in [ProtocolKind::Async, ProtocolKind::Sync] {
+    for mode in [ProtocolKind::named("async"), ProtocolKind::named("sync")] {
         let (_dir, img) = scratch();
         mkfs(&img, 64, 4096, "^has_journal");
         let fs = std::sync::Arc::new(mount(&img, mode));

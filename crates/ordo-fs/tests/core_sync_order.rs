@@ -258,7 +258,7 @@ fn run(block_size: u32) {
     let fs = Fs::mount(
         rec.clone(),
         MountOptions {
-            mode: ProtocolKind::Sync,
+            mode: ProtocolKind::named("sync"),
             ..Default::default()
         },
     )

@@ -47,7 +47,7 @@ fn truncate_and_fallocate_stamp_mtime_and_ctime() {
     }
     let (_dir, img) = scratch();
     mkfs(&img, 16, 4096, "^has_journal");
-    let fs = mount(&img, ProtocolKind::Async);
+    let fs = mount(&img, ProtocolKind::named("async"));
     let f = fs
         .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &Creds::root())
         .unwrap();

@@ -24,7 +24,7 @@ const BS: u32 = 4096;
 /// One protocol configuration: its name, mode, data mode, mkfs features.
 struct Mode {
     name: &'static str,
-    kind: ProtocolKind,
+    kind: &'static str,
     data: DataMode,
     features: &'static str,
 }
@@ -32,37 +32,37 @@ struct Mode {
 const MODES: &[Mode] = &[
     Mode {
         name: "async",
-        kind: ProtocolKind::Async,
+        kind: "async",
         data: DataMode::Ordered,
         features: "^has_journal",
     },
     Mode {
         name: "sync",
-        kind: ProtocolKind::Sync,
+        kind: "sync",
         data: DataMode::Ordered,
         features: "^has_journal",
     },
     Mode {
         name: "journal/ordered",
-        kind: ProtocolKind::Journal,
+        kind: "journal",
         data: DataMode::Ordered,
         features: "",
     },
     Mode {
         name: "journal/writeback",
-        kind: ProtocolKind::Journal,
+        kind: "journal",
         data: DataMode::Writeback,
         features: "",
     },
     Mode {
         name: "journal/journal",
-        kind: ProtocolKind::Journal,
+        kind: "journal",
         data: DataMode::Journal,
         features: "",
     },
     Mode {
         name: "fast_commit",
-        kind: ProtocolKind::FastCommit,
+        kind: "fast_commit",
         data: DataMode::Ordered,
         features: "fast_commit",
     },
@@ -99,7 +99,7 @@ fn make_image(path: &Path, features: &str, inodes: Option<u32>, reserved_percent
 
 fn mount_mode(path: &Path, m: &Mode) -> Fs {
     let opts = MountOptions {
-        mode: m.kind,
+        mode: ProtocolKind::named(m.kind),
         data: m.data,
         cache_bytes: 32 << 20,
         ..MountOptions::default()

@@ -25,7 +25,7 @@ fn lost_after_crash(fault: bool) -> bool {
         std::env::remove_var("ORDO_FAULT");
     }
     let opts = MountOptions {
-        mode: ProtocolKind::FastCommit,
+        mode: ProtocolKind::named("fast_commit"),
         ..MountOptions::default()
     };
     let fs = Fs::mount(dev.clone(), opts.clone()).unwrap();
@@ -42,7 +42,7 @@ fn lost_after_crash(fault: bool) -> bool {
     let crashed = Arc::new(dev.crash(7, CrashPolicy::lose_all()).unwrap());
     drop(fs);
     let env = env_of(crashed.as_ref());
-    ordo_fs::protocol::recover(ProtocolKind::FastCommit, crashed.as_ref(), &env).unwrap();
+    ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), crashed.as_ref(), &env).unwrap();
     let fs = Fs::mount(
         crashed,
         MountOptions {

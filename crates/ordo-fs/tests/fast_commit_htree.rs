@@ -205,7 +205,7 @@ fn assert_same(a: &BTreeMap<String, Node>, b: &BTreeMap<String, Node>, what: &st
 
 fn fc_opts() -> MountOptions {
     MountOptions {
-        mode: ProtocolKind::FastCommit,
+        mode: ProtocolKind::named("fast_commit"),
         commit_interval_ms: 600_000,
         ..MountOptions::default()
     }
@@ -226,7 +226,7 @@ fn replay_is_idempotent_under_crashes(cap: &Path, scratch: &Path) {
     let crashed = MemDevice::from_image(bs, &raw).unwrap();
     let env = env_of(&crashed);
     let rec = RecordingDevice::new(crashed.snapshot());
-    ordo_fs::protocol::recover(ProtocolKind::FastCommit, &rec, &env).unwrap();
+    ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &rec, &env).unwrap();
     let log = rec.log();
     let replayed = rec.into_inner();
     let reference_image = replayed.to_image();
@@ -248,7 +248,7 @@ fn replay_is_idempotent_under_crashes(cap: &Path, scratch: &Path) {
                     .unwrap();
             }
         }
-        ordo_fs::protocol::recover(ProtocolKind::FastCommit, &cut, &env).unwrap();
+        ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &cut, &env).unwrap();
         let p = scratch.join("cut.img");
         std::fs::write(&p, cut.to_image()).unwrap();
         assert_fsck_clean(&p);

@@ -23,7 +23,7 @@ fn image(dir: &Path, block_size: u32) -> Option<Vec<u8>> {
 
 fn opts() -> MountOptions {
     MountOptions {
-        mode: ProtocolKind::FastCommit,
+        mode: ProtocolKind::named("fast_commit"),
         commit_interval_ms: 600_000,
         ..MountOptions::default()
     }
@@ -640,14 +640,14 @@ fn random_crashes_recover_consistent_with_every_promise() {
     for seed in 0..6u64 {
         let crashed = dev.crash(seed, CrashPolicy::default()).unwrap();
         let env = env_of(&crashed);
-        ordo_fs::protocol::recover(ProtocolKind::FastCommit, &crashed, &env).unwrap();
+        ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &crashed, &env).unwrap();
         let recovered = crashed.to_image();
         let p = dir.path().join(format!("r{seed}.img"));
         std::fs::write(&p, &recovered).unwrap();
         assert_fsck_clean(&p);
         // Recovering again changes nothing.
         let again = MemDevice::from_image(1024, &recovered).unwrap();
-        ordo_fs::protocol::recover(ProtocolKind::FastCommit, &again, &env).unwrap();
+        ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &again, &env).unwrap();
         assert!(
             again.to_image() == recovered,
             "seed {seed}: second recovery wrote"
@@ -729,7 +729,7 @@ fn a_crash_during_replay_then_replay_again_gives_the_same_tree() {
     let env = env_of(&crashed);
     // One uninterrupted recovery, recorded write by write.
     let rec = RecordingDevice::new(crashed.snapshot());
-    ordo_fs::protocol::recover(ProtocolKind::FastCommit, &rec, &env).unwrap();
+    ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &rec, &env).unwrap();
     let log = rec.log();
     let reference = ordo_tree(Arc::new(rec.into_inner()));
     assert_eq!(reference, promised);
@@ -748,7 +748,7 @@ fn a_crash_during_replay_then_replay_again_gives_the_same_tree() {
                     .unwrap();
             }
         }
-        ordo_fs::protocol::recover(ProtocolKind::FastCommit, &cut, &env).unwrap();
+        ordo_fs::protocol::recover(ProtocolKind::named("fast_commit"), &cut, &env).unwrap();
         let p = dir.path().join(format!("cut{k}.img"));
         std::fs::write(&p, cut.to_image()).unwrap();
         assert_fsck_clean(&p);

@@ -721,7 +721,7 @@ fn ordo_written_images_agree() {
     let fs = Fs::mount(
         dev,
         MountOptions {
-            mode: ProtocolKind::Sync,
+            mode: ProtocolKind::named("sync"),
             ..MountOptions::default()
         },
     )

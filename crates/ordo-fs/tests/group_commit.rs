@@ -175,13 +175,13 @@ fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
 
 #[test]
 fn journal_fsyncs_share_a_commit() {
-    check(ProtocolKind::Journal, "has_journal", "commits");
+    check(ProtocolKind::named("journal"), "has_journal", "commits");
 }
 
 #[test]
 fn fast_commit_fsyncs_share_a_fast_commit() {
     check(
-        ProtocolKind::FastCommit,
+        ProtocolKind::named("fast_commit"),
         "has_journal,fast_commit",
         "fc_fast_commits",
     );

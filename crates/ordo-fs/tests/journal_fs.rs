@@ -25,7 +25,7 @@ use ordo_fs::{recovery, Creds, FileType, Fs, MountOptions, ProtocolKind, RenameF
 
 fn opts(data: DataMode) -> MountOptions {
     MountOptions {
-        mode: ProtocolKind::Journal,
+        mode: ProtocolKind::named("journal"),
         data,
         ..MountOptions::default()
     }

@@ -83,7 +83,11 @@ fn check(features: &str, mode: ProtocolKind) {
     );
     let base = Arc::new(MemDevice::from_image(4096, &img).unwrap());
     // Read-only, in every mode: the recovered tree, the image untouched.
-    for ro_mode in [ProtocolKind::Async, ProtocolKind::Journal, mode] {
+    for ro_mode in [
+        ProtocolKind::named("async"),
+        ProtocolKind::named("journal"),
+        mode,
+    ] {
         let fs = Fs::mount(base.clone(), opts(ro_mode, true)).unwrap();
         for (name, data) in &files {
             assert_eq!(&read_all(&fs, name), data, "{features}: ro {name}");
@@ -107,12 +111,15 @@ fn check(features: &str, mode: ProtocolKind) {
 
 #[test]
 fn read_only_mount_of_a_live_journal_serves_the_recovered_tree() {
-    check("has_journal", ProtocolKind::Journal);
+    check("has_journal", ProtocolKind::named("journal"));
 }
 
 #[test]
 fn read_only_mount_of_a_fast_commit_log_serves_the_replayed_tree() {
-    check("has_journal,fast_commit", ProtocolKind::FastCommit);
+    check(
+        "has_journal,fast_commit",
+        ProtocolKind::named("fast_commit"),
+    );
 }
 
 #[test]
@@ -120,11 +127,11 @@ fn a_journal_mount_replays_the_fast_commits_a_fast_commit_mount_left() {
     let files: Vec<(&str, Vec<u8>)> = vec![("one", vec![0x33; 7000])];
     let img = crashed(
         &image("has_journal,fast_commit"),
-        ProtocolKind::FastCommit,
+        ProtocolKind::named("fast_commit"),
         &files,
     );
     let dev = Arc::new(MemDevice::from_image(4096, &img).unwrap());
-    let fs = Fs::mount(dev, opts(ProtocolKind::Journal, false)).unwrap();
+    let fs = Fs::mount(dev, opts(ProtocolKind::named("journal"), false)).unwrap();
     for (name, data) in &files {
         assert_eq!(
             &read_all(&fs, name),

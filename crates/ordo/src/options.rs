@@ -131,11 +131,16 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             }
         }
     }
-    fs.mode = mode.unwrap_or(ProtocolKind::Async);
+    fs.mode = mode.unwrap_or_default();
     if let Some(d) = data {
-        if !matches!(fs.mode, ProtocolKind::Journal | ProtocolKind::FastCommit) {
+        if !fs.mode.caps().data_modes {
+            let takes: Vec<String> = ProtocolKind::all()
+                .filter(|k| k.caps().data_modes)
+                .map(|k| format!("mode={k}"))
+                .collect();
             return Err(format!(
-                "conflicting options: data= applies to mode=journal or mode=fast_commit, not mode={}",
+                "conflicting options: data= applies to {}, not mode={}",
+                takes.join(" or "),
                 fs.mode.name()
             ));
         }
@@ -172,7 +177,7 @@ mod tests {
     #[test]
     fn defaults_are_async_rw_with_background_commit() {
         let p = parse("").unwrap();
-        assert_eq!(p.fs.mode, ProtocolKind::Async);
+        assert_eq!(p.fs.mode, ProtocolKind::named("async"));
         assert!(!p.fs.read_only);
         assert!(p.fs.background);
         assert_eq!(p.fs.commit_interval_ms, 5000);
@@ -182,7 +187,7 @@ mod tests {
     fn every_known_option_parses() {
         let p = parse("mode=journal,data=writeback,ro,commit=7,cache=64M,threads=2,attr_timeout=0")
             .unwrap();
-        assert_eq!(p.fs.mode, ProtocolKind::Journal);
+        assert_eq!(p.fs.mode, ProtocolKind::named("journal"));
         assert_eq!(p.fs.data, DataMode::Writeback);
         assert!(p.fs.read_only);
         assert_eq!(p.fs.commit_interval_ms, 7000);
@@ -211,7 +216,7 @@ mod tests {
     #[test]
     fn several_lists_are_joined() {
         let p = parse_mount_options(&["mode=sync".into(), "ro".into()]).unwrap();
-        assert_eq!(p.fs.mode, ProtocolKind::Sync);
+        assert_eq!(p.fs.mode, ProtocolKind::named("sync"));
         assert!(p.fs.read_only);
         assert!(parse_mount_options(&["ro".into(), "rw".into()]).is_err());
     }

@@ -308,7 +308,9 @@ pub fn format_counts(mode: &str, stats: &BTreeMap<String, u64>) -> String {
         stats: stats.clone(),
     };
     let counts = p.commit_counts();
-    match counts.filter(|_| mode == "fast_commit") {
+    // A protocol with fast commits reports their count; the others' commit
+    // counts (JBD2's) are shown with the rest of their statistics.
+    match counts.filter(|c| c.fc_blocks.is_some() || c.fast_commits > 0) {
         Some(c) => {
             let all = c.fast_commits + c.full_commits;
             row(

@@ -99,10 +99,13 @@ fn check(features: &str, mode: ProtocolKind) {
 
 #[test]
 fn fsck_checks_a_live_journal_as_replayed() {
-    check("has_journal", ProtocolKind::Journal);
+    check("has_journal", ProtocolKind::named("journal"));
 }
 
 #[test]
 fn fsck_checks_a_fast_commit_log_as_replayed() {
-    check("has_journal,fast_commit", ProtocolKind::FastCommit);
+    check(
+        "has_journal,fast_commit",
+        ProtocolKind::named("fast_commit"),
+    );
 }

@@ -25,49 +25,244 @@ use crate::cache::BufferCache;
 use crate::error::Result;
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
 
-/// Which protocol, as named by `-o mode=`.
+/// Every protocol ordo ships: **the registry**. Adding a protocol is its
+/// folder under `protocol/`, one line here, and its docs
+/// (`docs/DESIGN.md`, "Adding a protocol"). Nothing outside this module
+/// and option parsing names a protocol: the core, the crash explorer, the
+/// benchmark harness and the CLI ask a [`ProtocolKind`] for its
+/// [`Capabilities`] instead.
+const REGISTRY: &[&ProtocolSpec] = &[
+    &async_mode::SPEC,
+    &sync_mode::SPEC,
+    &jbd2::SPEC,
+    &fast_commit::SPEC,
+];
+
+/// What a crash leaves under a protocol, and how the crash explorer
+/// recovers and judges a crash image of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProtocolKind {
-    /// Delayed write-back in any order (ext2, Ganger & Patt's "No Order").
-    Async,
-    /// Synchronous, ordered metadata writes (Ganger & Patt's "Conventional").
-    Sync,
-    /// JBD2 physical journaling.
-    Journal,
-    /// ext4 fast commit on top of JBD2.
-    FastCommit,
+pub enum AfterCrash {
+    /// No promise: the image may need repairs fsck cannot call benign
+    /// (the `async` baseline; the crash explorer is expected to fail it).
+    NoPromise,
+    /// Consistent up to a benign repair (bitmaps and counts recomputed,
+    /// leaked inodes freed), which recovery is: no log to replay.
+    ConsistentAfterRepair,
+    /// Consistent, without any repair, once mount has replayed the log.
+    ConsistentAfterReplay,
 }
 
-impl ProtocolKind {
-    /// The `-o mode=` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProtocolKind::Async => "async",
-            ProtocolKind::Sync => "sync",
-            ProtocolKind::Journal => "journal",
-            ProtocolKind::FastCommit => "fast_commit",
+/// What the core, the crash explorer and the benchmark harness ask of a
+/// protocol instead of matching on its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    /// Its commits make everything before them durable, so concurrent
+    /// fsyncs may share one (the core's group commit).
+    pub group_commit: bool,
+    /// It keeps a log guarded by the superblock's `needs_recovery` flag:
+    /// mount replays the log (and undoes a torn flip of the flag), a clean
+    /// unmount leaves the "cleanly unmounted" bit to the log, and an image
+    /// that needs recovery is refused by protocols without one.
+    pub log_replay: bool,
+    /// The kernel and e2fsck can replay its crash images themselves (the
+    /// crash explorer's second judge applies).
+    pub kernel_replays: bool,
+    /// What "consistent after a crash" means for it.
+    pub after_crash: AfterCrash,
+    /// It accepts `data=` (JBD2's data modes).
+    pub data_modes: bool,
+    /// A mounted file system of it settles by one `sync` (a first full
+    /// commit) that recordings start after, so that crash exploration sees
+    /// its steady state rather than its start-up rules.
+    pub settle_with_sync: bool,
+    /// Under `data=writeback` a crash may expose a freed block's old
+    /// contents inside a file (metadata committed before the data).
+    pub stale_data_with_writeback: bool,
+}
+
+/// State one mount-time recovery hands, by value, to the protocol built
+/// after it: a bag of typed parts, each put there by the recovery of the
+/// protocol (or the protocol underneath it) that needs it, and taken by
+/// type. A protocol built on top of another (fast commit over JBD2) takes
+/// its own part and passes the rest down.
+#[derive(Default)]
+pub struct Recovered {
+    /// What recovery found and did.
+    pub report: RecoveryReport,
+    parts: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Recovered {
+    /// Nothing recovered (no log, or a read-only mount).
+    pub fn none() -> Self {
+        Recovered::default()
+    }
+    /// Recovered state with `report`.
+    pub fn with_report(report: RecoveryReport) -> Self {
+        Recovered {
+            report,
+            parts: Vec::new(),
         }
     }
-    /// Every protocol ordo implements.
-    pub const ALL: &'static [ProtocolKind] = &[
-        ProtocolKind::Async,
-        ProtocolKind::Sync,
-        ProtocolKind::Journal,
-        ProtocolKind::FastCommit,
-    ];
+    /// Add a part (one per type: a second part of a type replaces the first).
+    pub fn put<T: std::any::Any + Send>(&mut self, part: T) {
+        self.parts.retain(|p| !p.is::<T>());
+        self.parts.push(Box::new(part));
+    }
+    /// Take the part of type `T`, if recovery left one.
+    pub fn take<T: std::any::Any + Send>(&mut self) -> Option<T> {
+        let i = self.parts.iter().position(|p| p.is::<T>())?;
+        self.parts.swap_remove(i).downcast::<T>().ok().map(|b| *b)
+    }
+}
+
+impl std::fmt::Debug for Recovered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recovered")
+            .field("report", &self.report)
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+/// One protocol's whole life, as the registry knows it.
+pub struct ProtocolSpec {
+    /// The `-o mode=` name.
+    pub name: &'static str,
+    /// One line for `--help` and `ordo info`.
+    pub summary: &'static str,
+    /// Features (`mkfs -O` syntax) its images must have; `ordo mkfs`, the
+    /// crash explorer and the benchmark harness format with them, and mount
+    /// refuses an image without them.
+    pub mkfs_features: &'static str,
+    /// What it offers; see [`Capabilities`].
+    pub caps: Capabilities,
+    /// Mount-time recovery on the device before the core opens it (log
+    /// replay, or nothing). Runs only for read-write mounts.
+    pub recover: fn(&dyn BlockDevice, &ProtocolEnv) -> Result<Recovered>,
+    /// The protocol instance for one mount, from what recovery handed over
+    /// ([`Recovered::none`] for a read-only mount, which must never write).
+    pub build: fn(Recovered, &ProtocolEnv) -> Result<Box<dyn Protocol>>,
+}
+
+/// A protocol, as named by `-o mode=`: a handle on its [`ProtocolSpec`].
+#[derive(Clone, Copy)]
+pub struct ProtocolKind(&'static ProtocolSpec);
+
+impl ProtocolKind {
+    /// Every protocol ordo ships, in registry order.
+    pub fn all() -> impl Iterator<Item = ProtocolKind> {
+        REGISTRY.iter().map(|s| ProtocolKind(s))
+    }
+    /// The shipped protocol named `name`.
+    pub fn by_name(name: &str) -> Option<ProtocolKind> {
+        ProtocolKind::all().find(|k| k.name() == name)
+    }
+    /// The shipped protocol named `name`; panics if there is none (for
+    /// tests and constants: user input goes through `FromStr`).
+    pub fn named(name: &str) -> ProtocolKind {
+        match ProtocolKind::by_name(name) {
+            Some(k) => k,
+            None => panic!("no protocol named {name:?}"),
+        }
+    }
+    /// A protocol that is not in the registry (a test's).
+    pub const fn from_spec(spec: &'static ProtocolSpec) -> ProtocolKind {
+        ProtocolKind(spec)
+    }
+    /// The `-o mode=` name.
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+    /// Its description.
+    pub fn spec(self) -> &'static ProtocolSpec {
+        self.0
+    }
+    /// What it offers.
+    pub fn caps(self) -> Capabilities {
+        self.0.caps
+    }
+    /// Its recovery (see [`ProtocolSpec::recover`]).
+    pub fn recover(self, dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
+        (self.0.recover)(dev, env)
+    }
+    /// Its instance for a mount (see [`ProtocolSpec::build`]).
+    pub fn build(self, recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+        (self.0.build)(recovered, env)
+    }
+    /// The features its images need, parsed.
+    pub fn required_features(self) -> ordo_format::features::FeatureSet {
+        crate::mkfs::parse_features(
+            self.0.mkfs_features,
+            ordo_format::features::FeatureSet::default(),
+        )
+        .expect("a registered protocol names valid features")
+    }
+    /// The recovery an image needs before `self` can run on it: that of the
+    /// log-replaying protocol with the most required features the image has
+    /// (an image with fast commits gets the fast-commit replay whether it
+    /// is mounted `fast_commit` or `journal`, as the kernel replays them
+    /// whatever the mount options: a JBD2 recovery alone would empty the log
+    /// and discard fsynced fast commits). A protocol without a log runs its
+    /// own (none).
+    pub fn recovery_for(self, s: &ordo_format::Superblock) -> ProtocolKind {
+        if !self.caps().log_replay {
+            return self;
+        }
+        let has = |k: ProtocolKind| {
+            let f = k.required_features();
+            s.features.compat & f.compat == f.compat
+                && s.features.incompat & f.incompat == f.incompat
+                && s.features.ro_compat & f.ro_compat == f.ro_compat
+        };
+        let weight = |k: ProtocolKind| {
+            let f = k.required_features();
+            f.compat.count_ones() + f.incompat.count_ones() + f.ro_compat.count_ones()
+        };
+        ProtocolKind::all()
+            .filter(|k| k.caps().log_replay && has(*k))
+            .max_by_key(|k| weight(*k))
+            .filter(|k| weight(*k) > weight(self))
+            .unwrap_or(self)
+    }
+}
+
+/// The registry's first protocol (`async`), as `-o mode=` defaults to.
+impl Default for ProtocolKind {
+    fn default() -> Self {
+        ProtocolKind(REGISTRY[0])
+    }
+}
+
+impl PartialEq for ProtocolKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+impl Eq for ProtocolKind {}
+impl std::hash::Hash for ProtocolKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state)
+    }
+}
+impl std::fmt::Debug for ProtocolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+impl std::fmt::Display for ProtocolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
 }
 
 impl std::str::FromStr for ProtocolKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        ProtocolKind::ALL
-            .iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = ProtocolKind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown mode '{s}' (known: {})", names.join(", "))
-            })
+        ProtocolKind::by_name(s).ok_or_else(|| {
+            let names: Vec<_> = ProtocolKind::all().map(|k| k.name()).collect();
+            format!("unknown mode '{s}' (known: {})", names.join(", "))
+        })
     }
 }
 
@@ -458,26 +653,17 @@ pub struct RecoveryReport {
 }
 
 /// Run the mount-time recovery of protocol `kind` on a device before the
-/// core opens it (journal replay, fast-commit replay, or nothing).
+/// core opens it (journal replay, fast-commit replay, or nothing), and
+/// return its report (the state it would hand to the protocol is dropped).
 pub fn recover(
     kind: ProtocolKind,
     dev: &dyn BlockDevice,
     env: &ProtocolEnv,
 ) -> Result<RecoveryReport> {
-    let _ = (dev, env);
-    match kind {
-        ProtocolKind::Async | ProtocolKind::Sync => Ok(RecoveryReport::default()),
-        ProtocolKind::Journal => jbd2::recover(dev, env),
-        ProtocolKind::FastCommit => fast_commit::replay::recover(dev, env),
-    }
+    kind.recover(dev, env).map(|r| r.report)
 }
 
-/// Construct the protocol for a mount.
-pub fn build(kind: ProtocolKind, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
-    match kind {
-        ProtocolKind::Async => Ok(Box::new(async_mode::AsyncProtocol::new(env))),
-        ProtocolKind::Sync => Ok(Box::new(sync_mode::SyncProtocol::new(env))),
-        ProtocolKind::Journal => Ok(Box::new(jbd2::JournalProtocol::new(env)?)),
-        ProtocolKind::FastCommit => Ok(Box::new(fast_commit::FastCommitProtocol::new(env)?)),
-    }
+/// The recovery of a protocol without a log: nothing.
+pub fn recover_nothing(_dev: &dyn BlockDevice, _env: &ProtocolEnv) -> Result<Recovered> {
+    Ok(Recovered::none())
 }

@@ -216,7 +216,7 @@ pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
 pub fn ordo_recover(img: &Path) -> RecoveryReport {
     let dev = open_rw(img);
     let env = env_of(&dev);
-    let r = protocol::recover(ProtocolKind::FastCommit, &dev, &env).unwrap();
+    let r = protocol::recover(ProtocolKind::named("fast_commit"), &dev, &env).unwrap();
     dev.flush().unwrap();
     r
 }

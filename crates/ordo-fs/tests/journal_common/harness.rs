@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ordo_dev::{BlockClass, BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_fs::cache::BufferCache;
 use ordo_fs::protocol::{
-    self, DataMode, Io, IoPlan, IoStep, Protocol, ProtocolEnv, ProtocolKind, WriteBackReason,
+    DataMode, Io, IoPlan, IoStep, Protocol, ProtocolEnv, ProtocolKind, WriteBackReason,
 };
 use ordo_fs::update::{DataWrite, HandleInfo, OpKind, Update, UpdateKind};
 
@@ -49,8 +49,9 @@ impl Harness {
             data_mode,
             metadata_csum: ro_compat & 0x400 != 0,
         };
-        protocol::recover(ProtocolKind::Journal, &*dev, &env).unwrap();
-        let proto = protocol::build(ProtocolKind::Journal, &env).unwrap();
+        let journal = ProtocolKind::named("journal");
+        let recovered = journal.recover(&*dev, &env).unwrap();
+        let proto = journal.build(recovered, &env).unwrap();
         let mut cache = BufferCache::new(bs, 64 << 20);
         let sb_block = 1024 / bs as u64;
         let mut sb = vec![0u8; bs as usize];

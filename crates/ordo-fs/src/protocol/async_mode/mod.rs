@@ -34,6 +34,28 @@
 
 use super::*;
 
+/// `mode=async`.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    name: "async",
+    summary: "delayed write-back in any order (ext2; Ganger & Patt's No Order)",
+    mkfs_features: "",
+    caps: Capabilities {
+        group_commit: false,
+        log_replay: false,
+        kernel_replays: false,
+        after_crash: AfterCrash::NoPromise,
+        data_modes: false,
+        settle_with_sync: false,
+        stale_data_with_writeback: false,
+    },
+    recover: recover_nothing,
+    build,
+};
+
+fn build(_recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    Ok(Box::new(AsyncProtocol::new(env)))
+}
+
 /// The `async` protocol.
 pub struct AsyncProtocol {
     write_backs: u64,

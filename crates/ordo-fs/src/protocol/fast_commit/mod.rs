@@ -100,7 +100,6 @@
 
 pub mod replay;
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -108,7 +107,10 @@ use ordo_dev::{BlockClass, WriteFlags};
 use ordo_format::fc::{Dentry, LogWriter, Tag};
 
 use super::jbd2::JournalProtocol;
-use super::{DataMode, Io, Protocol, ProtocolEnv, WriteBackReason};
+use super::{
+    AfterCrash, Capabilities, DataMode, Io, Protocol, ProtocolEnv, ProtocolSpec, Recovered,
+    WriteBackReason,
+};
 use crate::error::Result;
 use crate::update::{
     DataWrite, HandleInfo, Ino, InodeField, LinkOp, MapOp, OpKind, Update, UpdateKind,
@@ -122,8 +124,26 @@ pub(crate) struct Handoff {
     pub first_ino: u32,
 }
 
-thread_local! {
-    pub(crate) static HANDOFF: RefCell<Option<Handoff>> = const { RefCell::new(None) };
+/// `mode=fast_commit`: ext4 fast commit on top of JBD2.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    name: "fast_commit",
+    summary: "ext4 fast commit: logical fsync records between JBD2 commits",
+    mkfs_features: "has_journal,fast_commit",
+    caps: Capabilities {
+        group_commit: true,
+        log_replay: true,
+        kernel_replays: true,
+        after_crash: AfterCrash::ConsistentAfterReplay,
+        data_modes: true,
+        settle_with_sync: true,
+        stale_data_with_writeback: true,
+    },
+    recover: replay::recover,
+    build,
+};
+
+fn build(mut recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    Ok(Box::new(FastCommitProtocol::new(env, &mut recovered)?))
 }
 
 /// Why a commit was a full one.
@@ -365,11 +385,9 @@ pub struct FastCommitProtocol {
 impl FastCommitProtocol {
     /// Build the protocol for a mount (after [`replay::recover`]
     /// on the same thread).
-    pub fn new(env: &ProtocolEnv) -> Result<Self> {
-        let geo = HANDOFF
-            .with(|h| h.borrow_mut().take())
-            .filter(|h| h.uuid == env.uuid);
-        let journal = JournalProtocol::new_fast_commit(env)?;
+    pub fn new(env: &ProtocolEnv, recovered: &mut Recovered) -> Result<Self> {
+        let geo = recovered.take::<Handoff>().filter(|h| h.uuid == env.uuid);
+        let journal = JournalProtocol::new_fast_commit(env, recovered)?;
         let fault = match std::env::var("ORDO_FAULT").ok().as_deref() {
             Some("fc_skip_data_flush") => Some(Fault::SkipDataFlush),
             _ => None,

@@ -105,7 +105,7 @@ use ordo_format::{bitmap, dir as fdir, Superblock};
 
 use crate::error::{FsError, Result};
 use crate::extent::{self, ExtentStore, LBLK_END, ROOT_SIZE_BYTES};
-use crate::protocol::{jbd2 as journal, ProtocolEnv, RecoveryReport};
+use crate::protocol::{jbd2 as journal, ProtocolEnv, Recovered};
 use crate::recovery::{self, JournalMap};
 use crate::update::{Ino, UpdateKind};
 
@@ -221,7 +221,7 @@ fn scan_area(
 
 /// Mount-time recovery for `mode=fast_commit`: JBD2 replay, fast-commit
 /// replay, then the journal hand-over of `mode=journal`.
-pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryReport> {
+pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
     let runs = match env.journal_runs.is_empty() {
         false => Some(env.journal_runs.clone()),
         true => recovery::locate_journal(dev)?,
@@ -234,13 +234,11 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     let map = JournalMap::new(runs);
     let jscan = recovery::scan(dev, &map)?;
     let (sup, _) = read_super(dev)?;
-    crate::protocol::fast_commit::HANDOFF.with(|h| {
-        *h.borrow_mut() = Some(crate::protocol::fast_commit::Handoff {
-            uuid: sup.uuid,
-            inode_size: sup.inode_size() as usize,
-            first_ino: sup.first_ino(),
-        })
-    });
+    let handoff = super::Handoff {
+        uuid: sup.uuid,
+        inode_size: sup.inode_size() as usize,
+        first_ino: sup.first_ino(),
+    };
     let mut lines = Vec::new();
     let mut replayed = 0;
     let mut written = 0;
@@ -311,7 +309,9 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     }
     let mut env = env.clone();
     env.journal_runs = map.runs().to_vec();
-    let mut report = journal::recover(dev, &env)?;
+    let mut recovered = journal::recover(dev, &env)?;
+    recovered.put(handoff);
+    let report = &mut recovered.report;
     // The log is empty now, and every fast commit in the area stale.
     if clear_last_area_block(dev, &map, &jscan.sb)? {
         lines.push(
@@ -322,7 +322,7 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     report.lines.splice(0..0, lines);
     report.replayed += replayed;
     report.blocks_written += written;
-    Ok(report)
+    Ok(recovered)
 }
 
 /// Zero the fast-commit area's last block when it is not zero; whether

@@ -99,14 +99,16 @@
 
 pub mod recovery;
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
 
-use super::{DataMode, Io, Protocol, ProtocolEnv, RecoveryReport, WriteBackReason};
+use super::{
+    AfterCrash, Capabilities, DataMode, Io, Protocol, ProtocolEnv, ProtocolSpec, Recovered,
+    WriteBackReason,
+};
 use crate::error::{FsError, Result};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
 use recovery::JournalMap;
@@ -132,11 +134,11 @@ impl Fault {
     }
 }
 
-/// What recovery learned about the journal, handed to the protocol built
-/// right after it on the same thread (the protocol itself never reads the
-/// device).
+/// What recovery learned about the journal, handed by value (in
+/// [`Recovered`]) to the protocol built after it (the protocol itself
+/// never reads the device).
 #[derive(Clone)]
-struct Handoff {
+pub(crate) struct Handoff {
     uuid: [u8; 16],
     journal_runs: Vec<(u32, u64, u32)>,
     journal_sb: JournalSuperblock,
@@ -146,13 +148,31 @@ struct Handoff {
     pre_replay_blocks: Vec<u64>,
 }
 
-thread_local! {
-    static HANDOFF: RefCell<Option<Handoff>> = const { RefCell::new(None) };
+/// `mode=journal`: JBD2 physical journaling.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    name: "journal",
+    summary: "JBD2 physical journaling (data=ordered, writeback or journal)",
+    mkfs_features: "has_journal",
+    caps: Capabilities {
+        group_commit: true,
+        log_replay: true,
+        kernel_replays: true,
+        after_crash: AfterCrash::ConsistentAfterReplay,
+        data_modes: true,
+        settle_with_sync: false,
+        stale_data_with_writeback: true,
+    },
+    recover,
+    build,
+};
+
+fn build(mut recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    Ok(Box::new(JournalProtocol::new(env, &mut recovered)?))
 }
 
-/// Mount-time recovery for `mode=journal`: replay the log, then remember
-/// the journal superblock for [`JournalProtocol::new`].
-pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryReport> {
+/// Mount-time recovery for `mode=journal`: replay the log, and hand the
+/// journal superblock to [`JournalProtocol::new`].
+pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
     let runs = if env.journal_runs.is_empty() {
         None
     } else {
@@ -176,16 +196,15 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<RecoveryRepor
     // descriptors cannot locate: then the superblock alone.
     let pre_replay_blocks = recovery::e2fsck_pre_replay_blocks(dev)
         .unwrap_or_else(|_| vec![recovery::super_block_nr(bs)]);
-    HANDOFF.with(|h| {
-        *h.borrow_mut() = Some(Handoff {
-            uuid: env.uuid,
-            journal_runs: map.runs().to_vec(),
-            journal_sb,
-            super_block_image,
-            pre_replay_blocks,
-        })
+    let mut recovered = Recovered::with_report(report);
+    recovered.put(Handoff {
+        uuid: env.uuid,
+        journal_runs: map.runs().to_vec(),
+        journal_sb,
+        super_block_image,
+        pre_replay_blocks,
     });
-    Ok(report)
+    Ok(recovered)
 }
 
 /// The running transaction.
@@ -288,24 +307,22 @@ pub struct JournalProtocol {
 
 impl JournalProtocol {
     /// Build the protocol for a mount. A writable mount runs [`recover`]
-    /// on the same thread first: it hands over the journal superblock the
-    /// protocol continues from (the protocol never reads the device). A
-    /// protocol built without it (a read-only mount) refuses to commit.
-    pub fn new(env: &ProtocolEnv) -> Result<Self> {
-        Self::new_with(env, false)
+    /// first: it hands over the journal superblock the protocol continues
+    /// from (the protocol never reads the device). A protocol built without
+    /// it (a read-only mount) refuses to commit.
+    pub fn new(env: &ProtocolEnv, recovered: &mut Recovered) -> Result<Self> {
+        Self::new_with(env, recovered, false)
     }
 
     /// [`JournalProtocol::new`] for `mode=fast_commit`: as the kernel does
     /// at mount, set the journal's fast-commit feature, so that the log
     /// ends where the fast-commit area begins.
-    pub(crate) fn new_fast_commit(env: &ProtocolEnv) -> Result<Self> {
-        Self::new_with(env, true)
+    pub(crate) fn new_fast_commit(env: &ProtocolEnv, recovered: &mut Recovered) -> Result<Self> {
+        Self::new_with(env, recovered, true)
     }
 
-    fn new_with(env: &ProtocolEnv, fast_commit: bool) -> Result<Self> {
-        let handoff = HANDOFF
-            .with(|h| h.borrow_mut().take())
-            .filter(|h| h.uuid == env.uuid);
+    fn new_with(env: &ProtocolEnv, recovered: &mut Recovered, fast_commit: bool) -> Result<Self> {
+        let handoff = recovered.take::<Handoff>().filter(|h| h.uuid == env.uuid);
         let fault = Fault::from_env();
         match handoff {
             Some(h) => {

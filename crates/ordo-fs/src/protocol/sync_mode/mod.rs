@@ -106,6 +106,28 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use super::*;
 use crate::update::{BitmapKind, CounterKind, InodeField, LinkOp, MapOp, UpdateKind};
 
+/// `mode=sync`.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    name: "sync",
+    summary: "synchronous, ordered metadata writes (Ganger & Patt's Conventional)",
+    mkfs_features: "",
+    caps: Capabilities {
+        group_commit: false,
+        log_replay: false,
+        kernel_replays: false,
+        after_crash: AfterCrash::ConsistentAfterRepair,
+        data_modes: false,
+        settle_with_sync: false,
+        stale_data_with_writeback: false,
+    },
+    recover: recover_nothing,
+    build,
+};
+
+fn build(_recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    Ok(Box::new(SyncProtocol::new(env)))
+}
+
 /// The `sync` protocol.
 pub struct SyncProtocol {
     /// The current handle's metadata updates, in program order.
