@@ -23,7 +23,7 @@ use ordo_format::Superblock;
 use crate::cache::{BufferCache, CacheStats};
 use crate::error::{errno, FsError, Result};
 use crate::layout::{feat, gd, le16, le32, sb};
-use crate::protocol::{self, IoPlan, IoStep, ProtocolEnv, WriteBackReason};
+use crate::protocol::{self, IoPlan, ProtocolEnv, WriteBackReason};
 use crate::state::{Core, GroupLoc, SealCtx};
 use crate::types::*;
 use crate::update::OpKind;
@@ -115,14 +115,13 @@ impl Shared {
                         seq = self.turn.wait(seq).unwrap_or_else(|e| e.into_inner());
                     }
                 }
-                let r = self.execute(&plan);
-                let ok = r.is_ok();
+                let (done, r) = protocol::execute_plan(&plan, self.dev.as_ref());
                 if let Err(e) = r {
                     first_err.get_or_insert(e);
                 }
                 {
                     let mut core = self.lock();
-                    core.plan_finished(&plan, ok);
+                    core.plan_finished(&plan, &done);
                     if let Err(e) = core.relieve_pressure() {
                         first_err.get_or_insert(e);
                     }
@@ -138,18 +137,6 @@ impl Shared {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    fn execute(&self, plan: &IoPlan) -> Result<()> {
-        for step in &plan.steps {
-            match step {
-                IoStep::Write { block, data, flags } => {
-                    self.dev.write(*block, data, *flags)?;
-                }
-                IoStep::Flush => self.dev.flush()?,
-            }
-        }
-        Ok(())
     }
 
     /// Run `f` inside one operation handle, then execute the plans, for a

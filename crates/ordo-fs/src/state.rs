@@ -344,6 +344,11 @@ pub(crate) struct Core {
     pub gen_state: u64,
     /// Plans made while the lock was held, waiting to be executed.
     pub plans: Vec<IoPlan>,
+    /// The number the next plan gets ([`IoPlan::serial`]).
+    next_plan_serial: u64,
+    /// The newest generation of each block a queued plan sends home, while
+    /// such a plan is queued or running (the write-order invariant).
+    home_generation: std::collections::HashMap<u64, u64>,
     /// In-use inodes whose checksum was wrong when their inode-table block
     /// came from the device, with (stored, computed): once the block is
     /// dirtied by a neighbour the bytes can no longer be checked in place,
@@ -404,6 +409,8 @@ impl Core {
             dir_rotor: 0,
             gen_state: (seed.sec as u64) ^ ((seed.nsec as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15,
             plans: Vec::new(),
+            next_plan_serial: 0,
+            home_generation: Default::default(),
             inode_csum_bad: BTreeMap::new(),
             undo: Vec::new(),
             undo_on: false,
@@ -670,7 +677,7 @@ impl Core {
         if !self.read_only {
             self.seal();
         }
-        let mut plan = IoPlan::default();
+        let mut plan = IoPlan::numbered(self.next_plan_serial);
         let r = {
             let Core {
                 proto,
@@ -683,10 +690,51 @@ impl Core {
             proto.on_handle_end(handle, &mut io)
         };
         self.in_handle = false;
-        if !plan.is_empty() {
-            self.plans.push(plan);
-        }
+        self.queue_plan(plan);
         r
+    }
+
+    /// Queue a plan the protocol made: every image it writes passes the
+    /// protocol's `prepare_block_write` here (the one place), and the
+    /// write path's invariants are checked.
+    fn queue_plan(&mut self, mut plan: IoPlan) {
+        if plan.is_empty() {
+            return;
+        }
+        assert_eq!(
+            plan.serial, self.next_plan_serial,
+            "plans are queued in the order they are made"
+        );
+        self.next_plan_serial += 1;
+        plan.prepare_images(self.proto.as_mut(), self.cache.block_size() as usize);
+        let bs = self.cache.block_size() as usize;
+        for step in &plan.steps {
+            if let crate::protocol::IoStep::Write { block, data, .. } = step {
+                // Whole blocks, inside the file system.
+                assert!(
+                    !data.is_empty() && data.len() % bs == 0,
+                    "write of {} bytes at {block}",
+                    data.len()
+                );
+                assert!(
+                    *block + (data.len() / bs) as u64 <= self.sbi.blocks_count,
+                    "write at {block} past the end of the file system ({} blocks)",
+                    self.sbi.blocks_count
+                );
+            }
+        }
+        for &(block, gen) in &plan.pinned {
+            // A plan never sends home an image older than one an earlier
+            // plan sent: generations of a block reach its home in order.
+            let last = self.home_generation.entry(block).or_insert(0);
+            assert!(
+                gen >= *last,
+                "plan {} writes block {block} at generation {gen} after generation {last} was written",
+                plan.serial
+            );
+            *last = gen;
+        }
+        self.plans.push(plan);
     }
 
     /// Ask the protocol for a plan outside any handle (fsync, sync,
@@ -696,7 +744,7 @@ impl Core {
         f: impl FnOnce(&mut dyn Protocol, &mut Io) -> Result<()>,
     ) -> Result<()> {
         assert!(!self.in_handle);
-        let mut plan = IoPlan::default();
+        let mut plan = IoPlan::numbered(self.next_plan_serial);
         let r = {
             let Core {
                 proto, cache, seal, ..
@@ -704,21 +752,27 @@ impl Core {
             let mut io = Io::with_sealer(cache, &mut plan, seal);
             f(proto.as_mut(), &mut io)
         };
-        if !plan.is_empty() {
-            self.plans.push(plan);
-        }
+        self.queue_plan(plan);
         r
     }
 
     /// After a plan ran: unpin, mark clean, tell the protocol.
-    pub fn plan_finished(&mut self, plan: &IoPlan, ok: bool) {
+    pub fn plan_finished(&mut self, plan: &IoPlan, done: &crate::protocol::PlanDone) {
+        assert_eq!(done.serial, plan.serial);
         for &(block, gen) in &plan.pinned {
+            assert!(
+                gen <= self.cache.generation(block) || !self.cache.contains(block),
+                "block {block}: a pinned generation {gen} is newer than the cache's"
+            );
+            if self.home_generation.get(&block) == Some(&gen) {
+                self.home_generation.remove(&block);
+            }
             self.cache.unpin(block);
-            if ok {
+            if done.ok {
                 self.cache.mark_clean_if(block, gen);
             }
         }
-        self.proto.plan_done(plan.tag, ok);
+        self.proto.plan_done(done);
     }
 
     /// Enforce the memory bound: evict clean blocks; if that is not enough,

@@ -289,6 +289,18 @@ impl std::str::FromStr for DataMode {
     }
 }
 
+/// One write of a plan, named so that later writes can be ordered after
+/// it: the number of the plan (plans are numbered as they are made, and
+/// run in that order) and the write's place among the plan's writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WriteId {
+    /// The plan's number.
+    pub plan: u64,
+    /// The write's index among the plan's writes (flushes and barriers
+    /// not counted).
+    pub index: u32,
+}
+
 /// One step of an I/O plan.
 #[derive(Clone, Debug)]
 pub enum IoStep {
@@ -297,9 +309,16 @@ pub enum IoStep {
         block: u64,
         data: Arc<Vec<u8>>,
         flags: WriteFlags,
+        /// Earlier writes (of this plan or of earlier ones) this one must
+        /// follow. The default executor issues every step in order, which
+        /// honours them; a scheduler may reorder only what they allow.
+        after: Vec<WriteId>,
     },
     /// Flush the device's volatile cache.
     Flush,
+    /// Ordering without durability: every write before it is issued before
+    /// any write after it (a scheduler's barrier; no cache flush).
+    Barrier,
 }
 
 /// Longest run of consecutive blocks a protocol writes with one request
@@ -313,6 +332,8 @@ pub(crate) const MAX_RUN_BYTES: usize = 1 << 20;
 /// by the core outside the file-system lock.
 #[derive(Debug, Default)]
 pub struct IoPlan {
+    /// The plan's number ([`WriteId::plan`]), given when it is made.
+    pub serial: u64,
     /// The steps, in order.
     pub steps: Vec<IoStep>,
     /// Cached blocks whose snapshot is in this plan, with the cache generation
@@ -325,10 +346,163 @@ pub struct IoPlan {
 }
 
 impl IoPlan {
+    /// An empty plan numbered `serial`.
+    pub fn numbered(serial: u64) -> Self {
+        IoPlan {
+            serial,
+            ..IoPlan::default()
+        }
+    }
     /// True when the plan has nothing to do.
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
+    /// The writes of the plan, with their ids.
+    pub fn writes(&self) -> impl Iterator<Item = (WriteId, &IoStep)> {
+        let serial = self.serial;
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, IoStep::Write { .. }))
+            .enumerate()
+            .map(move |(i, s)| {
+                (
+                    WriteId {
+                        plan: serial,
+                        index: i as u32,
+                    },
+                    s,
+                )
+            })
+    }
+    fn write_count(&self) -> u32 {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, IoStep::Write { .. }))
+            .count() as u32
+    }
+    fn push_write(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) -> WriteId {
+        let id = WriteId {
+            plan: self.serial,
+            index: self.write_count(),
+        };
+        self.steps.push(IoStep::Write {
+            block,
+            data,
+            flags,
+            after: Vec::new(),
+        });
+        id
+    }
+
+    /// Give the protocol the last word on every block image the plan
+    /// writes outside the log (home writes of cached blocks, and raw
+    /// images of home blocks such as rolled-back or checkpointed copies):
+    /// [`Protocol::prepare_block_write`], block by block. The one place
+    /// images pass on their way to the device; the core calls it on every
+    /// plan as it is queued. Log records (journal and fast-commit blocks)
+    /// are the protocol's own writes and are not passed.
+    pub fn prepare_images(&mut self, proto: &mut dyn Protocol, block_size: usize) {
+        if !proto.prepares_block_writes() {
+            return;
+        }
+        for step in &mut self.steps {
+            let IoStep::Write {
+                block, data, flags, ..
+            } = step
+            else {
+                continue;
+            };
+            if matches!(flags.class, BlockClass::Journal | BlockClass::FastCommit) {
+                continue;
+            }
+            let img = Arc::make_mut(data);
+            for (i, chunk) in img.chunks_mut(block_size).enumerate() {
+                proto.prepare_block_write(*block + i as u64, chunk);
+            }
+        }
+    }
+}
+
+/// What the core tells a protocol after one of its plans ran: whether it
+/// succeeded, the device's ticket of every write, and the device's durable
+/// horizon afterwards (every write whose ticket is at or below it is
+/// durable: after a flush, a FUA write or, on a write-cache model, a
+/// destage). OptFS's durability notifications are built on it.
+#[derive(Clone, Debug, Default)]
+pub struct PlanDone {
+    /// The plan's [`IoPlan::tag`].
+    pub tag: u64,
+    /// The plan's number.
+    pub serial: u64,
+    /// Every step ran without error.
+    pub ok: bool,
+    /// The writes issued, in order: id, first block, device ticket.
+    pub writes: Vec<(WriteId, u64, ordo_dev::Ticket)>,
+    /// The device's durable horizon when the plan finished.
+    pub durable: ordo_dev::Ticket,
+}
+
+impl PlanDone {
+    /// Whether write `id` of this plan is known durable.
+    pub fn is_durable(&self, id: WriteId) -> bool {
+        self.writes
+            .iter()
+            .any(|&(w, _, t)| w == id && t <= self.durable)
+    }
+}
+
+/// Run a plan's steps on a device, in order (the default executor), and
+/// report what the protocol is told after it. Every write's `after`
+/// dependencies name earlier writes, so issuing in order honours them;
+/// that is asserted here, as is a barrier's meaning.
+pub fn execute_plan(plan: &IoPlan, dev: &dyn BlockDevice) -> (PlanDone, Result<()>) {
+    let mut done = PlanDone {
+        tag: plan.tag,
+        serial: plan.serial,
+        ok: true,
+        writes: Vec::new(),
+        durable: 0,
+    };
+    let mut r = Ok(());
+    for (id, step) in plan.steps.iter().scan(0u32, |n, s| {
+        let id = WriteId {
+            plan: plan.serial,
+            index: *n,
+        };
+        if matches!(s, IoStep::Write { .. }) {
+            *n += 1;
+        }
+        Some((id, s))
+    }) {
+        let res = match step {
+            IoStep::Write {
+                block,
+                data,
+                flags,
+                after,
+            } => {
+                for a in after {
+                    assert!(
+                        *a < id,
+                        "plan {}: write {id:?} is ordered after {a:?}, which is not earlier",
+                        plan.serial
+                    );
+                }
+                dev.write(*block, data, *flags).map(|t| {
+                    done.writes.push((id, *block, t));
+                })
+            }
+            IoStep::Flush => dev.flush(),
+            IoStep::Barrier => Ok(()),
+        };
+        if let Err(e) = res {
+            r = Err(e.into());
+            done.ok = false;
+            break;
+        }
+    }
+    done.durable = dev.durable();
+    (done, r)
 }
 
 /// Why [`Protocol::write_back`] was called.
@@ -356,9 +530,9 @@ pub trait Sealer {
 /// What a protocol sees of the core while it plans I/O: the buffer cache
 /// (read-only, plus snapshot-and-pin) and the plan being built.
 pub struct Io<'a> {
-    pub(crate) cache: &'a mut BufferCache,
-    pub(crate) plan: &'a mut IoPlan,
-    pub(crate) sealer: Option<&'a dyn Sealer>,
+    cache: &'a mut BufferCache,
+    plan: &'a mut IoPlan,
+    sealer: Option<&'a dyn Sealer>,
 }
 
 impl<'a> Io<'a> {
@@ -423,11 +597,7 @@ impl<'a> Io<'a> {
             let gen = self.cache.generation(block);
             self.cache.pin(block);
             self.plan.pinned.push((block, gen));
-            self.plan.steps.push(IoStep::Write {
-                block,
-                data,
-                flags: WriteFlags { fua, class },
-            });
+            self.plan.push_write(block, data, WriteFlags { fua, class });
         }
     }
     /// Like [`Io::write_home`] for every cached block of `blocks` (sorted
@@ -463,11 +633,8 @@ impl<'a> Io<'a> {
                 self.cache.pin(b);
                 self.plan.pinned.push((b, gen));
             }
-            self.plan.steps.push(IoStep::Write {
-                block: first,
-                data: Arc::new(data),
-                flags: WriteFlags { fua, class },
-            });
+            self.plan
+                .push_write(first, Arc::new(data), WriteFlags { fua, class });
             i = j;
         }
     }
@@ -475,7 +642,7 @@ impl<'a> Io<'a> {
     /// committed copies during checkpoint). Does not touch the cache's state.
     pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {
         assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
-        self.plan.steps.push(IoStep::Write { block, data, flags });
+        self.plan.push_write(block, data, flags);
     }
     /// Like [`Io::write_raw`] for a sequence of block images, in order,
     /// each joined to the write before it when it is the next block on disk
@@ -516,6 +683,49 @@ impl<'a> Io<'a> {
     /// Append a cache flush.
     pub fn flush(&mut self) {
         self.plan.steps.push(IoStep::Flush);
+    }
+    /// Append a barrier: writes after it are issued after every write
+    /// before it (ordering only: nothing is made durable).
+    pub fn barrier(&mut self) {
+        self.plan.steps.push(IoStep::Barrier);
+    }
+    /// The id of the plan's last write so far, if any.
+    pub fn last_write(&self) -> Option<WriteId> {
+        self.plan.writes().last().map(|(id, _)| id)
+    }
+    /// Order write `later` (of this plan) after `earlier`, a write of this
+    /// plan or of an earlier one. Panics when `earlier` is not earlier, or
+    /// `later` is not a write of this plan: a protocol naming the future is
+    /// a bug in the protocol.
+    pub fn order_after(&mut self, later: WriteId, earlier: WriteId) {
+        assert!(
+            earlier < later,
+            "{later:?} cannot be ordered after {earlier:?}"
+        );
+        assert_eq!(
+            later.plan, self.plan.serial,
+            "{later:?} is not in this plan"
+        );
+        let step = self
+            .plan
+            .steps
+            .iter_mut()
+            .filter(|s| matches!(s, IoStep::Write { .. }))
+            .nth(later.index as usize);
+        match step {
+            Some(IoStep::Write { after, .. }) => after.push(earlier),
+            _ => panic!("{later:?} is not a write of this plan"),
+        }
+    }
+    /// Keep cached `block` pinned until this plan ran, then mark it clean
+    /// if it is still at generation `gen` (a committed copy written home by
+    /// a checkpoint, or an image written raw). Does nothing if the block is
+    /// not dirty at that generation.
+    pub fn pin_until_done(&mut self, block: u64, gen: u64) {
+        if self.cache.generation(block) == gen && self.cache.is_dirty(block) {
+            self.cache.pin(block);
+            self.plan.pinned.push((block, gen));
+        }
     }
     /// Mark a cached block clean now if its generation is still `gen` (used
     /// after a checkpoint wrote a committed copy home).
@@ -617,10 +827,19 @@ pub trait Protocol: Send {
     /// memory pressure, and the final write-back at unmount.
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()>;
 
-    /// The last word on a block image about to be added to a plan
-    /// (rollback, stamping). Default: unchanged.
+    /// The last word on a block image on its way to the device
+    /// (rollback, stamping): called by the core, through
+    /// [`IoPlan::prepare_images`], on every image a plan writes outside
+    /// the log, when [`Protocol::prepares_block_writes`] says so. Default:
+    /// unchanged.
     fn prepare_block_write(&mut self, block: u64, image: &mut [u8]) {
         let _ = (block, image);
+    }
+
+    /// Whether [`Protocol::prepare_block_write`] changes images (the core
+    /// copies an image only for a protocol that does).
+    fn prepares_block_writes(&self) -> bool {
+        false
     }
 
     /// Whether a free block may be allocated now (reuse rules).
@@ -629,10 +848,11 @@ pub trait Protocol: Send {
         true
     }
 
-    /// A plan made by this protocol has been executed (successfully when
-    /// `ok`).
-    fn plan_done(&mut self, tag: u64, ok: bool) {
-        let _ = (tag, ok);
+    /// A plan made by this protocol has been executed: whether it
+    /// succeeded, each write's device ticket and the device's durable
+    /// horizon afterwards.
+    fn plan_done(&mut self, done: &PlanDone) {
+        let _ = done;
     }
 
     /// Statistics for `ordo info` / benchmarks, as name/value pairs.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ordo_dev::{BlockClass, BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_fs::cache::BufferCache;
 use ordo_fs::protocol::{
-    DataMode, Io, IoPlan, IoStep, Protocol, ProtocolEnv, ProtocolKind, WriteBackReason,
+    self, DataMode, Io, IoPlan, Protocol, ProtocolEnv, ProtocolKind, WriteBackReason,
 };
 use ordo_fs::update::{DataWrite, HandleInfo, OpKind, Update, UpdateKind};
 
@@ -177,19 +177,13 @@ impl Harness {
 
     /// Execute a plan in order, then do what the core does after it.
     pub fn run(&mut self, plan: IoPlan) {
-        for s in &plan.steps {
-            match s {
-                IoStep::Write { block, data, flags } => {
-                    self.dev.write(*block, data, *flags).unwrap();
-                }
-                IoStep::Flush => self.dev.flush().unwrap(),
-            }
-        }
+        let (done, r) = protocol::execute_plan(&plan, self.dev.as_ref());
+        r.unwrap();
         for &(b, gen) in &plan.pinned {
             self.cache.unpin(b);
             self.cache.mark_clean_if(b, gen);
         }
-        self.proto.plan_done(plan.tag, true);
+        self.proto.plan_done(&done);
     }
 
     fn plan(&mut self, f: impl FnOnce(&mut dyn Protocol, &mut Io)) -> IoPlan {

@@ -108,8 +108,8 @@ use ordo_format::fc::{Dentry, LogWriter, Tag};
 
 use super::jbd2::JournalProtocol;
 use super::{
-    AfterCrash, Capabilities, DataMode, Io, Protocol, ProtocolEnv, ProtocolSpec, Recovered,
-    WriteBackReason,
+    AfterCrash, Capabilities, DataMode, Io, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
+    Recovered, WriteBackReason,
 };
 use crate::error::Result;
 use crate::update::{
@@ -858,7 +858,8 @@ impl Protocol for FastCommitProtocol {
         self.journal.can_allocate(block)
     }
 
-    fn plan_done(&mut self, tag: u64, ok: bool) {
+    fn plan_done(&mut self, done: &PlanDone) {
+        let (tag, ok) = (done.tag, done.ok);
         if tag == FC_TAG {
             self.in_flight = self.in_flight.saturating_sub(1);
             if !ok {
@@ -866,7 +867,7 @@ impl Protocol for FastCommitProtocol {
             }
             return;
         }
-        self.journal.plan_done(tag, ok);
+        self.journal.plan_done(done);
     }
 
     fn stats(&self) -> Vec<(String, u64)> {

@@ -106,8 +106,8 @@ use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
 
 use super::{
-    AfterCrash, Capabilities, DataMode, Io, Protocol, ProtocolEnv, ProtocolSpec, Recovered,
-    WriteBackReason,
+    AfterCrash, Capabilities, DataMode, Io, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
+    Recovered, WriteBackReason,
 };
 use crate::error::{FsError, Result};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
@@ -564,11 +564,8 @@ impl JournalProtocol {
         let committed = std::mem::take(&mut self.committed);
         for (&block, c) in &committed {
             debug_assert!(block != self.super_block || self.recover_flag_set);
-            if io.cache.generation(block) == c.generation && io.cache.is_dirty(block) {
-                // Pin so the core marks it clean once the copy is home.
-                io.cache.pin(block);
-                io.plan.pinned.push((block, c.generation));
-            }
+            // Pinned so the core marks it clean once the copy is home.
+            io.pin_until_done(block, c.generation);
         }
         self.stats.checkpoint_blocks += committed.len() as u64;
         // Home blocks ascending: neighbours of one class go in one write.
@@ -842,10 +839,7 @@ impl JournalProtocol {
             if let Some(mut img) = img {
                 recovery::set_recover_flag(&mut img, self.bs, false);
                 let gen = io.generation(self.super_block);
-                if io.cache.is_dirty(self.super_block) {
-                    io.cache.pin(self.super_block);
-                    io.plan.pinned.push((self.super_block, gen));
-                }
+                io.pin_until_done(self.super_block, gen);
                 io.write_raw(
                     self.super_block,
                     Arc::new(img),
@@ -940,7 +934,8 @@ impl Protocol for JournalProtocol {
         !self.running.freed.contains(&block) && !self.freed_pending.contains_key(&block)
     }
 
-    fn plan_done(&mut self, tag: u64, ok: bool) {
+    fn plan_done(&mut self, done: &PlanDone) {
+        let (tag, ok) = (done.tag, done.ok);
         if !ok {
             self.aborted = true;
             return;

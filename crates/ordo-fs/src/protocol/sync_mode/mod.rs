@@ -811,7 +811,8 @@ impl Protocol for SyncProtocol {
         Ok(())
     }
 
-    fn plan_done(&mut self, tag: u64, ok: bool) {
+    fn plan_done(&mut self, done: &PlanDone) {
+        let (tag, ok) = (done.tag, done.ok);
         if !ok {
             return;
         }
