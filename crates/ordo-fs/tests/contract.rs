@@ -34,8 +34,11 @@ struct Seen {
     done: Vec<PlanDone>,
 }
 
-fn registry() -> &'static Mutex<HashMap<[u8; 16], Arc<Mutex<Seen>>>> {
-    static R: OnceLock<Mutex<HashMap<[u8; 16], Arc<Mutex<Seen>>>>> = OnceLock::new();
+/// Each mount's [`Seen`], by UUID.
+type Registry = Mutex<HashMap<[u8; 16], Arc<Mutex<Seen>>>>;
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
