@@ -29,7 +29,7 @@ use crate::workload::WorkloadParams;
 pub struct CrashArgs {
     #[command(subcommand)]
     pub command: Option<CrashCommand>,
-    /// Consistency protocol (async, sync, journal, fast_commit).
+    /// Consistency protocol (`-o mode=`; `ordo mount --help` lists them).
     #[arg(long)]
     pub mode: Option<ProtocolKind>,
     /// JBD2 data mode (ordered, writeback, journal).
@@ -69,7 +69,7 @@ pub struct CrashArgs {
     #[arg(long, default_value_t = 100, conflicts_with_all = ["no_e2fsck", "e2fsck_every"])]
     pub e2fsck_sample: usize,
     /// Recover every K-th state also with the kernel (loop mount) and
-    /// `e2fsck -fy` and compare with ordo's recovery (journal, fast_commit).
+    /// `e2fsck -fy` and compare with ordo's recovery (protocols whose log the kernel replays).
     #[arg(long, default_value_t = crate::explore::JUDGE_SAMPLE_DEFAULT, conflicts_with = "no_judge")]
     pub judge_every: usize,
     /// Never run the kernel / `e2fsck -fy` judge.

@@ -1,4 +1,4 @@
-//! `ordo mkfs IMAGE --size SIZE [-b BS] [-O FEATURES] [-L LABEL] [-N INODES]`.
+//! `ordo mkfs IMAGE --size SIZE [-b BS] [--mode MODE] [-O FEATURES] [-L LABEL] [-N INODES]`.
 
 use std::path::PathBuf;
 
@@ -31,6 +31,10 @@ pub struct MkfsArgs {
     /// Volume label (at most 16 bytes).
     #[arg(short = 'L', long)]
     pub label: Option<String>,
+    /// Format for this protocol (`-o mode=`): add the features it needs on
+    /// disk (a journal, a fast-commit area), before `-O`.
+    #[arg(long = "mode")]
+    pub mode: Option<ordo_fs::ProtocolKind>,
     /// Number of inodes (default: one per 16 KiB).
     #[arg(short = 'N', long = "inodes")]
     pub inodes: Option<u32>,
@@ -43,7 +47,10 @@ pub struct MkfsArgs {
 fn make(a: &MkfsArgs) -> Result<String, String> {
     let name = a.image.display();
     // Like mke2fs: an internal journal unless turned off.
-    let base = parse_features("has_journal", DEFAULT_FEATURES).map_err(|e| e.to_string())?;
+    let mut base = parse_features("has_journal", DEFAULT_FEATURES).map_err(|e| e.to_string())?;
+    if let Some(mode) = a.mode {
+        base = parse_features(mode.spec().mkfs_features, base).map_err(|e| e.to_string())?;
+    }
     let features = match &a.features {
         Some(spec) => parse_features(spec, base).map_err(|e| e.to_string())?,
         None => base,

@@ -18,7 +18,7 @@ use ordo_dev::{BlockDevice, DevError, FileDevice, OpenOptions};
 use ordo_fs::Fs;
 use ordo_fuse::MountConfig;
 
-use crate::options::{parse_mount_options, ParsedMount, KNOWN_OPTIONS};
+use crate::options::{known_options, parse_mount_options, protocol_list, ParsedMount};
 use crate::stats::{format_counts, Publisher};
 use crate::superblock::SuperblockView;
 
@@ -28,7 +28,11 @@ pub const EXIT_USAGE: u8 = 1;
 pub const EXIT_MOUNT_FAILED: u8 = 32;
 
 #[derive(Args, Debug)]
-#[command(after_help = format!("Options (-o, comma-separated): {KNOWN_OPTIONS}"))]
+#[command(after_help = format!(
+    "Options (-o, comma-separated): {}\n\nProtocols (mode=):\n{}",
+    known_options(),
+    protocol_list()
+))]
 pub struct MountArgs {
     /// The image file or block device.
     pub image: PathBuf,

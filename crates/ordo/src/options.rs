@@ -20,10 +20,24 @@ pub struct ParsedMount {
     pub attr_ttl: Duration,
 }
 
-/// The options `ordo mount -o` accepts, for messages.
-pub const KNOWN_OPTIONS: &str =
-    "mode=async|sync|journal|fast_commit, data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS";
+/// The options `ordo mount -o` accepts, for messages (the modes from the
+/// protocol registry).
+pub fn known_options() -> String {
+    let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
+    format!(
+        "mode={}, data=ordered|writeback|journal, \
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS",
+        modes.join("|")
+    )
+}
+
+/// One line per protocol of the registry: `NAME  summary`.
+pub fn protocol_list() -> String {
+    ProtocolKind::all()
+        .map(|k| format!("  {:<12} {}", k.name(), k.spec().summary))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 /// Parse a size: a number of bytes with an optional suffix K, M, G or T
 /// (powers of 1024; a trailing "B" or "iB" is accepted: "64M", "64MiB").
@@ -126,7 +140,8 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown mount option '{opt}' (known: {KNOWN_OPTIONS})"
+                    "unknown mount option '{opt}' (known: {})",
+                    known_options()
                 ))
             }
         }
