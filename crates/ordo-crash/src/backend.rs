@@ -133,3 +133,116 @@ pub fn mount(
 ) -> ordo_fs::Result<Fs> {
     Fs::mount(dev, mount_options(mode, data, read_only))
 }
+
+/// A base image made by the kernel: `mkfs.ext4` with the features `mode`
+/// needs (and fixed UUID and hash seed), then a loop mount in which the
+/// kernel makes `dir` and its names, so that the directory is the
+/// kernel's own: indexed (htree) once it outgrew a block. Needs root,
+/// `mkfs.ext4`, `losetup` and `mount`.
+pub fn make_kernel_image(
+    params: &ImageParams,
+    mode: ProtocolKind,
+    dir: &crate::workload::KernelDir,
+) -> Result<Arc<MemDevice>, CrashError> {
+    use std::process::Command;
+    let err = |what: &str, e: String| CrashError::Mkfs(format!("kernel base image: {what}: {e}"));
+    let run = |cmd: &mut Command, what: &str| -> Result<(), CrashError> {
+        let out = cmd.output().map_err(|e| err(what, e.to_string()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(err(
+                what,
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    String::from_utf8_lossy(&out.stdout).trim()
+                ),
+            ))
+        }
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("ordo-kernel-base-")
+        .tempdir()
+        .map_err(|e| err("temporary directory", e.to_string()))?;
+    let img = tmp.path().join("base.img");
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).map_err(|e| err("mount point", e.to_string()))?;
+    let journaled = mode
+        .required_features()
+        .has_compat(ordo_format::features::compat::HAS_JOURNAL);
+    let mut features = String::from(if journaled {
+        "has_journal"
+    } else {
+        "^has_journal"
+    });
+    for f in mode
+        .spec()
+        .mkfs_features
+        .split(',')
+        .filter(|f| !f.is_empty())
+    {
+        if f != "has_journal" {
+            features.push(',');
+            features.push_str(f);
+        }
+    }
+    let mut mkfs = Command::new("mkfs.ext4");
+    mkfs.args([
+        "-F",
+        "-q",
+        "-b",
+        &params.block_size.to_string(),
+        "-O",
+        &features,
+    ])
+    .args(["-U", "6f72646f-2d6b-6572-6e65-6c2d62617365"])
+    .args([
+        "-E",
+        "hash_seed=6f72646f-2d68-7472-6565-2d6861736821,lazy_itable_init=0,nodiscard",
+    ])
+    .args(["-T", "default"]);
+    if journaled {
+        mkfs.args(["-J", "size=4"]);
+    }
+    mkfs.arg(&img).arg(format!("{}M", params.size_mib));
+    run(&mut mkfs, "mkfs.ext4")?;
+    run(
+        Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&img)
+            .arg(&mnt),
+        "loop mount",
+    )?;
+    let fill = (|| -> std::io::Result<()> {
+        let d = mnt.join(dir.path.trim_start_matches('/'));
+        std::fs::create_dir(&d)?;
+        for n in &dir.names {
+            std::fs::File::create(d.join(n))?;
+        }
+        Ok(())
+    })();
+    let umount = run(Command::new("umount").arg(&mnt), "umount");
+    fill.map_err(|e| err("filling the directory", e.to_string()))?;
+    umount?;
+    let bytes = std::fs::read(&img).map_err(|e| err("reading back", e.to_string()))?;
+    let dev = Arc::new(
+        MemDevice::from_image(params.block_size, &bytes)
+            .map_err(|e| err("loading", e.to_string()))?,
+    );
+    // The point of the base: the directory is indexed. (EXT4_INDEX_FL)
+    const INDEX_FL: u32 = 0x1000;
+    let fs = mount(Arc::new(dev.snapshot()), mode, DataMode::Ordered, true)
+        .map_err(|e| err("mounting read-only", e.to_string()))?;
+    let flags = fs
+        .lookup_path(&dir.path)
+        .map_err(|e| err(&dir.path, e.to_string()))?
+        .flags;
+    if flags & INDEX_FL == 0 {
+        return Err(err(
+            &dir.path,
+            format!("the kernel did not index it (i_flags {flags:#x})"),
+        ));
+    }
+    Ok(dev)
+}

@@ -372,7 +372,10 @@ pub fn record_workload(
             )));
         }
     }
-    let empty = backend::make_image(&p.image, p.mode)?;
+    let empty = match &wl.kernel_dir {
+        Some(dir) => backend::make_kernel_image(&p.image, p.mode, dir)?,
+        None => backend::make_image(&p.image, p.mode)?,
+    };
     let setups = SetupCache::default();
     let rparams = RecordParams {
         mode: p.mode,

@@ -270,9 +270,9 @@ pub fn soak(p: &SoakParams) -> Result<SoakSummary, CrashError> {
     let mut sum = SoakSummary::default();
     let mut seed = p.first_seed + i;
     let mut tmpl = p.template.clone();
-    if tmpl.workload != "random" && tmpl.workload != "mix" {
+    if !["random", "mix", "htree"].contains(&tmpl.workload.as_str()) {
         return Err(CrashError::Invalid(format!(
-            "a soak runs a seeded workload (random or mix), not {}",
+            "a soak runs a seeded workload (random, mix or htree), not {}",
             tmpl.workload
         )));
     }

@@ -122,6 +122,20 @@ pub struct Workload {
     pub name: String,
     /// The sequences, in a fixed order (sequence index is part of a state id).
     pub sequences: Vec<Sequence>,
+    /// The base image is made by the kernel (mkfs.ext4 and a loop mount)
+    /// with this directory holding these names, rather than by ordo's mkfs.
+    pub kernel_dir: Option<KernelDir>,
+}
+
+/// A directory the kernel fills in the base image: `names` (empty
+/// regular files) in `path`, enough of them that the kernel indexes the
+/// directory (htree), which ordo's own mkfs and core never do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDir {
+    /// The directory's absolute path (one component).
+    pub path: String,
+    /// The names, without the directory.
+    pub names: Vec<String>,
 }
 
 /// Parameters of the built-in workloads.
@@ -156,11 +170,12 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         "seq2" => seq2(params.seq2_max),
         "random" => random(params),
         "mix" => mix(params),
+        "htree" => htree(params),
         "enospc" => enospc(params),
         path => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 CrashError::Workload(format!(
-                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, enospc) and can not be read: {e}"
+                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, htree, enospc) and can not be read: {e}"
                 ))
             })?;
             let stem = std::path::Path::new(path)
@@ -170,19 +185,45 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
             vec![parse_scenario(&stem, &text)?]
         }
     };
+    let kernel_dir = (name == "htree").then(htree_dir);
+    let base = kernel_dir.as_ref().map(KernelDir::ops).unwrap_or_default();
     for s in &sequences {
-        validate(s)?;
+        validate_on(&base, s)?;
     }
     Ok(Workload {
         name: name.to_string(),
         sequences,
+        kernel_dir,
     })
+}
+
+impl KernelDir {
+    /// What the directory adds to an empty tree, as operations.
+    pub fn ops(&self) -> Vec<Op> {
+        let mut v = vec![Op::Mkdir(self.path.clone())];
+        v.extend(
+            self.names
+                .iter()
+                .map(|n| Op::Creat(format!("{}/{n}", self.path))),
+        );
+        v
+    }
 }
 
 /// Check a sequence against the model: every operation must succeed.
 pub fn validate(seq: &Sequence) -> Result<(), CrashError> {
+    validate_on(&[], seq)
+}
+
+/// [`validate`] on a base tree that `base` builds.
+fn validate_on(base: &[Op], seq: &Sequence) -> Result<(), CrashError> {
     let mut tree = Tree::new();
     let mut serial = 0u32;
+    for op in base {
+        serial += 1;
+        tree.apply(op, serial)
+            .map_err(|e| CrashError::Workload(format!("the base tree: '{op}': {e}")))?;
+    }
     for (i, op) in seq.setup.iter().chain(&seq.ops).enumerate() {
         serial += 1;
         tree.apply(op, serial).map_err(|e| {
@@ -540,7 +581,47 @@ pub fn mix_setup() -> Vec<Op> {
 const MIX_BIG_NAMES: u32 = 96;
 
 fn mix_big_name(k: u32) -> String {
-    format!("/D/{k:03}-{}", "n".repeat(56))
+    format!("/D/{}", mix_big_leaf(k))
+}
+
+fn mix_big_leaf(k: u32) -> String {
+    format!("{k:03}-{}", "n".repeat(56))
+}
+
+/// Names of `/D` the kernel makes in the `htree` workload's base: 72 of
+/// the 96 long names (about 4.8 KiB of entries, so the kernel indexes the
+/// directory once it outgrows its first 4 KiB block), every third name
+/// left out for creates to add.
+fn htree_dir() -> KernelDir {
+    KernelDir {
+        path: "/D".into(),
+        names: (0..MIX_BIG_NAMES)
+            .filter(|k| k % 4 != 3)
+            .map(mix_big_leaf)
+            .collect(),
+    }
+}
+
+/// The `mix` workload over a base image made by the kernel, whose `/D`
+/// already holds 72 long names in an indexed (htree) directory: every
+/// operation of `mix`, with the first change to `/D` converting the index
+/// as ordo does (and as fast-commit replay does), under every crash.
+pub fn htree(params: &WorkloadParams) -> Vec<Sequence> {
+    let mut known = htree_dir().ops();
+    known.extend(preset());
+    (0..params.random_sequences)
+        .map(|k| {
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x6874_7265,
+            );
+            let ops = mix_ops_from(&mut rng, params.random_ops, &known);
+            Sequence {
+                name: format!("htree/{}#{k}", params.seed),
+                setup: preset(),
+                ops,
+            }
+        })
+        .collect()
 }
 
 /// A seeded random workload over every operation the explorer knows:
@@ -567,15 +648,20 @@ pub fn mix(params: &WorkloadParams) -> Vec<Sequence> {
 }
 
 fn mix_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
+    mix_ops_from(rng, count, &mix_setup())
+}
+
+/// `mix`'s operations on a tree that `known` builds (the setup, and what
+/// the base image already holds).
+fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
     const DIRS: [&str; 6] = ["/A", "/B", "/C", "/B/sub", "/A/d0", "/B/d1"];
     const NAMES: [&str; 5] = ["f1", "f2", "foo", "bar", "l"];
     const SUBDIRS: [&str; 6] = ["/A/d0", "/A/d1", "/B/d1", "/B/d2", "/C/d0", "/B/sub/d3"];
     let mut tree = Tree::new();
     let mut serial = 0u32;
-    for op in mix_setup() {
+    for op in known {
         serial += 1;
-        tree.apply(&op, serial)
-            .expect("the mix setup tree is valid");
+        tree.apply(op, serial).expect("the mix setup tree is valid");
     }
     let mut ops = Vec::new();
     let mut attempts = 0usize;

@@ -76,6 +76,42 @@ fn fast_commit_soak_is_clean() {
     assert!(s.judged > 0, "{}", s.text());
 }
 
+/// The `htree` workload: a base image made by the kernel, whose `/D` is
+/// indexed, under every operation of `mix`; 4,000 states per log protocol
+/// with the judge, and the same soak fails on `async`.
+#[test]
+fn htree_soaks_on_kernel_made_images() {
+    for mode in ["journal", "fast_commit", "sync"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = params(
+            ProtocolKind::named(mode),
+            DataMode::Ordered,
+            4_000,
+            dir.path().to_path_buf(),
+        );
+        p.template.workload = "htree".into();
+        p.template.workload_params.random_ops = 200;
+        let s = soak(&p).unwrap();
+        println!("{}", s.text());
+        assert!(s.states >= 4_000, "{}", s.text());
+        assert_eq!(s.failing_states, 0, "{}", s.text());
+        if ProtocolKind::named(mode).caps().kernel_replays {
+            assert!(s.judged > 0, "{}", s.text());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = params(
+        ProtocolKind::named("async"),
+        DataMode::Ordered,
+        1_000,
+        dir.path().to_path_buf(),
+    );
+    p.template.workload = "htree".into();
+    p.template.workload_params.random_ops = 200;
+    let s = soak(&p).unwrap();
+    assert!(s.failing_states > 0, "{}", s.text());
+}
+
 #[test]
 fn the_soak_fails_on_async() {
     let s = run(ProtocolKind::named("async"), DataMode::Ordered, 2_000);
