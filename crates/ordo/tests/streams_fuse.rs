@@ -258,6 +258,12 @@ fn ioctls_and_ordo_run_on_every_protocol() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // ordo info says what the calls are on this protocol.
+        let info = assert_ok(&ordo(&["info", mp.to_str().unwrap()]), "ordo info");
+        assert!(
+            info.contains("durability calls: osync=fsync, dsync=fsync, streamsync=sync"),
+            "{mode:?}: {info}"
+        );
         m.stop_ok();
         assert_e2fsck_clean(&image);
     }
