@@ -51,7 +51,7 @@ impl StreamId {
 
 /// Who called: the key under which a caller's stream is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Caller {
+pub(crate) enum Caller {
     /// A thread of the library's user.
     Thread(ThreadId),
 }
