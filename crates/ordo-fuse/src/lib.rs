@@ -26,6 +26,11 @@
 //! clone of the `/dev/fuse` descriptor, and every handler calls the core
 //! directly (`Fs` is `Send + Sync` and runs device I/O outside its lock), so
 //! a slow `fsync` by one process does not stall reads by another.
+//!
+//! ordo's own calls (osync, dsync and streams) arrive as ioctls on any
+//! file or directory of the mount ([`ioctl`]); the stream of a request is
+//! its process's, kept by [`callers`], and each request that may change
+//! something runs in it.
 
 use std::ffi::OsStr;
 use std::io;
