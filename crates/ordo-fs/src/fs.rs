@@ -23,8 +23,9 @@ use ordo_format::Superblock;
 use crate::cache::{BufferCache, CacheStats};
 use crate::error::{errno, FsError, Result};
 use crate::layout::{feat, gd, le16, le32, sb};
-use crate::protocol::{self, IoPlan, ProtocolEnv, WriteBackReason};
+use crate::protocol::{self, DurabilityCalls, IoPlan, ProtocolEnv, WriteBackReason};
 use crate::state::{Core, GroupLoc, SealCtx};
+use crate::stream::{Caller, StreamId, Streams};
 use crate::types::*;
 use crate::update::OpKind;
 
@@ -72,6 +73,8 @@ struct Shared {
     turn: Condvar,
     dev: Arc<dyn BlockDevice>,
     stop: AtomicBool,
+    /// Stream names and the stream of each caller (see [`crate::stream`]).
+    streams: Mutex<Streams>,
 }
 
 /// A mounted file system.
@@ -84,6 +87,10 @@ pub struct Fs {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn streams(&self) -> MutexGuard<'_, Streams> {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Take the plans out of the core and number them (under the lock, so
@@ -178,9 +185,15 @@ impl Shared {
         first: bool,
         f: &mut impl FnMut(&mut Core) -> Result<T>,
     ) -> (Result<T>, bool) {
-        let (r, plans, retry) = {
+        // The stream is looked up before the core lock is taken: the two
+        // locks are never held together.
+        let stream = self.streams().of(Caller::current_thread());
+        let (r, plans, retry, shown) = {
             let mut core = self.lock();
-            core.begin(op);
+            core.begin(op, stream.0);
+            // What the protocol is shown, counted per stream (observable
+            // through `Fs::stream_handles`).
+            let shown = StreamId(core.handle.stream);
             core.use_reserve = reserve || op_frees_space(op);
             let start = core.savepoint();
             let mut r = f(&mut core);
@@ -208,8 +221,9 @@ impl Shared {
                 (r, _) => r,
             };
             let plans = self.take_plans(&mut core);
-            (r, plans, retry)
+            (r, plans, retry, shown)
         };
+        self.streams().note_handle(shown);
         let ran = self.run(plans);
         let r = match (r, ran) {
             (Ok(v), Ok(())) => Ok(v),
@@ -574,6 +588,7 @@ impl Fs {
             turn: Condvar::new(),
             dev,
             stop: AtomicBool::new(false),
+            streams: Mutex::new(Streams::default()),
         });
         // As the kernel (`ext4_setup_super`): a mount clears the "cleanly
         // unmounted" bit only when no journal protects the image; under
@@ -969,22 +984,127 @@ impl Fs {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
     }
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        self.commit_inode(ino, true, |p, io| p.fsync(ino, datasync, io))
+    }
+
+    /// An ordering point for `ino` (OptFS): what was done before the call
+    /// reaches the disk before what is done after it; it need not wait
+    /// for durability. On protocols without a native osync
+    /// ([`Fs::native_durability_calls`]) it is an fsync, which also makes
+    /// the file durable. A no-op on a read-only mount, as fsync.
+    pub fn osync(&self, ino: Ino) -> Result<()> {
+        let native = self
+            .native_durability_calls()
+            .contains(DurabilityCalls::OSYNC);
+        self.commit_inode(ino, !native, |p, io| p.osync(ino, io))
+    }
+
+    /// Make `ino` durable (OptFS's dsync): an fsync on the protocols
+    /// without a native one. A no-op on a read-only mount, as fsync.
+    pub fn dsync(&self, ino: Ino) -> Result<()> {
+        let native = self
+            .native_durability_calls()
+            .contains(DurabilityCalls::DSYNC);
+        self.commit_inode(ino, !native, |p, io| p.dsync(ino, io))
+    }
+
+    /// Make every change made in stream `stream` durable (ccfs): a full
+    /// sync on the protocols without a native one. EINVAL for a stream
+    /// the mount does not know; a no-op on a read-only mount, as sync.
+    pub fn streamsync(&self, stream: StreamId) -> Result<()> {
+        if !self.shared.streams().exists(stream) {
+            return Err(errno(libc::EINVAL));
+        }
         if self.read_only {
             return Ok(());
         }
-        let Some((group, cv)) = &self.shared.group else {
+        // As sync: the summary counters go into the superblock first, so
+        // that the fallback is exactly a sync.
+        self.shared
+            .with_handle(OpKind::Internal, |c| c.update_sb_counters())?;
+        self.shared
+            .plan(|c| c.plan_with(|p, io| p.streamsync(stream.0, io)))
+    }
+
+    /// Put the calling thread in stream `name` (made on first use) and
+    /// return its id: every later operation of the thread runs in it.
+    /// ENAMETOOLONG past [`STREAM_NAME_MAX_BYTES`](crate::stream::STREAM_NAME_MAX_BYTES)
+    /// bytes, EINVAL for an empty name or one with a NUL.
+    pub fn setstream(&self, name: &[u8]) -> Result<StreamId> {
+        let mut s = self.shared.streams();
+        let id = s.intern(name)?;
+        s.set(Caller::current_thread(), id)?;
+        Ok(id)
+    }
+
+    /// The calling thread's stream ([`StreamId::DEFAULT`] until set).
+    pub fn getstream(&self) -> StreamId {
+        self.shared.streams().of(Caller::current_thread())
+    }
+
+    /// Put the calling thread in stream `id`, known already (EINVAL
+    /// otherwise). For a server that serves requests of other callers on
+    /// its threads (the FUSE adapter): it keeps its own map from
+    /// requester to stream and sets the serving thread's stream before
+    /// each request, so the handles of the request record the
+    /// requester's stream.
+    pub fn set_thread_stream(&self, id: StreamId) -> Result<()> {
+        self.shared.streams().set(Caller::current_thread(), id)
+    }
+
+    /// The id of stream `name`, made on first use (same errors as
+    /// [`Fs::setstream`]), without changing any caller's stream.
+    pub fn stream_id(&self, name: &[u8]) -> Result<StreamId> {
+        self.shared.streams().intern(name)
+    }
+
+    /// The id of stream `name` if the mount knows it.
+    pub fn find_stream(&self, name: &[u8]) -> Option<StreamId> {
+        self.shared.streams().find(name)
+    }
+
+    /// The name of stream `id`, if the mount knows it.
+    pub fn stream_name(&self, id: StreamId) -> Option<Vec<u8>> {
+        self.shared.streams().name(id).map(<[u8]>::to_vec)
+    }
+
+    /// How many operation handles have run in stream `id` since the mount
+    /// (`None` for a stream the mount does not know): what the protocol
+    /// was told in [`HandleInfo::stream`](crate::update::HandleInfo::stream).
+    pub fn stream_handles(&self, id: StreamId) -> Option<u64> {
+        self.shared.streams().handles(id)
+    }
+
+    /// Which of osync, dsync and streamsync the mount's protocol
+    /// implements natively; the others fall back to fsync or sync.
+    pub fn native_durability_calls(&self) -> DurabilityCalls {
+        self.shared.lock().proto.native_durability_calls()
+    }
+
+    /// Commit for one inode through `call` (fsync, osync, dsync). With
+    /// `group`, on the protocols whose commits cover everything before
+    /// them, the call shares the commit of concurrent callers (group
+    /// commit): only for calls whose guarantee is an fsync's, since a
+    /// waiter returns when another caller's commit is done.
+    fn commit_inode(
+        &self,
+        ino: Ino,
+        group: bool,
+        call: impl Fn(&mut dyn protocol::Protocol, &mut protocol::Io) -> Result<()>,
+    ) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let Some((group, cv)) = self.shared.group.as_ref().filter(|_| group) else {
             return self.shared.plan(|c| {
                 c.live_inode(ino)?;
-                c.plan_with(|p, io| p.fsync(ino, datasync, io))
+                c.plan_with(&call)
             });
         };
         // The caller's own errors first: a leader's commit must not fail
         // for a reason that is not its waiters'.
         self.shared.read(|c| c.live_inode(ino).map(|_| ()))?;
-        let commit = || {
-            self.shared
-                .plan(|c| c.plan_with(|p, io| p.fsync(ino, datasync, io)))
-        };
+        let commit = || self.shared.plan(|c| c.plan_with(&call));
         let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
         // Every change this caller made is in the cache now; a commit that
         // *starts* later (number > arrival) covers them.

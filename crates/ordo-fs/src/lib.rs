@@ -23,6 +23,7 @@ pub mod mkfs_journal;
 mod ops;
 pub mod protocol;
 mod state;
+pub mod stream;
 pub mod types;
 pub mod update;
 
@@ -32,5 +33,6 @@ pub use fs::{recover_image, recovered_view, Fs};
 pub use protocol::fast_commit::replay as fc_replay;
 /// JBD2 recovery (scan, replay), as `protocol::jbd2::recovery`.
 pub use protocol::jbd2::recovery;
-pub use protocol::{DataMode, ProtocolKind};
+pub use protocol::{DataMode, DurabilityCalls, ProtocolKind};
+pub use stream::StreamId;
 pub use types::*;

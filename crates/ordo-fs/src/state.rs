@@ -627,13 +627,14 @@ impl Core {
 
     // ----- handles -----
 
-    /// Open the operation handle of one public call.
-    pub fn begin(&mut self, op: OpKind) {
+    /// Open the operation handle of one public call, made in the caller's
+    /// `stream`.
+    pub fn begin(&mut self, op: OpKind, stream: u32) {
         assert!(!self.in_handle, "nested operation handle");
         self.handle = HandleInfo {
             id: self.next_handle_id,
             op,
-            stream: 0,
+            stream,
             inodes: Vec::new(),
         };
         self.next_handle_id += 1;

@@ -26,6 +26,11 @@
 //! clone of the `/dev/fuse` descriptor, and every handler calls the core
 //! directly (`Fs` is `Send + Sync` and runs device I/O outside its lock), so
 //! a slow `fsync` by one process does not stall reads by another.
+//!
+//! ordo's own calls (osync, dsync and streams) arrive as ioctls on any
+//! file or directory of the mount ([`ioctl`]); the stream of a request is
+//! its process's, kept by [`callers`], and each request that may change
+//! something runs in it.
 
 use std::ffi::OsStr;
 use std::io;
@@ -34,6 +39,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::callers::PidStreams;
 use fuser::{
     AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -44,6 +50,9 @@ use ordo_fs::{
     Attr, Creds, FallocFlags, FileType, Fs, FsError, Ino, RenameFlags, SeekWhence, SetAttr,
     TimeSet, Timespec, ROOT_INO,
 };
+
+pub mod callers;
+pub mod ioctl;
 
 /// The longest name ext4 stores in a directory entry, in bytes.
 pub const NAME_MAX_BYTES: usize = 255;
@@ -128,6 +137,8 @@ pub fn mount(
 pub struct OrdoFuse {
     fs: Arc<Fs>,
     ttl: Duration,
+    /// The stream of each process using the mount (SETSTREAM).
+    streams: PidStreams,
 }
 
 impl std::fmt::Debug for OrdoFuse {
@@ -360,7 +371,67 @@ impl OrdoFuse {
     /// An adapter over `fs` whose attributes and names the kernel may cache
     /// for `ttl`.
     pub fn new(fs: Arc<Fs>, ttl: Duration) -> Self {
-        OrdoFuse { fs, ttl }
+        OrdoFuse {
+            fs,
+            ttl,
+            streams: PidStreams::default(),
+        }
+    }
+
+    /// Run the request's operations in the stream of the process that
+    /// made it: the worker thread takes that stream (see `callers`).
+    fn enter(&self, req: &Request) {
+        let stream = self.streams.stream_of(req.pid());
+        // Only a stream the file system handed out is ever recorded.
+        let set = self.fs.set_thread_stream(stream);
+        debug_assert!(set.is_ok(), "stream {stream:?} unknown to the fs");
+    }
+
+    /// One ordo ioctl (see [`ioctl`]); the bytes to reply with.
+    fn do_ioctl(
+        &self,
+        req: &Request,
+        ino: Ino,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        let fs_err = |e: FsError| errno_of(&e);
+        let name_in = || {
+            if in_data.len() != ioctl::NAME_BUF_BYTES {
+                return Err(Errno::EINVAL);
+            }
+            Ok(ioctl::name_of_buffer(in_data))
+        };
+        match cmd {
+            ioctl::ORDO_IOC_OSYNC => self.fs.osync(ino).map_err(fs_err)?,
+            ioctl::ORDO_IOC_DSYNC => self.fs.dsync(ino).map_err(fs_err)?,
+            ioctl::ORDO_IOC_SETSTREAM => {
+                let id = self.fs.stream_id(name_in()?).map_err(fs_err)?;
+                self.streams.set(req.pid(), id).map_err(Errno::from_i32)?;
+            }
+            ioctl::ORDO_IOC_GETSTREAM => {
+                let id = self.streams.stream_of(req.pid());
+                let name = self.fs.stream_name(id).unwrap_or_default();
+                let mut out = ioctl::name_buffer(&name).map_err(Errno::from_i32)?.to_vec();
+                if (out_size as usize) < out.len() {
+                    return Err(Errno::from_i32(libc::ERANGE));
+                }
+                out.truncate(out_size as usize);
+                return Ok(out);
+            }
+            ioctl::ORDO_IOC_STREAMSYNC => {
+                let name = name_in()?;
+                let id = if name.is_empty() {
+                    self.streams.stream_of(req.pid())
+                } else {
+                    self.fs.find_stream(name).ok_or(Errno::EINVAL)?
+                };
+                self.fs.streamsync(id).map_err(fs_err)?;
+            }
+            _ => return Err(Errno::from_i32(libc::ENOTTY)),
+        }
+        Ok(Vec::new())
     }
 
     /// The file system served.
@@ -513,6 +584,7 @@ impl fuser::Filesystem for OrdoFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.enter(req);
         let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -554,6 +626,7 @@ impl fuser::Filesystem for OrdoFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         let kind = match FileType::from_mode((mode & libc::S_IFMT) as u16) {
             // mknod(2) with type 0 makes a regular file.
@@ -583,6 +656,7 @@ impl fuser::Filesystem for OrdoFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         let result = self.fs.mkdir(
             ino_from_fuse(parent),
@@ -593,12 +667,14 @@ impl fuser::Filesystem for OrdoFuse {
         self.entry(reply, result);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         Self::empty(reply, self.fs.unlink(ino_from_fuse(parent), name));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         Self::empty(reply, self.fs.rmdir(ino_from_fuse(parent), name));
     }
@@ -611,6 +687,7 @@ impl fuser::Filesystem for OrdoFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let name = name_or_reply!(link_name, reply);
         let result = self.fs.symlink(
             ino_from_fuse(parent),
@@ -631,6 +708,7 @@ impl fuser::Filesystem for OrdoFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
         let Some(flags) = rename_flags(flags) else {
@@ -655,6 +733,7 @@ impl fuser::Filesystem for OrdoFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let newname = name_or_reply!(newname, reply);
         let result = self.fs.link_as(
             ino_from_fuse(ino),
@@ -666,6 +745,7 @@ impl fuser::Filesystem for OrdoFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.enter(req);
         let ino = ino_from_fuse(ino);
         if flags.0 & libc::O_TRUNC != 0 {
             if let Err(e) = self.truncate_on_open(ino, req.uid()) {
@@ -707,6 +787,7 @@ impl fuser::Filesystem for OrdoFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.enter(req);
         match self
             .fs
             .write_as(ino_from_fuse(ino), offset, data, &creds(req))
@@ -718,12 +799,13 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         // close(2) on ext4 promises nothing about durability; neither does
         // ordo. ENOSYS tells the kernel so once: it stops sending FLUSH on
         // every close (ordo has no POSIX locks of its own for a flush to
@@ -733,7 +815,7 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
@@ -741,17 +823,19 @@ impl fuser::Filesystem for OrdoFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         Self::empty(reply, self.fs.release(ino_from_fuse(ino)));
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         Self::empty(reply, self.fs.fsync(ino_from_fuse(ino), datasync));
     }
 
@@ -844,12 +928,13 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         Self::empty(reply, self.fs.fsync(ino_from_fuse(ino), datasync));
     }
 
@@ -927,6 +1012,7 @@ impl fuser::Filesystem for OrdoFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.enter(req);
         let name = name_or_reply!(name, reply);
         let parent = ino_from_fuse(parent);
         let created = self.fs.create(
@@ -966,6 +1052,7 @@ impl fuser::Filesystem for OrdoFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         let flags = match falloc_flags(mode) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -975,6 +1062,24 @@ impl fuser::Filesystem for OrdoFuse {
             .fs
             .fallocate_as(ino, offset, length, flags, &creds(req));
         Self::empty(reply, result);
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        self.enter(req);
+        match self.do_ioctl(req, ino_from_fuse(ino), cmd, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn lseek(

@@ -9,6 +9,7 @@
 mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
+mod cmd_streams;
 mod options;
 mod stats;
 mod superblock;
@@ -59,6 +60,19 @@ enum Cmd {
     /// one table (needs root; see docs/BENCH.md). Exit codes: 0 every row
     /// ran, 1 some target failed, 2 the benchmark could not run.
     Bench(ordo_bench::cli::BenchArgs),
+    /// Run a program in a stream of an ordo mount: its changes, and those
+    /// of every process it starts, are ordered within the stream (see
+    /// docs/API.md). Exit codes: the program's, 1 when the stream cannot
+    /// be set, 126/127 when the program cannot be run.
+    Run(cmd_streams::RunArgs),
+    /// An ordering point on a file of an ordo mount (OptFS's osync): what
+    /// was written before reaches the disk before what is written after.
+    Osync(cmd_streams::SyncFileArgs),
+    /// Make a file of an ordo mount durable (OptFS's dsync).
+    Dsync(cmd_streams::SyncFileArgs),
+    /// Make a stream of an ordo mount durable (the caller's stream unless
+    /// --stream names one).
+    Streamsync(cmd_streams::StreamSyncArgs),
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +112,10 @@ fn main() -> ExitCode {
         Cmd::Info(a) => info(&a),
         Cmd::Crash(a) => crash(&a.args),
         Cmd::Bench(a) => bench(&a),
+        Cmd::Run(a) => cmd_streams::run(&a),
+        Cmd::Osync(a) => cmd_streams::sync_file(&a, false),
+        Cmd::Dsync(a) => cmd_streams::sync_file(&a, true),
+        Cmd::Streamsync(a) => cmd_streams::streamsync(&a),
     };
     ExitCode::from(code)
 }

@@ -67,6 +67,11 @@ pub struct MountStats {
     pub unmount_ok: Option<bool>,
     /// `Fs::protocol_stats()`.
     pub stats: BTreeMap<String, u64>,
+    /// The durability calls the protocol implements natively
+    /// (`Fs::native_durability_calls`); `None` in files of an ordo that
+    /// did not record them.
+    #[serde(default)]
+    pub native_calls: Option<Vec<String>>,
 }
 
 /// What became of the mount a stats file describes.
@@ -284,8 +289,29 @@ the process died (crashed); figures as of {}:",
             time(s.updated_unix)
         ),
     };
+    if let Some(native) = &s.native_calls {
+        let _ = writeln!(o, "  {}", durability_calls_line(native));
+    }
     o.push_str(&format_counts(&s.mode, &s.stats));
     o
+}
+
+/// What osync, dsync and streamsync are on a mount whose protocol
+/// implements `native` of them itself (docs/API.md).
+pub fn durability_calls_line(native: &[String]) -> String {
+    let is = |call: &str, fallback: &str| {
+        if native.iter().any(|n| n == call) {
+            format!("{call}=native")
+        } else {
+            format!("{call}={fallback}")
+        }
+    };
+    format!(
+        "durability calls: {}, {}, {}",
+        is("osync", "fsync"),
+        is("dsync", "fsync"),
+        is("streamsync", "sync")
+    )
 }
 
 /// The statistics as lines: fast-commit figures as a table, any other
@@ -401,6 +427,13 @@ impl Publisher {
                 ended_unix: None,
                 unmount_ok: None,
                 stats: stats.into_iter().collect(),
+                native_calls: Some(
+                    fs.native_durability_calls()
+                        .names()
+                        .into_iter()
+                        .map(String::from)
+                        .collect(),
+                ),
             },
             warned: false,
         };
@@ -528,7 +561,26 @@ mod tests {
             ended_unix: None,
             unmount_ok: None,
             stats,
+            native_calls: None,
         }
+    }
+
+    #[test]
+    fn durability_calls_say_native_or_their_fallback() {
+        assert_eq!(
+            durability_calls_line(&[]),
+            "durability calls: osync=fsync, dsync=fsync, streamsync=sync"
+        );
+        assert_eq!(
+            durability_calls_line(&["osync".into(), "streamsync".into()]),
+            "durability calls: osync=native, dsync=fsync, streamsync=native"
+        );
+        let mut s = sample(1, None);
+        let t = format_stats(&s, MountState::Ended, 0);
+        assert!(!t.contains("durability calls"), "unknown: not shown: {t}");
+        s.native_calls = Some(Vec::new());
+        let t = format_stats(&s, MountState::Ended, 0);
+        assert!(t.contains("durability calls: osync=fsync"), "{t}");
     }
 
     #[test]

@@ -762,6 +762,46 @@ pub struct ProtocolEnv {
     pub metadata_csum: bool,
 }
 
+/// A set of the durability calls beyond fsync/sync ([`Protocol::osync`],
+/// [`Protocol::dsync`], [`Protocol::streamsync`]): the ones a protocol
+/// implements natively. A call not in the set falls back to fsync (osync,
+/// dsync) or sync (streamsync), a stronger guarantee than asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DurabilityCalls(u8);
+
+impl DurabilityCalls {
+    /// No call native: every one falls back.
+    pub const NONE: DurabilityCalls = DurabilityCalls(0);
+    /// `osync`: an ordering point that does not wait for durability.
+    pub const OSYNC: DurabilityCalls = DurabilityCalls(1);
+    /// `dsync`: durability of one file.
+    pub const DSYNC: DurabilityCalls = DurabilityCalls(2);
+    /// `streamsync`: durability of one stream.
+    pub const STREAMSYNC: DurabilityCalls = DurabilityCalls(4);
+
+    /// Both sets together.
+    pub const fn union(self, other: DurabilityCalls) -> DurabilityCalls {
+        DurabilityCalls(self.0 | other.0)
+    }
+    /// Whether every call of `other` is in the set.
+    pub const fn contains(self, other: DurabilityCalls) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// The calls of the set by name (`osync`, `dsync`, `streamsync`), in
+    /// that order.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (Self::OSYNC, "osync"),
+            (Self::DSYNC, "dsync"),
+            (Self::STREAMSYNC, "streamsync"),
+        ]
+        .into_iter()
+        .filter(|(c, _)| self.contains(*c))
+        .map(|(_, n)| n)
+        .collect()
+    }
+}
+
 /// A consistency protocol. One instance per mount. All methods are called
 /// with the file-system lock held; they must not do device I/O themselves
 /// except in [`Protocol::recover`], which runs before the core is up.
@@ -822,6 +862,37 @@ pub trait Protocol: Send {
 
     /// Make everything durable.
     fn sync(&mut self, io: &mut Io) -> Result<()>;
+
+    /// An ordering point for `ino` (OptFS's `osync`): every change made
+    /// before the call reaches the disk before any change made after it,
+    /// without waiting for durability. Default: the nearest stronger
+    /// guarantee every protocol has, [`Protocol::fsync`] of `ino`.
+    fn osync(&mut self, ino: Ino, io: &mut Io) -> Result<()> {
+        self.fsync(ino, false, io)
+    }
+
+    /// Make `ino` durable (OptFS's `dsync`). Default: [`Protocol::fsync`]
+    /// of `ino`, which is exactly that.
+    fn dsync(&mut self, ino: Ino, io: &mut Io) -> Result<()> {
+        self.fsync(ino, false, io)
+    }
+
+    /// Make every change of stream `stream` durable (ccfs's
+    /// `streamsync`; `stream` is a [`HandleInfo::stream`] value).
+    /// Default: the nearest stronger guarantee every protocol has,
+    /// [`Protocol::sync`] of everything.
+    fn streamsync(&mut self, stream: u32, io: &mut Io) -> Result<()> {
+        let _ = stream;
+        self.sync(io)
+    }
+
+    /// Which of [`Protocol::osync`], [`Protocol::dsync`] and
+    /// [`Protocol::streamsync`] the protocol implements itself rather than
+    /// through the fsync/sync defaults (reported by `ordo info`, and used
+    /// by the core to know when an osync may share an fsync's commit).
+    fn native_durability_calls(&self) -> DurabilityCalls {
+        DurabilityCalls::NONE
+    }
 
     /// Background work: periodic write-back, checkpointing, write-back under
     /// memory pressure, and the final write-back at unmount.

@@ -1,0 +1,156 @@
+//! `ordo run`, `ordo osync`, `ordo dsync`, `ordo streamsync`: the
+//! durability calls and streams of a live `ordo mount`, through its
+//! ioctls (`ordo_fuse::ioctl`, documented in docs/API.md).
+//!
+//! `ordo run --stream NAME -- CMD` puts its own process in the stream and
+//! then execs CMD, so CMD keeps the pid the mount recorded, and every
+//! process CMD starts inherits the stream.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use ordo_fuse::ioctl;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The stream to run CMD in (made on first use; `default` is the
+    /// stream of every process that set none).
+    #[arg(long, value_name = "NAME")]
+    stream: OsString,
+    /// A directory on the ordo mount (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    mount: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct SyncFileArgs {
+    /// A file or directory on an ordo mount.
+    file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct StreamSyncArgs {
+    /// The stream to make durable (default: this process's stream, which
+    /// `ordo run` sets).
+    #[arg(long, value_name = "NAME")]
+    stream: Option<OsString>,
+    /// A file or directory on the ordo mount.
+    path: PathBuf,
+}
+
+/// Why a call failed, said for a person.
+fn explain(what: &str, path: &Path, e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOTTY) | Some(libc::ENOSYS) => format!(
+            "{}: not on an ordo mount (the file system does not know ordo's ioctls: {e})",
+            path.display()
+        ),
+        _ => format!("{what} {}: {e}", path.display()),
+    }
+}
+
+/// `ioctl(fd, cmd, arg)`.
+fn ioctl_raw(file: &File, cmd: u32, arg: *mut u8) -> io::Result<()> {
+    // SAFETY: `file` is open; `arg` is null for the `_IO` calls and points
+    // to a buffer of the size the command number encodes otherwise.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as libc::c_ulong, arg) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Call `cmd` with `name` in its buffer.
+fn ioctl_name(file: &File, cmd: u32, name: &[u8]) -> io::Result<()> {
+    let mut buf = ioctl::name_buffer(name).map_err(io::Error::from_raw_os_error)?;
+    ioctl_raw(file, cmd, buf.as_mut_ptr())
+}
+
+fn open(path: &Path) -> Result<File, String> {
+    File::open(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `ordo run --stream NAME [--mount DIR] -- CMD ARGS...`.
+pub fn run(a: &RunArgs) -> u8 {
+    let dir = a.mount.clone().unwrap_or_else(|| PathBuf::from("."));
+    let set = open(&dir).and_then(|f| {
+        ioctl_name(&f, ioctl::ORDO_IOC_SETSTREAM, a.stream.as_bytes()).map_err(|e| {
+            let mut m = explain("setstream on", &dir, &e);
+            if matches!(e.raw_os_error(), Some(libc::ENOTTY) | Some(libc::ENOSYS))
+                && a.mount.is_none()
+            {
+                m.push_str("; run from a directory of the mount or give --mount DIR");
+            }
+            m
+        })
+    });
+    if let Err(m) = set {
+        eprintln!("ordo run: {m}");
+        return 1;
+    }
+    // exec returns only on failure; the pid, and so the stream, is kept.
+    let e = std::process::Command::new(&a.cmd[0])
+        .args(&a.cmd[1..])
+        .exec();
+    eprintln!("ordo run: {}: {e}", a.cmd[0].to_string_lossy());
+    // As shells: 127 for a program not found, 126 for one not runnable.
+    if e.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+/// `ordo osync FILE` / `ordo dsync FILE`.
+pub fn sync_file(a: &SyncFileArgs, dsync: bool) -> u8 {
+    let (name, cmd) = if dsync {
+        ("dsync", ioctl::ORDO_IOC_DSYNC)
+    } else {
+        ("osync", ioctl::ORDO_IOC_OSYNC)
+    };
+    let r = open(&a.file).and_then(|f| {
+        ioctl_raw(&f, cmd, std::ptr::null_mut()).map_err(|e| explain(name, &a.file, &e))
+    });
+    match r {
+        Ok(()) => 0,
+        Err(m) => {
+            eprintln!("ordo {name}: {m}");
+            1
+        }
+    }
+}
+
+/// `ordo streamsync [--stream NAME] PATH`.
+pub fn streamsync(a: &StreamSyncArgs) -> u8 {
+    let name = a.stream.as_ref().map_or(&[][..], |s| s.as_bytes());
+    let r = open(&a.path).and_then(|f| {
+        ioctl_name(&f, ioctl::ORDO_IOC_STREAMSYNC, name).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EINVAL) && !name.is_empty() {
+                format!(
+                    "no stream named '{}' on the mount of {}",
+                    String::from_utf8_lossy(name),
+                    a.path.display()
+                )
+            } else {
+                explain("streamsync on", &a.path, &e)
+            }
+        })
+    });
+    match r {
+        Ok(()) => 0,
+        Err(m) => {
+            eprintln!("ordo streamsync: {m}");
+            1
+        }
+    }
+}
