@@ -255,15 +255,14 @@ fn recover(cfg: &Config, crashed: MemDevice) -> (Vec<u8>, String) {
 }
 
 fn run(cfg: &Config) -> Outcome {
-    let ctx = |what: &str| format!("{what} ({cfg:?})");
     match cfg.device {
         Device::Mem => {
             let mem = Arc::new(MemDevice::new(BLOCK_SIZE, BLOCKS).unwrap());
-            mkfs(mem.as_ref(), &mkfs_options(cfg.mode)).expect(&ctx("mkfs"));
+            must(mkfs(mem.as_ref(), &mkfs_options(cfg.mode)), "mkfs", cfg);
             let dev: Arc<dyn BlockDevice> = mem.clone();
-            let fs = Fs::mount(dev, mount_options(cfg)).expect(&ctx("mount"));
+            let fs = must(Fs::mount(dev, mount_options(cfg)), "mount", cfg);
             workload(&fs);
-            fs.unmount().expect(&ctx("unmount"));
+            must(fs.unmount(), "unmount", cfg);
             Outcome {
                 image: mem.to_image(),
                 virtual_ns: None,
@@ -275,16 +274,17 @@ fn run(cfg: &Config) -> Outcome {
         Device::Model => {
             let cache = WriteCacheDevice::new(MemDevice::new(BLOCK_SIZE, BLOCKS).unwrap());
             let model = Arc::new(TimedDevice::new(cache, DiskModel::hdd_7200()).unwrap());
-            mkfs(model.as_ref(), &mkfs_options(cfg.mode)).expect(&ctx("mkfs"));
+            must(mkfs(model.as_ref(), &mkfs_options(cfg.mode)), "mkfs", cfg);
             let dev: Arc<dyn BlockDevice> = model.clone();
-            let fs = Fs::mount(dev, mount_options(cfg)).expect(&ctx("mount"));
+            let fs = must(Fs::mount(dev, mount_options(cfg)), "mount", cfg);
             workload(&fs);
-            let crashed = model
-                .inner()
-                .crash(CRASH_SEED, CrashPolicy::default())
-                .expect(&ctx("power cut"));
+            let crashed = must(
+                model.inner().crash(CRASH_SEED, CrashPolicy::default()),
+                "power cut",
+                cfg,
+            );
             let crash = crashed.to_image();
-            fs.unmount().expect(&ctx("unmount"));
+            must(fs.unmount(), "unmount", cfg);
             let (recovered, said) = recover(cfg, crashed);
             Outcome {
                 image: model.inner().inner().to_image(),
@@ -295,6 +295,11 @@ fn run(cfg: &Config) -> Outcome {
             }
         }
     }
+}
+
+/// `r`'s value, or a panic naming the step and the run.
+fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str, cfg: &Config) -> T {
+    r.unwrap_or_else(|e| panic!("{what} ({cfg:?}): {e}"))
 }
 
 /// The first block where two images differ, or `None` when identical.
