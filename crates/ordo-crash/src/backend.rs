@@ -9,6 +9,32 @@ use ordo_fs::{DataMode, Fs, MountOptions, ProtocolKind};
 
 use crate::error::CrashError;
 
+/// The base image's creation time (2023-11-14), seconds since the epoch.
+const MKFS_TIME_SEC: u64 = 1_700_000_000;
+/// Where every mount's and every repair's simulated clock starts: an hour
+/// after mkfs. Each mount gets a fresh clock, so a state replays with the
+/// times it was recorded with (the clock restarts, and may read earlier
+/// than times already on the image: nothing ordo, e2fsck or the judges
+/// check depends on times increasing across mounts).
+const CLOCK_START_SEC: i64 = MKFS_TIME_SEC as i64 + 3600;
+/// The simulated clock's advance per reading (1 ms: distinct times per
+/// operation, as on a real machine).
+const CLOCK_STEP_NS: u64 = 1_000_000;
+/// Seed of every mount's random source (inode generations).
+const MOUNT_SEED: u64 = 0x0c7a_5eed;
+
+/// A fresh simulated clock for one mount or one repair: with the fixed
+/// seed, a run writes the same bytes every time.
+fn sim_clock() -> Arc<dyn ordo_fs::clock::Clock> {
+    Arc::new(ordo_fs::clock::SimClock::new(
+        ordo_fs::Timespec {
+            sec: CLOCK_START_SEC,
+            nsec: 0,
+        },
+        CLOCK_STEP_NS,
+    ))
+}
+
 /// Geometry of the base image.
 #[derive(Clone, Copy, Debug)]
 pub struct ImageParams {
@@ -46,7 +72,7 @@ pub fn make_image(params: &ImageParams, mode: ProtocolKind) -> Result<Arc<MemDev
         features,
         uuid: Some(*b"ordo-crash-uuid!"),
         hash_seed: Some(*b"ordo-crash-hash!"),
-        time_sec: Some(1_700_000_000),
+        time_sec: Some(MKFS_TIME_SEC),
         journal_blocks: journaled.then_some(1024),
         assume_zeroed: true,
         ..MkfsOptions::default()
@@ -82,6 +108,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair_benign: bool) -> Result<FsckVerdict, S
     use ordo_fs::fsck::{check, FsckOptions, Severity};
     let opts = FsckOptions {
         repair_benign,
+        clock: Some(sim_clock()),
         ..FsckOptions::default()
     };
     let r = check(dev, &opts).map_err(|e| format!("fsck: {e}"))?;
@@ -113,13 +140,16 @@ pub fn fsck(dev: &dyn BlockDevice, repair_benign: bool) -> Result<FsckVerdict, S
 }
 
 /// Mount options the explorer uses: no background thread, everything
-/// driven by the workload.
+/// driven by the workload, and a simulated clock with a fixed seed so that
+/// a run is reproducible byte for byte.
 pub fn mount_options(mode: ProtocolKind, data: DataMode, read_only: bool) -> MountOptions {
     MountOptions {
         mode,
         data,
         read_only,
         background: false,
+        clock: Some(sim_clock()),
+        seed: Some(MOUNT_SEED),
         ..MountOptions::default()
     }
 }

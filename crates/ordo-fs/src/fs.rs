@@ -21,6 +21,7 @@ use ordo_dev::{BlockClass, BlockDevice, Counters};
 use ordo_format::Superblock;
 
 use crate::cache::{BufferCache, CacheStats};
+use crate::clock::Clock;
 use crate::error::{errno, FsError, Result};
 use crate::layout::{feat, gd, le16, le32, sb};
 use crate::protocol::{self, DurabilityCalls, IoPlan, ProtocolEnv, WriteBackReason};
@@ -362,6 +363,15 @@ fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
 /// otherwise): what `e2fsck -y` and a read-write mount do first. Returns
 /// `None` when the image needs no recovery.
 pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryReport>> {
+    recover_image_with(dev, crate::clock::system())
+}
+
+/// [`recover_image`] reading the time (the `dtime` a replay stamps) from
+/// `clock`.
+pub fn recover_image_with(
+    dev: &dyn BlockDevice,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<protocol::RecoveryReport>> {
     let (sb_block, _, raw) = read_superblock(dev)?;
     let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
     if s.features.incompat & feat::INCOMPAT_RECOVER == 0 {
@@ -382,7 +392,7 @@ pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryR
         .find(|k| k.caps().log_replay)
         .expect("a log-replaying protocol is registered");
     let kind = any_log.recovery_for(&s);
-    let env = recovery_env(&s, 0, protocol::DataMode::Ordered);
+    let env = recovery_env(&s, 0, protocol::DataMode::Ordered, clock);
     protocol::recover(kind, dev, &env).map(Some)
 }
 
@@ -392,6 +402,7 @@ fn recovery_env(
     s: &Superblock,
     commit_interval_ms: u64,
     data_mode: protocol::DataMode,
+    clock: Arc<dyn Clock>,
 ) -> ProtocolEnv {
     ProtocolEnv {
         block_size: s.block_size(),
@@ -401,6 +412,7 @@ fn recovery_env(
         commit_interval_ms,
         data_mode,
         metadata_csum: s.has_metadata_csum(),
+        clock,
     }
 }
 
@@ -414,9 +426,17 @@ fn recovery_env(
 pub fn recovered_view(
     dev: Arc<dyn BlockDevice>,
 ) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
+    recovered_view_with(dev, crate::clock::system())
+}
+
+/// [`recovered_view`] reading the time from `clock`.
+pub fn recovered_view_with(
+    dev: Arc<dyn BlockDevice>,
+    clock: Arc<dyn Clock>,
+) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
     let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev.clone()));
     let repaired = crate::recovery::repair_torn_super(view.as_ref())?;
-    match recover_image(view.as_ref())? {
+    match recover_image_with(view.as_ref(), clock)? {
         Some(report) => Ok((view, Some(report))),
         None if repaired => Ok((view, None)),
         None => Ok((dev, None)),
@@ -428,8 +448,10 @@ impl Fs {
     /// unsupported incompatible features by name), run the protocol's
     /// recovery, process the orphan list, and start the protocol.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        let clock = opts.clock_or_system();
+        let seed = opts.seed.unwrap_or_else(crate::random::entropy_seed);
         let dev = if opts.read_only {
-            recovered_view(dev)?.0
+            recovered_view_with(dev, clock.clone())?.0
         } else {
             dev
         };
@@ -444,7 +466,7 @@ impl Fs {
         // The protocol's recovery (journal replay) runs before anything else
         // is read: group descriptors and the superblock may be in the log.
         let recovered = if !opts.read_only && s.block_size() == dev.block_size() {
-            let env = recovery_env(&s, opts.commit_interval_ms, opts.data);
+            let env = recovery_env(&s, opts.commit_interval_ms, opts.data, clock.clone());
             opts.mode.recovery_for(&s).recover(dev.as_ref(), &env)?
         } else {
             protocol::Recovered::none()
@@ -560,10 +582,21 @@ impl Fs {
             commit_interval_ms: opts.commit_interval_ms,
             data_mode: opts.data,
             metadata_csum: csum,
+            clock: clock.clone(),
         };
         let proto = opts.mode.build(recovered, &env)?;
         let cache = BufferCache::new(bs, opts.cache_bytes);
-        let mut core = Core::new(dev.clone(), s, groups, cache, proto, seal, opts.read_only);
+        let mut core = Core::new(
+            dev.clone(),
+            s,
+            groups,
+            cache,
+            proto,
+            seal,
+            opts.read_only,
+            clock,
+            seed,
+        );
         // The root must be a directory.
         let root = core.read_inode(ROOT_INO)?;
         if !root.is_dir() {
@@ -612,7 +645,7 @@ impl Fs {
                     &mnt.to_le_bytes(),
                     crate::update::UpdateKind::Other,
                 )?;
-                let now = Timespec::now().sec as u32;
+                let now = c.now().sec as u32;
                 c.set_sb(
                     sb::MTIME,
                     &now.to_le_bytes(),
@@ -671,7 +704,7 @@ impl Fs {
                 &(state | sb::STATE_VALID).to_le_bytes(),
                 crate::update::UpdateKind::Other,
             )?;
-            let now = Timespec::now().sec as u32;
+            let now = c.now().sec as u32;
             c.set_sb(
                 sb::WTIME,
                 &now.to_le_bytes(),

@@ -75,9 +75,11 @@ mod pass;
 mod repair;
 
 use std::fmt;
+use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 
+use crate::clock::Clock;
 use crate::error::FsError;
 
 /// Options of one check.
@@ -93,6 +95,9 @@ pub struct FsckOptions {
     /// Stop recording problems after this many (the check still runs to
     /// the end; `FsckReport::truncated` says so).
     pub max_problems: usize,
+    /// The clock the repair reads `i_dtime` from for the inodes it
+    /// releases. `None`: the system clock.
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 impl Default for FsckOptions {
@@ -100,6 +105,7 @@ impl Default for FsckOptions {
         FsckOptions {
             repair_benign: false,
             max_problems: 1000,
+            clock: None,
         }
     }
 }
@@ -292,7 +298,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport, Fs
     let mut report = first.report_out();
     let may_repair = opts.repair_benign && !report.journal_needs_recovery;
     if may_repair && report.has_errors() && !report.has_unsafe() && !report.truncated {
-        let repairs = repair::repair(&disk, &mut first)?;
+        let repairs = repair::repair(&disk, &mut first, repair_time(opts))?;
         report.repairs = repairs;
         let again = pass::Checker::run(&disk, opts)?;
         report.remaining = Some(again.report_out().problems);
@@ -300,10 +306,17 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport, Fs
         // Silent fixes e2fsck would make too (superblock free counts, a
         // stale orphan-list head): not errors, but the next mount and
         // `e2fsck -fn` should see them right.
-        let repairs = repair::repair(&disk, &mut first)?;
+        let repairs = repair::repair(&disk, &mut first, repair_time(opts))?;
         report.repairs = repairs;
     }
     Ok(report)
+}
+
+/// The `i_dtime` a repair stamps: one reading of the check's clock
+/// (never 0, which means "in use").
+fn repair_time(opts: &FsckOptions) -> u32 {
+    let clock = opts.clock.clone().unwrap_or_else(crate::clock::system);
+    clock.now().sec.clamp(1, u32::MAX as i64) as u32
 }
 
 /// Block access in file-system blocks over a device whose block size may

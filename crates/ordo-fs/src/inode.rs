@@ -289,7 +289,7 @@ impl Core {
 
     /// ctime (and mtime when `mtime`) to now.
     pub fn touch_times(&mut self, ino: Ino, mtime: bool) {
-        let now = Timespec::now();
+        let now = self.now();
         if mtime {
             self.set_time(ino, io::MTIME, now);
         }
@@ -339,7 +339,7 @@ impl Core {
     ) -> Result<Inode> {
         let isz = self.seal.inode_size as usize;
         let mut raw = vec![0u8; isz];
-        let now = Timespec::now();
+        let now = self.now();
         let (tlo, textra) = encode_time(now.sec, now.nsec);
         let generation = self.next_generation();
         layout::put16(&mut raw, io::MODE, mode);
@@ -388,7 +388,7 @@ impl Core {
     /// Clear a released inode: `i_dtime` set, mode and links zero (the
     /// bytes stay for forensics as ext4 leaves them), bitmap bit cleared.
     pub fn clear_inode(&mut self, i: &Inode) -> Result<()> {
-        let now = Timespec::now();
+        let now = self.now();
         self.set_dtime(i.ino, now.sec as u32, InodeField::Dtime);
         self.set_links(i.ino, 0);
         self.set_inode_bytes(i.ino, io::MODE, &0u16.to_le_bytes(), InodeField::Whole);

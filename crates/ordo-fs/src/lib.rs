@@ -10,6 +10,7 @@
 
 mod alloc;
 pub mod cache;
+pub mod clock;
 mod dir;
 pub mod error;
 pub mod extent;
@@ -22,13 +23,14 @@ pub mod mkfs;
 pub mod mkfs_journal;
 mod ops;
 pub mod protocol;
+pub mod random;
 mod state;
 pub mod stream;
 pub mod types;
 pub mod update;
 
 pub use error::{FsError, Result};
-pub use fs::{recover_image, recovered_view, Fs};
+pub use fs::{recover_image, recover_image_with, recovered_view, recovered_view_with, Fs};
 /// Fast-commit replay, as `protocol::fast_commit::replay`.
 pub use protocol::fast_commit::replay as fc_replay;
 /// JBD2 recovery (scan, replay), as `protocol::jbd2::recovery`.

@@ -44,8 +44,10 @@ use ordo_format::group::{
 use ordo_format::inode::{self, Inode, Timestamp, EXTRA_ISIZE_FULL};
 use ordo_format::superblock::{self, Superblock};
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{FsError, Result};
 use crate::mkfs_journal;
+use crate::random::{entropy_seed, SplitMix64};
 
 /// Features `ordo mkfs` sets by default: mke2fs's ext4 set without
 /// `resize_inode` and, until the journal protocol lands, without
@@ -108,10 +110,15 @@ pub struct MkfsOptions {
     pub features: FeatureSet,
     /// Volume label (at most 16 bytes).
     pub label: String,
-    /// File-system UUID; random when `None`.
+    /// File-system UUID; random when `None` (drawn from `seed`).
     pub uuid: Option<[u8; 16]>,
-    /// Directory hash seed; random when `None`.
+    /// Directory hash seed; random when `None` (drawn from `seed`).
     pub hash_seed: Option<[u8; 16]>,
+    /// Seed of the random source a missing `uuid` and `hash_seed` are
+    /// drawn from (in that order, see [`crate::random`]); `None`: from the
+    /// operating system. With `time_sec`, enough for byte-identical
+    /// images without choosing the UUID by hand.
+    pub seed: Option<u64>,
     /// Creation time written everywhere, seconds since the epoch; now when
     /// `None`. Set it (with `uuid` and `hash_seed`) for byte-identical images.
     pub time_sec: Option<u64>,
@@ -139,6 +146,7 @@ impl Default for MkfsOptions {
             label: String::new(),
             uuid: None,
             hash_seed: None,
+            seed: None,
             time_sec: None,
             reserved_percent: 5,
             log_groups_per_flex: 4,
@@ -306,14 +314,13 @@ fn invalid(msg: impl Into<String>) -> FsError {
 }
 
 fn now_sec() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemClock.now().sec.max(0) as u64
 }
 
-fn random_uuid() -> [u8; 16] {
-    let mut u: [u8; 16] = rand::random();
+/// A random (version 4) UUID drawn from `rng`.
+fn random_uuid(rng: &mut SplitMix64) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    rng.fill_bytes(&mut u);
     u[6] = 0x40 | (u[6] & 0x0F);
     u[8] = 0x80 | (u[8] & 0x3F);
     u
@@ -474,7 +481,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     let desc_size: u16 = if is64 { 64 } else { 32 };
     let ipb = bs / u32::from(isz);
     let time = opts.time_sec.unwrap_or_else(now_sec);
-    let uuid = opts.uuid.unwrap_or_else(random_uuid);
+    let mut rng = SplitMix64::new(opts.seed.unwrap_or_else(entropy_seed));
+    let uuid = opts.uuid.unwrap_or_else(|| random_uuid(&mut rng));
 
     let mut sb = Superblock::blank();
     sb.log_block_size = bs.trailing_zeros() - 10;
@@ -673,7 +681,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     sb.uuid = uuid;
     sb.volume_name = [0; 16];
     sb.volume_name[..opts.label.len()].copy_from_slice(opts.label.as_bytes());
-    let hs = opts.hash_seed.unwrap_or_else(random_uuid);
+    let hs = opts.hash_seed.unwrap_or_else(|| random_uuid(&mut rng));
     for (k, w) in sb.hash_seed.iter_mut().enumerate() {
         *w = u32::from_le_bytes(hs[4 * k..4 * k + 4].try_into().expect("4 bytes"));
     }

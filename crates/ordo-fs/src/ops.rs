@@ -667,7 +667,7 @@ impl Core {
         if mode != i.mode {
             self.set_mode(ino, mode);
         }
-        let now = Timespec::now();
+        let now = self.now();
         if let Some(t) = set.atime {
             let v = match t {
                 TimeSet::Now => now,

@@ -23,9 +23,11 @@ use ordo_dev::{BlockClass, BlockDevice};
 use ordo_format::Superblock;
 
 use crate::cache::BufferCache;
+use crate::clock::Clock;
 use crate::error::{errno, FsError, Result};
 use crate::layout::{self, gd, le16, le32, put16, put32};
 use crate::protocol::{Io, IoPlan, Protocol, Sealer, WriteBackReason};
+use crate::random::SplitMix64;
 use crate::types::Timespec;
 use crate::update::{HandleInfo, Ino, OpKind, Update, UpdateKind};
 
@@ -340,8 +342,11 @@ pub(crate) struct Core {
     pub open_counts: HashMap<Ino, u32>,
     /// Rotor for directory placement.
     pub dir_rotor: u32,
-    /// Pseudo-random state for inode generations.
-    pub gen_state: u64,
+    /// The random source inode generations are drawn from (seeded by
+    /// `MountOptions::seed`).
+    pub rng: SplitMix64,
+    /// The mount's clock: every timestamp the core writes is read here.
+    pub clock: Arc<dyn Clock>,
     /// Plans made while the lock was held, waiting to be executed.
     pub plans: Vec<IoPlan>,
     /// The number the next plan gets ([`IoPlan::serial`]).
@@ -383,9 +388,10 @@ impl Core {
         proto: Box<dyn Protocol>,
         seal: SealCtx,
         read_only: bool,
+        clock: Arc<dyn Clock>,
+        seed: u64,
     ) -> Core {
         let bs = sbi.block_size();
-        let seed = Timespec::now();
         Core {
             dev,
             sbi,
@@ -407,7 +413,8 @@ impl Core {
             dirs: HashMap::new(),
             open_counts: HashMap::new(),
             dir_rotor: 0,
-            gen_state: (seed.sec as u64) ^ ((seed.nsec as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15,
+            rng: SplitMix64::new(seed),
+            clock,
             plans: Vec::new(),
             next_plan_serial: 0,
             home_generation: Default::default(),
@@ -1028,14 +1035,13 @@ impl Core {
         Ok(())
     }
 
-    /// A fresh inode generation number.
+    /// A fresh inode generation number, from the mount's seeded source.
     pub fn next_generation(&mut self) -> u32 {
-        // xorshift64*
-        let mut x = self.gen_state;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.gen_state = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+        self.rng.next_u32()
+    }
+
+    /// The current time, from the mount's clock.
+    pub fn now(&self) -> Timespec {
+        self.clock.now()
     }
 }

@@ -1,5 +1,8 @@
 //! Public types of the library API (`Fs`).
 
+use std::sync::Arc;
+
+use crate::clock::Clock;
 use crate::protocol::{DataMode, ProtocolKind};
 pub use crate::update::Ino;
 
@@ -16,7 +19,10 @@ pub struct Timespec {
 }
 
 impl Timespec {
-    /// The current wall-clock time.
+    /// The system's wall-clock time. The library itself reads the time
+    /// only through a [`crate::clock::Clock`] (this is
+    /// [`crate::clock::SystemClock`]), so that a run can be made
+    /// deterministic.
     pub fn now() -> Self {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -202,6 +208,21 @@ pub struct MountOptions {
     /// Run a background thread for the commit interval (off for the crash
     /// explorer and tests, which drive write-back explicitly).
     pub background: bool,
+    /// The clock every timestamp of this mount is read from (inode times,
+    /// superblock mount/write times, journal commit times, the `dtime` a
+    /// recovery stamps). `None`: the system clock. Give a
+    /// [`crate::clock::SimClock`] (with `seed`) for a reproducible run.
+    pub clock: Option<Arc<dyn Clock>>,
+    /// Seed of the mount's random source (inode generations). `None`: drawn
+    /// from the operating system, so two mounts differ.
+    pub seed: Option<u64>,
+}
+
+impl MountOptions {
+    /// The clock to use: the one given, or the system clock.
+    pub fn clock_or_system(&self) -> Arc<dyn Clock> {
+        self.clock.clone().unwrap_or_else(crate::clock::system)
+    }
 }
 
 impl Default for MountOptions {
@@ -213,6 +234,8 @@ impl Default for MountOptions {
             commit_interval_ms: 5000,
             cache_bytes: 256 << 20,
             background: false,
+            clock: None,
+            seed: None,
         }
     }
 }

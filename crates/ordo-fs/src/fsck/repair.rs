@@ -21,13 +21,6 @@ use super::pass::{Checker, DirName};
 use super::Disk;
 use crate::error::FsError;
 
-fn now_secs() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1)
-}
-
 /// Rewrite one inode in place through `edit`, recomputing its checksum.
 fn edit_inode(
     disk: &Disk<'_>,
@@ -109,10 +102,15 @@ fn set_bit(bytes: &mut [u8], i: u64) {
     bytes[(i / 8) as usize] |= 1 << (i % 8);
 }
 
-/// Repair the benign problems `c` found. Returns one line per change.
-pub(crate) fn repair(disk: &Disk<'_>, c: &mut Checker<'_>) -> Result<Vec<String>, FsError> {
+/// Repair the benign problems `c` found, stamping `now` (seconds since the
+/// epoch) as the `i_dtime` of inodes it releases. Returns one line per
+/// change.
+pub(crate) fn repair(
+    disk: &Disk<'_>,
+    c: &mut Checker<'_>,
+    now: u32,
+) -> Result<Vec<String>, FsError> {
     let mut done = Vec::new();
-    let now = now_secs();
     let bs = c.geo.block_size as usize;
 
     // Stale names of directories moved by an interrupted rename: the

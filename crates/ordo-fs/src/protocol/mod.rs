@@ -760,6 +760,8 @@ pub struct ProtocolEnv {
     pub data_mode: DataMode,
     /// Whether the image has `metadata_csum`.
     pub metadata_csum: bool,
+    /// The mount's clock (commit-block times, the `dtime` a replay stamps).
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 /// A set of the durability calls beyond fsync/sync ([`Protocol::osync`],

@@ -209,6 +209,7 @@ pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
         commit_interval_ms: 5000,
         data_mode: DataMode::Ordered,
         metadata_csum: s.has_metadata_csum(),
+        clock: ordo_fs::clock::system(),
     }
 }
 

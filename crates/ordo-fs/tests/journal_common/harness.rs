@@ -48,6 +48,7 @@ impl Harness {
             commit_interval_ms: 5000,
             data_mode,
             metadata_csum: ro_compat & 0x400 != 0,
+            clock: ordo_fs::clock::system(),
         };
         let journal = ProtocolKind::named("journal");
         let recovered = journal.recover(&*dev, &env).unwrap();

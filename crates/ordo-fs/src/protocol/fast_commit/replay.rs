@@ -103,6 +103,7 @@ use ordo_format::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ordo_format::inode::{flags as iflags, mode as imode, off as ioff};
 use ordo_format::{bitmap, dir as fdir, Superblock};
 
+use crate::clock::Clock;
 use crate::error::{FsError, Result};
 use crate::extent::{self, ExtentStore, LBLK_END, ROOT_SIZE_BYTES};
 use crate::protocol::{jbd2 as journal, ProtocolEnv, Recovered};
@@ -259,7 +260,7 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
                     dev.write(b.home, &buf, WriteFlags::new(BlockClass::Other))?;
                 }
                 dev.flush()?;
-                let (stats, blocks) = replay_image(dev, &st.scan.tags)?;
+                let (stats, blocks) = replay_image(dev, &st.scan.tags, dtime_now(&*env.clock))?;
                 // The result goes home through a JBD2 transaction of its
                 // own when the log has room: see "Writing the result".
                 let journaled = write_through_journal(dev, &map, &jscan, &blocks)?;
@@ -376,8 +377,9 @@ pub struct ReplayStats {
 /// Apply fast-commit tags (already validated by a scan) to the image on
 /// `dev`, rebuild the allocation state of what they touched, write and
 /// flush. The journal is not touched.
-pub fn replay_tags(dev: &dyn BlockDevice, tags: &[Tag]) -> Result<ReplayStats> {
-    let (stats, blocks) = replay_image(dev, tags)?;
+/// Inodes the replay releases get `clock`'s time as `i_dtime`.
+pub fn replay_tags(dev: &dyn BlockDevice, tags: &[Tag], clock: &dyn Clock) -> Result<ReplayStats> {
+    let (stats, blocks) = replay_image(dev, tags, dtime_now(clock))?;
     write_home(dev, &blocks)?;
     Ok(stats)
 }
@@ -487,8 +489,9 @@ fn write_through_journal(
 fn replay_image(
     dev: &dyn BlockDevice,
     tags: &[Tag],
+    dtime_sec: u32,
 ) -> Result<(ReplayStats, BTreeMap<u64, Vec<u8>>)> {
-    let mut img = Img::open(dev)?;
+    let mut img = Img::open(dev, dtime_sec)?;
     for t in tags {
         if let Tag::AddRange {
             pblk, len, ino: _, ..
@@ -525,9 +528,18 @@ struct Touched {
     was_used_dir: bool,
 }
 
+/// The `i_dtime` a replay stamps on the inodes it releases: one reading
+/// of the mount's clock for the whole replay (never 0, which means "in
+/// use").
+fn dtime_now(clock: &dyn Clock) -> u32 {
+    clock.now().sec.max(1) as u32
+}
+
 /// The image being replayed: a write-back cache of blocks over the device.
 struct Img<'a> {
     dev: &'a dyn BlockDevice,
+    /// `i_dtime` for inodes the replay releases ([`dtime_now`]).
+    dtime_sec: u32,
     sb: Superblock,
     sb_block: u64,
     sb_off: usize,
@@ -571,7 +583,7 @@ fn set_i_size(raw: &mut [u8], v: u64) {
 }
 
 impl<'a> Img<'a> {
-    fn open(dev: &'a dyn BlockDevice) -> Result<Self> {
+    fn open(dev: &'a dyn BlockDevice, dtime_sec: u32) -> Result<Self> {
         let (sb, _) = read_super(dev)?;
         let bs = sb.block_size() as usize;
         if bs != dev.block_size() as usize {
@@ -594,6 +606,7 @@ impl<'a> Img<'a> {
         }
         Ok(Img {
             dev,
+            dtime_sec,
             sb_block: recovery::super_block_nr(bs as u32),
             sb_off: recovery::super_offset(bs as u32),
             isz: sb.inode_size() as usize,
@@ -1230,8 +1243,7 @@ impl<'a> Img<'a> {
                     put32(&mut raw, ioff::DTIME, 0);
                 }
             } else if le32(&raw, ioff::DTIME) == 0 && le16(&raw, ioff::MODE) != 0 {
-                let now = crate::types::Timespec::now().sec.max(1) as u32;
-                put32(&mut raw, ioff::DTIME, now);
+                put32(&mut raw, ioff::DTIME, self.dtime_sec);
             }
             let _ = t.created;
             self.write_inode(ino, raw)?;

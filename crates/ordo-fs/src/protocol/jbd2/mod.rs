@@ -109,6 +109,7 @@ use super::{
     AfterCrash, Capabilities, DataMode, Io, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
     Recovered, WriteBackReason,
 };
+use crate::clock::Clock;
 use crate::error::{FsError, Result};
 use crate::update::{DataWrite, HandleInfo, Ino, Update};
 use recovery::JournalMap;
@@ -303,6 +304,8 @@ pub struct JournalProtocol {
     /// unknown, so nothing may be committed.
     inert: bool,
     stats: Stats,
+    /// The mount's clock: commit blocks carry the commit time.
+    clock: Arc<dyn Clock>,
 }
 
 impl JournalProtocol {
@@ -417,6 +420,7 @@ impl JournalProtocol {
             .unwrap_or(false);
         let tid = sb.sequence;
         Ok(JournalProtocol {
+            clock: env.clock.clone(),
             data_mode: env.data_mode,
             fault,
             bs,
@@ -743,7 +747,7 @@ impl JournalProtocol {
         if self.fault != Some(Fault::CommitNoFlush) {
             self.flush(io);
         }
-        let now = crate::types::Timespec::now();
+        let now = self.clock.now();
         let commit = jbd2::encode_commit(&self.fmt, tid, now.sec.max(0) as u64, now.nsec, None);
         let p = self.map.phys(commit_at).expect("log block is mapped");
         io.write_raw(p, Arc::new(commit), WriteFlags::fua(BlockClass::Journal));
