@@ -25,7 +25,9 @@
 //!    in memory: nothing is written yet.
 //! 5. **Write the result** through the journal: the changed blocks become
 //!    JBD2 transaction `end_tid` (descriptors and copies after the live
-//!    log, a flush, the commit block, a flush), then go home, flush.
+//!    log, a flush, the commit block, a flush), then go home, flush. The
+//!    blocks are encoded by [`ordo_format::jbd2::TransactionWriter`], the
+//!    same encoder as the journal's own commits.
 //! 6. Only then mark the journal empty and clear `needs_recovery` (by
 //!    handing over to [`crate::protocol::jbd2::recover`], which finds a
 //!    clean log).
