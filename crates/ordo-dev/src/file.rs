@@ -258,6 +258,12 @@ impl FileDevice {
             } else {
                 libc::LOCK_EX
             } | libc::LOCK_NB;
+            // A lock held only for an instant is not a second mount: a
+            // process forking a child (mkfs, e2fsck, a shell) in another
+            // thread shares our descriptors with it until the child execs
+            // and closes them (they are close-on-exec). Wait that out, for
+            // at most about a second, before calling the image in use.
+            let mut busy_tries = 0u32;
             loop {
                 // SAFETY: plain syscall on a descriptor we own.
                 let r = unsafe { libc::flock(file.as_raw_fd(), op) };
@@ -267,6 +273,10 @@ impl FileDevice {
                 let e = io::Error::last_os_error();
                 match e.kind() {
                     io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock if busy_tries < 50 => {
+                        busy_tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
                     io::ErrorKind::WouldBlock => {
                         return Err(DevError::InUse {
                             path: path.to_path_buf(),

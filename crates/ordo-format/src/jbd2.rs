@@ -917,6 +917,121 @@ pub fn verify_commit(fmt: &JournalFormat, block: &[u8]) -> bool {
         && be32(block, COMMIT_CHKSUM_OFFSET) == commit_checksum(fmt, block)
 }
 
+/// The next block of the circular log `first..last` after `b`: the log
+/// wraps from its last block back to `first` (journal block 0 is the
+/// superblock, and blocks from `last` on are the fast-commit area).
+pub fn log_next(first: u32, last: u32, b: u32) -> u32 {
+    debug_assert!(first < last);
+    if b + 1 >= last {
+        first
+    } else {
+        b + 1
+    }
+}
+
+/// One block of a transaction's body, in log order, as
+/// [`TransactionWriter::body`] lays it out. Copies are named by their index
+/// in the caller's list rather than copied, so that a writer holding shared
+/// images (the commit path's `Arc`s) writes them without a clone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BodyBlock {
+    /// A descriptor or revoke block, encoded.
+    Encoded(Vec<u8>),
+    /// Copy `index` of the caller's list, written as it is.
+    Copy(usize),
+    /// Copy `index` of the caller's list, escaped: its first four bytes
+    /// were the magic and are zeroed here (its tag says `ESCAPE`).
+    Escaped(usize, Vec<u8>),
+}
+
+/// The one encoder of a JBD2 transaction: descriptor blocks, each followed
+/// by the (escaped) copies its tags name, with per-copy tag checksums;
+/// revoke blocks; one commit block. Both ordo's journal commit and its
+/// fast-commit replay (which writes its result as a transaction) use it,
+/// so the two can never disagree on the bytes the kernel and e2fsck read.
+///
+/// The writer only encodes; where each block goes in the log (after the
+/// live log, wrapping with [`log_next`]) and when to flush is the caller's,
+/// since the flushes are what make the transaction atomic.
+#[derive(Clone, Copy, Debug)]
+pub struct TransactionWriter {
+    fmt: JournalFormat,
+    sequence: u32,
+}
+
+impl TransactionWriter {
+    /// A writer for transaction `sequence` of a journal of format `fmt`.
+    pub fn new(fmt: &JournalFormat, sequence: u32) -> Self {
+        TransactionWriter {
+            fmt: *fmt,
+            sequence,
+        }
+    }
+
+    /// Log blocks a transaction of `copies` copies and `revokes` revoke
+    /// records takes, commit block included.
+    pub fn log_blocks(&self, copies: usize, revokes: usize) -> u64 {
+        let d = copies.div_ceil(self.fmt.tags_per_descriptor().max(1));
+        let r = revokes.div_ceil(self.fmt.records_per_revoke().max(1));
+        (d + copies + r + 1) as u64
+    }
+
+    /// The body of the transaction in log order: for each run of at most
+    /// [`JournalFormat::tags_per_descriptor`] copies, a descriptor then the
+    /// copies; then the revoke blocks. `copies` are (home block, image).
+    pub fn body(&self, copies: &[(u64, &[u8])], revoked: &[u64]) -> Vec<BodyBlock> {
+        let fmt = &self.fmt;
+        let per = fmt.tags_per_descriptor().max(1);
+        let mut out = Vec::with_capacity(self.log_blocks(copies.len(), revoked.len()) as usize);
+        for (c, chunk) in copies.chunks(per).enumerate() {
+            let mut tags = Vec::with_capacity(chunk.len());
+            let mut imgs = Vec::with_capacity(chunk.len());
+            for (i, &(blocknr, copy)) in chunk.iter().enumerate() {
+                let index = c * per + i;
+                let (block, escaped) = if copy.len() >= 4 && be32(copy, 0) == JBD2_MAGIC {
+                    let mut e = copy.to_vec();
+                    let escaped = escape(&mut e);
+                    debug_assert!(escaped);
+                    (BodyBlock::Escaped(index, e), true)
+                } else {
+                    (BodyBlock::Copy(index), false)
+                };
+                // The checksum covers the copy as the journal holds it.
+                let checksum = if fmt.csum_v2or3() {
+                    match &block {
+                        BodyBlock::Escaped(_, e) => fmt.tag_checksum(self.sequence, e),
+                        _ => fmt.tag_checksum(self.sequence, copy),
+                    }
+                } else {
+                    0
+                };
+                tags.push(BlockTag {
+                    blocknr,
+                    escaped,
+                    deleted: false,
+                    checksum,
+                });
+                imgs.push(block);
+            }
+            out.push(BodyBlock::Encoded(encode_descriptor(
+                fmt,
+                self.sequence,
+                &tags,
+            )));
+            out.extend(imgs);
+        }
+        for chunk in revoked.chunks(fmt.records_per_revoke().max(1)) {
+            out.push(BodyBlock::Encoded(encode_revoke(fmt, self.sequence, chunk)));
+        }
+        out
+    }
+
+    /// The commit block, stamped with the given commit time.
+    pub fn commit(&self, commit_sec: u64, commit_nsec: u32) -> Vec<u8> {
+        encode_commit(&self.fmt, self.sequence, commit_sec, commit_nsec, None)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -931,6 +1046,39 @@ mod tests {
     }
 
     const V3_64: u32 = FEATURE_INCOMPAT_CSUM_V3 | FEATURE_INCOMPAT_64BIT | FEATURE_INCOMPAT_REVOKE;
+
+    #[test]
+    fn transaction_writer_lays_out_descriptors_copies_and_revokes() {
+        let f = fmt(V3_64);
+        let per = f.tags_per_descriptor();
+        let plain = vec![7u8; 4096];
+        let mut magic = vec![1u8; 4096];
+        magic[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
+        let copies: Vec<(u64, &[u8])> = (0..per + 1)
+            .map(|i| (100 + i as u64, if i == 1 { &magic[..] } else { &plain[..] }))
+            .collect();
+        let w = TransactionWriter::new(&f, 9);
+        let body = w.body(&copies, &[5, 6]);
+        assert_eq!(body.len() as u64 + 1, w.log_blocks(copies.len(), 2));
+        let BodyBlock::Encoded(d) = &body[0] else {
+            panic!("a descriptor first")
+        };
+        let tags = decode_descriptor(&f, d).unwrap();
+        assert_eq!(tags.len(), per);
+        assert!(tags[1].escaped && !tags[0].escaped);
+        let BodyBlock::Escaped(1, e) = &body[2] else {
+            panic!("copy 1 escaped")
+        };
+        assert!(verify_tag(&f, &tags[1], 9, e));
+        assert_eq!(body[1], BodyBlock::Copy(0));
+        assert!(matches!(body[per + 1], BodyBlock::Encoded(_)));
+        assert_eq!(body[per + 2], BodyBlock::Copy(per));
+        let BodyBlock::Encoded(r) = &body[per + 3] else {
+            panic!("a revoke block last")
+        };
+        assert_eq!(decode_revoke(&f, r).unwrap(), vec![5, 6]);
+        assert!(verify_commit(&f, &w.commit(1, 2)));
+    }
 
     #[test]
     fn crc32_be_check_value() {

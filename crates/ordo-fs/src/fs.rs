@@ -17,15 +17,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ordo_dev::{BlockClass, BlockDevice, Counters};
+use ordo_dev::{BlockDevice, Counters};
 use ordo_format::Superblock;
 
-use crate::cache::{BufferCache, CacheStats};
+use crate::cache::CacheStats;
 use crate::clock::Clock;
 use crate::error::{errno, FsError, Result};
-use crate::layout::{feat, gd, le16, le32, sb};
+use crate::layout::{feat, sb};
+use crate::mount::{read_superblock, CoreImage, CoreOptions};
 use crate::protocol::{self, DurabilityCalls, IoPlan, ProtocolEnv, WriteBackReason};
-use crate::state::{Core, GroupLoc, SealCtx};
+use crate::state::Core;
 use crate::stream::{Caller, StreamId, Streams};
 use crate::types::*;
 use crate::update::OpKind;
@@ -278,18 +279,6 @@ impl Shared {
     }
 }
 
-/// Read the primary superblock image from the device.
-fn read_superblock(dev: &dyn BlockDevice) -> Result<(u64, usize, Vec<u8>)> {
-    let dbs = dev.block_size() as usize;
-    if !(1024..=65536).contains(&dbs) || !dbs.is_power_of_two() {
-        return Err(FsError::Invalid(format!("device block size {dbs}")));
-    }
-    let (block, off) = if dbs == 1024 { (1, 0) } else { (0, 1024) };
-    let mut buf = vec![0u8; dbs];
-    dev.read(block, &mut buf, BlockClass::Super)?;
-    Ok((block, off, buf[off..off + 1024].to_vec()))
-}
-
 fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
     let inc = s.features.incompat;
     let unknown = inc & !feat::INCOMPAT_SUPPORTED;
@@ -460,7 +449,7 @@ impl Fs {
             // needs_recovery flag; undo that before validating it.
             crate::recovery::repair_torn_super(dev.as_ref())?;
         }
-        let (sb_block, sb_offset, raw) = read_superblock(dev.as_ref())?;
+        let (sb_block, _, raw) = read_superblock(dev.as_ref())?;
         let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
         check_features(&s, &opts)?;
         // The protocol's recovery (journal replay) runs before anything else
@@ -471,26 +460,7 @@ impl Fs {
         } else {
             protocol::Recovered::none()
         };
-        let (_, _, raw) = read_superblock(dev.as_ref())?;
-        let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
-        let bs = s.block_size();
-        if bs != dev.block_size() {
-            return Err(FsError::Invalid(format!(
-                "the image has {bs}-byte blocks but the device was opened with {}-byte blocks",
-                dev.block_size()
-            )));
-        }
-        if s.blocks_count > dev.block_count() {
-            return Err(FsError::corrupt(
-                sb_block,
-                "superblock s_blocks_count",
-                format!(
-                    "{} blocks but the device has {}",
-                    s.blocks_count,
-                    dev.block_count()
-                ),
-            ));
-        }
+        let (s, sb_block, sb_offset) = CoreImage::read_super(dev.as_ref())?;
         check_features(&s, &opts)?;
         if s.features.compat & feat::COMPAT_ORPHAN_FILE != 0
             && s.features.ro_compat & feat::RO_COMPAT_ORPHAN_PRESENT != 0
@@ -500,80 +470,10 @@ impl Fs {
                 "orphan_file with orphans present (run e2fsck first)".into(),
             ));
         }
-        let csum = s.has_metadata_csum();
-        let desc_size = s.desc_size() as u32;
-        let ngroups = s.groups_count() as u32;
-        let gdt_first = if bs == 1024 { 2 } else { 1 };
-        let gdt_blocks = s.gdt_blocks();
-        let mut seal = SealCtx {
-            csum,
-            csum_seed: s.csum_seed(),
-            block_size: bs,
-            inode_size: s.inode_size() as u32,
-            inodes_per_group: s.inodes_per_group,
-            desc_size,
-            groups: ngroups,
-            gdt_first,
-            gdt_blocks,
-            sb_block,
-            sb_offset,
-            uuid: s.uuid,
-            group_crc16: s.has_gdt_csum(),
-            itables: Default::default(),
-            itable_blocks: s.inode_table_blocks() as u64,
-            owners: Default::default(),
-        };
         // Group descriptors, verified.
-        let mut groups = Vec::with_capacity(ngroups as usize);
-        let mut buf = vec![0u8; bs as usize];
-        let per = (bs / desc_size) as u64;
-        for g in 0..ngroups {
-            let blk = gdt_first + g as u64 / per;
-            if (g as u64).is_multiple_of(per) {
-                dev.read(blk, &mut buf, BlockClass::GroupMeta)?;
-            }
-            let off = (g as u64 % per) as usize * desc_size as usize;
-            let d = &buf[off..off + desc_size as usize];
-            if csum || seal.group_crc16 {
-                let want = seal.gd_csum(g, d);
-                let have = le16(d, gd::CHECKSUM);
-                if want != have {
-                    return Err(FsError::corrupt(
-                        blk,
-                        format!("group descriptor {g} bg_checksum"),
-                        format!("stored {have:#06x}, computed {want:#06x}"),
-                    ));
-                }
-            }
-            let hi = |o: usize| {
-                if desc_size >= 64 {
-                    (le32(d, o) as u64) << 32
-                } else {
-                    0
-                }
-            };
-            let loc = GroupLoc {
-                block_bitmap: le32(d, gd::BLOCK_BITMAP_LO) as u64 | hi(gd::BLOCK_BITMAP_HI),
-                inode_bitmap: le32(d, gd::INODE_BITMAP_LO) as u64 | hi(gd::INODE_BITMAP_HI),
-                inode_table: le32(d, gd::INODE_TABLE_LO) as u64 | hi(gd::INODE_TABLE_HI),
-            };
-            let itb = s.inode_table_blocks() as u64;
-            for (what, b, n) in [
-                ("bg_block_bitmap", loc.block_bitmap, 1),
-                ("bg_inode_bitmap", loc.inode_bitmap, 1),
-                ("bg_inode_table", loc.inode_table, itb),
-            ] {
-                if b <= s.first_data_block as u64 || b + n > s.blocks_count {
-                    return Err(FsError::corrupt(
-                        blk,
-                        format!("group descriptor {g} {what}"),
-                        format!("block {b} outside the file system"),
-                    ));
-                }
-            }
-            seal.itables.insert(loc.inode_table, g);
-            groups.push(loc);
-        }
+        let image = CoreImage::load(dev.as_ref(), s, sb_block, sb_offset)?;
+        let s = &image.sb;
+        let (bs, csum) = (s.block_size(), s.has_metadata_csum());
         let env = ProtocolEnv {
             block_size: bs,
             block_count: s.blocks_count,
@@ -585,18 +485,13 @@ impl Fs {
             clock: clock.clone(),
         };
         let proto = opts.mode.build(recovered, &env)?;
-        let cache = BufferCache::new(bs, opts.cache_bytes);
-        let mut core = Core::new(
-            dev.clone(),
-            s,
-            groups,
-            cache,
-            proto,
-            seal,
-            opts.read_only,
+        let core_opts = CoreOptions {
+            cache_bytes: opts.cache_bytes,
+            read_only: opts.read_only,
             clock,
             seed,
-        );
+        };
+        let mut core = Core::open(dev.clone(), image, core_opts, proto);
         // The root must be a directory.
         let root = core.read_inode(ROOT_INO)?;
         if !root.is_dir() {

@@ -21,6 +21,7 @@ mod inode;
 pub mod layout;
 pub mod mkfs;
 pub mod mkfs_journal;
+mod mount;
 mod ops;
 pub mod protocol;
 pub mod random;

@@ -25,7 +25,9 @@
 //!    in memory: nothing is written yet.
 //! 5. **Write the result** through the journal: the changed blocks become
 //!    JBD2 transaction `end_tid` (descriptors and copies after the live
-//!    log, a flush, the commit block, a flush), then go home, flush.
+//!    log, a flush, the commit block, a flush), then go home, flush. The
+//!    blocks are encoded by [`ordo_format::jbd2::TransactionWriter`], the
+//!    same encoder as the journal's own commits.
 //! 6. Only then mark the journal empty and clear `needs_recovery` (by
 //!    handing over to [`crate::protocol::jbd2::recover`], which finds a
 //!    clean log).
@@ -278,7 +280,10 @@ pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
                     None => jscan.end_tid,
                 };
                 written += stats.blocks_written + plan.len() as u64;
-                written += journaled.map_or(0, |_| journal_blocks_for(&jscan, blocks.len()));
+                written += journaled.map_or(0, |tid| {
+                    ordo_format::jbd2::TransactionWriter::new(&jscan.sb.format(), tid)
+                        .log_blocks(blocks.len(), 0)
+                });
                 replayed += st.scan.commits as u64;
                 lines.push(format!(
                     "fast commit: replayed {} commits ({} tags, {} inodes) on tid {}",
@@ -393,13 +398,6 @@ fn write_home(dev: &dyn BlockDevice, blocks: &BTreeMap<u64, Vec<u8>>) -> Result<
     Ok(())
 }
 
-/// Journal blocks a transaction of `n` copies takes (descriptors, copies,
-/// commit block).
-fn journal_blocks_for(jscan: &recovery::Scan, n: usize) -> u64 {
-    let per = jscan.sb.format().tags_per_descriptor().max(1);
-    (n.div_ceil(per) + n + 1) as u64
-}
-
 /// Write the replayed blocks as JBD2 transaction `jscan.end_tid` after the
 /// live log, commit it, then write them home and flush. Returns the tid,
 /// or `None` (nothing written) when the log lacks the room or the journal
@@ -410,7 +408,7 @@ fn write_through_journal(
     jscan: &recovery::Scan,
     blocks: &BTreeMap<u64, Vec<u8>>,
 ) -> Result<Option<u32>> {
-    use ordo_format::jbd2::{self, BlockTag};
+    use ordo_format::jbd2::{self, BodyBlock, TransactionWriter};
     let sb = &jscan.sb;
     let fmt = sb.format();
     if blocks.is_empty() || fmt.csum_v1() || sb.start == 0 {
@@ -422,13 +420,13 @@ fn write_through_journal(
     }
     let log_len = (last - first) as u64;
     let used = (jscan.end_block as u64 + log_len - sb.start as u64) % log_len;
-    let need = journal_blocks_for(jscan, blocks.len());
+    let tid = jscan.end_tid;
+    let writer = TransactionWriter::new(&fmt, tid);
+    let need = writer.log_blocks(blocks.len(), 0);
     // Keep one block free, so that the log never reaches its own start.
     if used + need + 1 > log_len {
         return Ok(None);
     }
-    let tid = jscan.end_tid;
-    let wrap = |j: u32| if j >= last { first + (j - last) } else { j };
     let mut at = jscan.end_block;
     let mut put = |img: &[u8], flags: WriteFlags| -> Result<()> {
         let p = map.phys(at).ok_or_else(|| {
@@ -439,45 +437,22 @@ fn write_through_journal(
             )
         })?;
         dev.write(p, img, flags)?;
-        at = wrap(at + 1);
+        at = jbd2::log_next(first, last, at);
         Ok(())
     };
-    let list: Vec<(&u64, &Vec<u8>)> = blocks.iter().collect();
-    for chunk in list.chunks(fmt.tags_per_descriptor().max(1)) {
-        let mut tags = Vec::with_capacity(chunk.len());
-        let mut copies = Vec::with_capacity(chunk.len());
-        for &(b, data) in chunk {
-            let mut copy = data.clone();
-            let escaped = jbd2::escape(&mut copy);
-            let checksum = if fmt.csum_v2or3() {
-                fmt.tag_checksum(tid, &copy)
-            } else {
-                0
-            };
-            tags.push(BlockTag {
-                blocknr: *b,
-                escaped,
-                deleted: false,
-                checksum,
-            });
-            copies.push(copy);
-        }
-        put(
-            &jbd2::encode_descriptor(&fmt, tid, &tags),
-            WriteFlags::new(BlockClass::Journal),
-        )?;
-        for c in &copies {
-            put(c, WriteFlags::new(BlockClass::Journal))?;
-        }
+    let copies: Vec<(u64, &[u8])> = blocks.iter().map(|(b, d)| (*b, d.as_slice())).collect();
+    for block in writer.body(&copies, &[]) {
+        let img = match &block {
+            BodyBlock::Encoded(b) | BodyBlock::Escaped(_, b) => b.as_slice(),
+            BodyBlock::Copy(i) => copies[*i].1,
+        };
+        put(img, WriteFlags::new(BlockClass::Journal))?;
     }
     dev.flush()?;
     // A commit time that does not depend on when the replay ran, so that
     // a replay run twice writes the same bytes.
     let sec = jscan.transactions.last().map_or(0, |t| t.commit_sec);
-    put(
-        &jbd2::encode_commit(&fmt, tid, sec, 0, None),
-        WriteFlags::new(BlockClass::Journal),
-    )?;
+    put(&writer.commit(sec, 0), WriteFlags::new(BlockClass::Journal))?;
     dev.flush()?;
     write_home(dev, blocks)?;
     Ok(Some(tid))

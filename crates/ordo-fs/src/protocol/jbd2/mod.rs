@@ -103,7 +103,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
-use ordo_format::jbd2::{self, BlockTag, JournalFormat, JournalSuperblock};
+use ordo_format::jbd2::{self, JournalFormat, JournalSuperblock};
 
 use super::{
     AfterCrash, Capabilities, DataMode, Io, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
@@ -497,19 +497,13 @@ impl JournalProtocol {
     }
 
     fn advance(&self, b: u32) -> u32 {
-        if b + 1 >= self.last {
-            self.first
-        } else {
-            b + 1
-        }
+        jbd2::log_next(self.first, self.last, b)
     }
 
     /// Log blocks a transaction of `copies` copies and `revokes` revoke
     /// records takes.
     fn txn_blocks(&self, copies: usize, revokes: usize) -> u32 {
-        let d = copies.div_ceil(self.fmt.tags_per_descriptor());
-        let r = revokes.div_ceil(self.fmt.records_per_revoke());
-        (d + copies + r + 1) as u32
+        jbd2::TransactionWriter::new(&self.fmt, 0).log_blocks(copies, revokes) as u32
     }
 
     fn check_alive(&self) -> Result<()> {
@@ -701,43 +695,26 @@ impl JournalProtocol {
             self.stats.ordered_data_blocks += dirty.len() as u64;
             io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         }
-        // Descriptors and copies.
+        // Descriptors and copies, then revoke blocks.
         let start = self.head;
+        let writer = jbd2::TransactionWriter::new(&self.fmt, tid);
+        let refs: Vec<(u64, &[u8])> = copies
+            .iter()
+            .map(|(b, copy, _, _)| (*b, copy.as_slice()))
+            .collect();
         let mut log: Vec<Arc<Vec<u8>>> = Vec::with_capacity(need as usize);
-        let per = self.fmt.tags_per_descriptor();
-        for chunk in copies.chunks(per) {
-            let mut tags = Vec::with_capacity(chunk.len());
-            let mut imgs = Vec::with_capacity(chunk.len());
-            for (b, copy, _, _) in chunk {
-                let mut escaped = false;
-                let img = if copy.len() >= 4 && copy[..4] == jbd2::JBD2_MAGIC.to_be_bytes() {
-                    let mut e = (**copy).clone();
-                    escaped = jbd2::escape(&mut e);
+        for block in writer.body(&refs, &revoked) {
+            log.push(match block {
+                jbd2::BodyBlock::Encoded(b) => Arc::new(b),
+                jbd2::BodyBlock::Copy(i) => copies[i].1.clone(),
+                jbd2::BodyBlock::Escaped(_, e) => {
                     self.stats.escaped += 1;
                     Arc::new(e)
-                } else {
-                    copy.clone()
-                };
-                let checksum = if self.fmt.csum_v2or3() {
-                    self.fmt.tag_checksum(tid, &img)
-                } else {
-                    0
-                };
-                tags.push(BlockTag {
-                    blocknr: *b,
-                    escaped,
-                    deleted: false,
-                    checksum,
-                });
-                imgs.push(img);
-            }
-            log.push(Arc::new(jbd2::encode_descriptor(&self.fmt, tid, &tags)));
-            log.extend(imgs);
+                }
+            });
         }
-        for chunk in revoked.chunks(self.fmt.records_per_revoke()) {
-            log.push(Arc::new(jbd2::encode_revoke(&self.fmt, tid, chunk)));
-            self.stats.revoke_records += chunk.len() as u64;
-        }
+        drop(refs);
+        self.stats.revoke_records += revoked.len() as u64;
         let body = log.len() as u32;
         self.write_log(io, start, log);
         let mut commit_at = start;
@@ -748,7 +725,7 @@ impl JournalProtocol {
             self.flush(io);
         }
         let now = self.clock.now();
-        let commit = jbd2::encode_commit(&self.fmt, tid, now.sec.max(0) as u64, now.nsec, None);
+        let commit = writer.commit(now.sec.max(0) as u64, now.nsec);
         let p = self.map.phys(commit_at).expect("log block is mapped");
         io.write_raw(p, Arc::new(commit), WriteFlags::fua(BlockClass::Journal));
         self.stats.fua_writes += 1;
