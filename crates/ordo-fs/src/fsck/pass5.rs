@@ -74,34 +74,28 @@ impl<'a> Checker<'a> {
         ))
     }
 
-    /// Report how group `g`'s block or inode bitmap, at block
-    /// `bm_block`, differs from use: `plus`, in use but free, is a hazard
-    /// (the next allocation can hand them out twice); `minus`, marked but
-    /// unused, is a benign leak.
-    fn report_bitmap_diffs(
+    /// Pass 5's check of one allocation bitmap of group `g`, the same for
+    /// blocks and inodes once its bits are compared with use (`plus`: in
+    /// use but free, a hazard, as the next allocation can hand them out
+    /// twice; `minus`: marked but unused, a benign leak). Then its padding
+    /// and, with `metadata_csum`, its checksum against the descriptor at
+    /// `gd_block`: a bitmap the group's `*_UNINIT` flag emulates has
+    /// neither on disk, and the checksum is only checked once the bits are
+    /// right (the repair rewrites both together).
+    fn check_bitmap(
         &mut self,
         g: u32,
-        kind: BitmapKind,
-        bm_block: u64,
+        gd_block: u64,
+        side: &BitmapSide<'_>,
         plus: &[u64],
         minus: &[u64],
     ) {
-        let (what, used_free, leak) = match kind {
-            BitmapKind::Block => (
-                "block",
-                ProblemClass::BlockUsedButFree,
-                ProblemClass::BlockBitmap,
-            ),
-            BitmapKind::Inode => (
-                "inode",
-                ProblemClass::InodeUsedButFree,
-                ProblemClass::InodeBitmap,
-            ),
-        };
+        let (kind, bm_block) = (side.kind, side.block);
+        let what = kind.name();
         if !plus.is_empty() {
             self.report(
                 Severity::Hazard,
-                used_free,
+                kind.used_but_free_class(),
                 None,
                 Some(bm_block),
                 format!(
@@ -114,7 +108,7 @@ impl<'a> Checker<'a> {
         if !minus.is_empty() {
             self.report(
                 Severity::Benign,
-                leak,
+                kind.bitmap_class(),
                 None,
                 Some(bm_block),
                 format!(
@@ -123,13 +117,45 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
+        let bits_right = plus.is_empty() && minus.is_empty();
+        let Some(bm) = side.disk.filter(|_| !side.uninit) else {
+            return;
+        };
+        if (bits_right || !kind.padding_waits_for_bits()) && !(side.padding_ok)(bm) {
+            self.report(
+                Severity::Benign,
+                kind.bitmap_class(),
+                None,
+                Some(bm_block),
+                format!(
+                    "group {g} {what} bitmap (block {bm_block}): padding past {} is not set",
+                    kind.padding_end()
+                ),
+            );
+        }
+        if self.sb.metadata_csum() && bits_right {
+            let big_desc = self.geo.desc_size >= 64;
+            let n = side.csum_bytes;
+            let want = bitmap_checksum(self.geo.csum_seed, &bm[..n.min(bm.len())], big_desc);
+            if want != side.csum {
+                self.report(
+                    Severity::Benign,
+                    kind.bitmap_class(),
+                    None,
+                    Some(gd_block),
+                    format!(
+                        "group {g} descriptor (block {gd_block}) bg_{what}_bitmap_csum is {:#x}, \
+                         computed {want:#x}",
+                        side.csum
+                    ),
+                );
+            }
+        }
     }
 
     pub(super) fn pass5(&mut self) -> Result<(), FsError> {
         let bpg = self.geo.blocks_per_group;
         let ipg = self.geo.inodes_per_group as u64;
-        let big_desc = self.geo.desc_size >= 64;
-        let seed = self.geo.csum_seed;
         let mut total_free_blocks = 0u64;
         let mut total_free_inodes = 0u64;
         for g in 0..self.geo.groups {
@@ -150,41 +176,19 @@ impl<'a> Checker<'a> {
             );
             let free_blocks = count - used_in_group;
             total_free_blocks += free_blocks;
-            self.report_bitmap_diffs(g, BitmapKind::Block, gd.block_bitmap, &plus, &minus);
-            let uninit_b = self.sb.gdt_csum() && gd.flags & BG_BLOCK_UNINIT != 0;
-            if let Some(bm) = &disk_bm {
-                if !uninit_b {
-                    let pad_missing = (count..bpg).any(|i| !bit(bm, i));
-                    if pad_missing && g == self.geo.groups - 1 {
-                        problem!(
-                            self,
-                            Benign,
-                            BlockBitmap,
-                            None,
-                            Some(gd.block_bitmap),
-                            "group {g} block bitmap (block {}): padding past the end of the file \
-                             system is not set",
-                            gd.block_bitmap
-                        );
-                    }
-                    if self.sb.metadata_csum() && plus.is_empty() && minus.is_empty() {
-                        let n = (self.sb.clusters_per_group / 8) as usize;
-                        let want = bitmap_checksum(seed, &bm[..n.min(bm.len())], big_desc);
-                        if want != gd.block_bitmap_csum {
-                            problem!(
-                                self,
-                                Benign,
-                                BlockBitmap,
-                                None,
-                                Some(gd_block),
-                                "group {g} descriptor (block {gd_block}) bg_block_bitmap_csum is \
-                                 {:#x}, computed {want:#x}",
-                                gd.block_bitmap_csum
-                            );
-                        }
-                    }
-                }
-            }
+            let last_group = g == self.geo.groups - 1;
+            let side = BitmapSide {
+                kind: BitmapKind::Block,
+                block: gd.block_bitmap,
+                disk: disk_bm.as_deref(),
+                uninit: self.sb.gdt_csum() && gd.flags & BG_BLOCK_UNINIT != 0,
+                // Only the last group has bits past the end of the file
+                // system.
+                padding_ok: &|bm| !((count..bpg).any(|i| !bit(bm, i)) && last_group),
+                csum_bytes: (self.sb.clusters_per_group / 8) as usize,
+                csum: gd.block_bitmap_csum,
+            };
+            self.check_bitmap(g, gd_block, &side, &plus, &minus);
             self.disk_block_bitmaps.push(disk_bm);
             // Inodes.
             let uninit_i = self.sb.gdt_csum() && gd.flags & BG_INODE_UNINIT != 0;
@@ -216,41 +220,19 @@ impl<'a> Checker<'a> {
             );
             let free_inodes = ipg - used_inodes;
             total_free_inodes += free_inodes;
-            self.report_bitmap_diffs(g, BitmapKind::Inode, gd.inode_bitmap, &plus, &minus);
-            // Padding and checksum are only checked once the bits are right.
-            let bits_right = plus.is_empty() && minus.is_empty();
-            if let Some(ib) = disk_ib.as_ref().filter(|_| bits_right) {
-                let pad_from = (ipg / 8) as usize;
-                let pad_ok = ipg.is_multiple_of(8) && ib[pad_from..].iter().all(|&b| b == 0xFF);
-                if !uninit_i && !pad_ok {
-                    problem!(
-                        self,
-                        Benign,
-                        InodeBitmap,
-                        None,
-                        Some(gd.inode_bitmap),
-                        "group {g} inode bitmap (block {}): padding past the group's inodes is \
-                         not set",
-                        gd.inode_bitmap
-                    );
-                }
-                if self.sb.metadata_csum() && !uninit_i {
-                    let n = (ipg / 8) as usize;
-                    let want = bitmap_checksum(seed, &ib[..n.min(ib.len())], big_desc);
-                    if want != gd.inode_bitmap_csum {
-                        problem!(
-                            self,
-                            Benign,
-                            InodeBitmap,
-                            None,
-                            Some(gd_block),
-                            "group {g} descriptor (block {gd_block}) bg_inode_bitmap_csum is \
-                             {:#x}, computed {want:#x}",
-                            gd.inode_bitmap_csum
-                        );
-                    }
-                }
-            }
+            let side = BitmapSide {
+                kind: BitmapKind::Inode,
+                block: gd.inode_bitmap,
+                disk: disk_ib.as_deref(),
+                uninit: uninit_i,
+                padding_ok: &|ib| {
+                    let pad_from = (ipg / 8) as usize;
+                    ipg.is_multiple_of(8) && ib[pad_from..].iter().all(|&b| b == 0xFF)
+                },
+                csum_bytes: (ipg / 8) as usize,
+                csum: gd.inode_bitmap_csum,
+            };
+            self.check_bitmap(g, gd_block, &side, &plus, &minus);
             self.disk_inode_bitmaps.push(disk_ib);
             // Group counts.
             if gd.free_blocks as u64 != free_blocks
@@ -297,6 +279,68 @@ impl<'a> Checker<'a> {
 enum BitmapKind {
     Block,
     Inode,
+}
+
+impl BitmapKind {
+    /// The word messages use ("block bitmap", `bg_block_bitmap_csum`).
+    fn name(self) -> &'static str {
+        match self {
+            BitmapKind::Block => "block",
+            BitmapKind::Inode => "inode",
+        }
+    }
+
+    /// The class of a bit in use that the bitmap calls free.
+    fn used_but_free_class(self) -> ProblemClass {
+        match self {
+            BitmapKind::Block => ProblemClass::BlockUsedButFree,
+            BitmapKind::Inode => ProblemClass::InodeUsedButFree,
+        }
+    }
+
+    /// The class of everything else wrong with the bitmap: leaked bits,
+    /// padding, checksum.
+    fn bitmap_class(self) -> ProblemClass {
+        match self {
+            BitmapKind::Block => ProblemClass::BlockBitmap,
+            BitmapKind::Inode => ProblemClass::InodeBitmap,
+        }
+    }
+
+    /// Where the bits that must be set as padding begin.
+    fn padding_end(self) -> &'static str {
+        match self {
+            BitmapKind::Block => "the end of the file system",
+            BitmapKind::Inode => "the group's inodes",
+        }
+    }
+
+    /// Whether padding is only checked once the bits are right. Block
+    /// padding (the tail of the last group, past the end of the file
+    /// system) is reported whatever the bits say; an inode bitmap's
+    /// padding only once its bits match use, like its checksum.
+    fn padding_waits_for_bits(self) -> bool {
+        matches!(self, BitmapKind::Inode)
+    }
+}
+
+/// One of a group's two allocation bitmaps, as [`Checker::check_bitmap`]
+/// checks it: what differs between the block and the inode bitmap.
+struct BitmapSide<'b> {
+    kind: BitmapKind,
+    /// The bitmap's block, from the group descriptor.
+    block: u64,
+    /// The bitmap as libext2fs reads it (`None`: it could not be read).
+    disk: Option<&'b [u8]>,
+    /// The group's `*_UNINIT` flag is set (with group checksums): the
+    /// bitmap is emulated, with no padding or checksum on disk to check.
+    uninit: bool,
+    /// Whether the bitmap's padding bits are set as ext4 wants them.
+    padding_ok: &'b dyn Fn(&[u8]) -> bool,
+    /// How many bytes of the bitmap its checksum covers.
+    csum_bytes: usize,
+    /// The checksum the group descriptor holds.
+    csum: u32,
 }
 
 /// Up to eight numbers with their sign (e2fsck's `+N` / `-N`), then how
