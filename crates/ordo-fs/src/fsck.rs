@@ -19,9 +19,11 @@
 //! readers (`fsck/layout.rs`) rather than ordo-format's, so that a bug in
 //! the writer's encoder cannot hide itself from the checker.
 //!
-//! The checks follow e2fsck's passes, and the test corpus
-//! (`tests/fsck_corpus.rs`) asserts that this checker and `e2fsck -fn`
-//! agree on clean versus not clean:
+//! The checks follow e2fsck's passes, one file each as in e2fsck's source
+//! (`fsck/pass0.rs` to `fsck/pass5.rs`, `fsck/journal.rs`, driven by
+//! `fsck/checker.rs`), and the test corpus (`tests/fsck_corpus.rs`)
+//! asserts that this checker and `e2fsck -fn` agree on clean versus not
+//! clean:
 //!
 //! - pass 0: superblock (magic, geometry, checksum, features) and group
 //!   descriptors (checksums, locations, flags), metadata block ownership;
