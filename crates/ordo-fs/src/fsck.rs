@@ -19,9 +19,11 @@
 //! readers (`fsck/layout.rs`) rather than ordo-format's, so that a bug in
 //! the writer's encoder cannot hide itself from the checker.
 //!
-//! The checks follow e2fsck's passes, and the test corpus
-//! (`tests/fsck_corpus.rs`) asserts that this checker and `e2fsck -fn`
-//! agree on clean versus not clean:
+//! The checks follow e2fsck's passes, one file each as in e2fsck's source
+//! (`fsck/pass0.rs` to `fsck/pass5.rs`, `fsck/journal.rs`, driven by
+//! `fsck/checker.rs`), and the test corpus (`tests/fsck_corpus.rs`)
+//! asserts that this checker and `e2fsck -fn` agree on clean versus not
+//! clean:
 //!
 //! - pass 0: superblock (magic, geometry, checksum, features) and group
 //!   descriptors (checksums, locations, flags), metadata block ownership;
@@ -70,8 +72,15 @@
 //! ordering, and quota, bigalloc, inline data, encryption, casefold and
 //! meta_bg images are refused as unsupported (exit code 8).
 
+mod checker;
+mod journal;
 mod layout;
-mod pass;
+mod pass0;
+mod pass1;
+mod pass1_blocks;
+mod pass2;
+mod pass3_4;
+mod pass5;
 mod repair;
 
 use std::fmt;
@@ -294,13 +303,13 @@ pub fn exit_code(result: &Result<FsckReport, FsError>) -> i32 {
 /// that is bad while a backup is good is an unsafe problem in the report.
 pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport, FsError> {
     let disk = Disk::new(dev);
-    let mut first = pass::Checker::run(&disk, opts)?;
+    let mut first = checker::Checker::run(&disk, opts)?;
     let mut report = first.report_out();
     let may_repair = opts.repair_benign && !report.journal_needs_recovery;
     if may_repair && report.has_errors() && !report.has_unsafe() && !report.truncated {
         let repairs = repair::repair(&disk, &mut first, repair_time(opts))?;
         report.repairs = repairs;
-        let again = pass::Checker::run(&disk, opts)?;
+        let again = checker::Checker::run(&disk, opts)?;
         report.remaining = Some(again.report_out().problems);
     } else if may_repair && !report.problems.is_empty() && !report.has_errors() {
         // Silent fixes e2fsck would make too (superblock free counts, a

@@ -16,8 +16,8 @@ use std::collections::HashSet;
 
 use ordo_dev::BlockClass;
 
+use super::checker::{Checker, DirName};
 use super::layout::*;
-use super::pass::{Checker, DirName};
 use super::Disk;
 use crate::error::FsError;
 
