@@ -34,8 +34,8 @@
 //!   matches; it stops at the first bad record, bad TAIL or HEAD of another
 //!   tid, and replays every tag up to the last valid TAIL.
 
-use crate::le::{u16_at, u32_at};
 use crate::csum::ext4_crc32c;
+use crate::le::{u16_at, u32_at};
 use crate::{FormatError, Result};
 
 /// `EXT4_FC_TAG_ADD_RANGE`: blocks mapped to an inode.

@@ -699,7 +699,11 @@ pub fn decode_descriptor(fmt: &JournalFormat, block: &[u8]) -> Result<Vec<BlockT
             } else {
                 0
             };
-            (be_u16_at(block, off + 6) as u32, hi, be_u16_at(block, off + 4) as u32)
+            (
+                be_u16_at(block, off + 6) as u32,
+                hi,
+                be_u16_at(block, off + 4) as u32,
+            )
         };
         let blocknr = if fmt.is_64bit() {
             lo | ((hi as u64) << 32)

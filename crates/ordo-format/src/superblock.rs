@@ -1086,4 +1086,57 @@ mod tests {
         let with: Vec<u64> = (0..50).filter(|&g| sb.has_super(g)).collect();
         assert_eq!(with, vec![0, 1, 40]);
     }
+
+    #[test]
+    fn primary_superblock_location_for_every_block_size() {
+        assert_eq!((super_block_nr(1024), super_offset(1024)), (1, 0));
+        for bs in [2048, 4096, 65536] {
+            assert_eq!((super_block_nr(bs), super_offset(bs)), (0, 1024));
+        }
+    }
+
+    #[test]
+    fn needs_recovery_flip_reseals_and_its_tear_is_recognized() {
+        let mut block = vec![0u8; 4096];
+        block[1024..2048].copy_from_slice(&sample().encode());
+        let old = block.clone();
+        assert!(!checksum_fails(&old[1024..2048]));
+        assert!(set_needs_recovery(&mut block, 4096, true));
+        assert!(!set_needs_recovery(&mut block, 4096, true), "already set");
+        assert!(!checksum_fails(&block[1024..2048]));
+        assert!(JournalView::decode(&block[1024..])
+            .unwrap()
+            .needs_recovery());
+        assert!(!torn_needs_recovery_flip(&block[1024..2048]));
+        // New first sector (flag), old second sector (checksum): torn.
+        let mut torn = old.clone();
+        torn[1024..1536].copy_from_slice(&block[1024..1536]);
+        assert!(checksum_fails(&torn[1024..2048]));
+        assert!(torn_needs_recovery_flip(&torn[1024..2048]));
+        // Any other damage is not mistaken for the tear.
+        let mut other = old.clone();
+        other[1024 + 0x70] ^= 1;
+        assert!(!torn_needs_recovery_flip(&other[1024..2048]));
+        reseal(&mut other[1024..2048]);
+        assert!(!checksum_fails(&other[1024..2048]));
+    }
+
+    #[test]
+    fn journal_view_needs_only_the_magic() {
+        let mut raw = sample().encode();
+        // Geometry Superblock::decode refuses; the journal fields still read.
+        put_u32(&mut raw, off::BLOCKS_PER_GROUP, 0);
+        put_u32(&mut raw, off::JOURNAL_INUM, 8);
+        put_u32(&mut raw, off::FEATURE_COMPAT, compat::HAS_JOURNAL);
+        assert!(Superblock::decode_unverified(&raw).is_err());
+        let v = JournalView::decode(&raw).unwrap();
+        assert_eq!(v.journal_inum, 8);
+        assert!(v.has_journal() && v.has_64bit() && !v.needs_recovery());
+        put_u16(&mut raw, off::MAGIC, 0);
+        assert_eq!(
+            JournalView::decode(&raw).unwrap_err().field,
+            "superblock s_magic"
+        );
+        assert!(JournalView::decode(&raw[..100]).is_err());
+    }
 }

@@ -188,8 +188,10 @@ pub fn journal_inode(
 pub fn seal_leaf(leaf: &mut [u8], fs_csum_seed: u32, generation: u32) {
     let max = u16::from_le_bytes([leaf[4], leaf[5]]) as usize;
     let tail = 12 + 12 * max;
-    let c =
-        ordo_format::jbd2::jbd2_crc32c(fs_csum_seed, &ordo_format::inode::JOURNAL_INO.to_le_bytes());
+    let c = ordo_format::jbd2::jbd2_crc32c(
+        fs_csum_seed,
+        &ordo_format::inode::JOURNAL_INO.to_le_bytes(),
+    );
     let c = ordo_format::jbd2::jbd2_crc32c(c, &generation.to_le_bytes());
     let c = ordo_format::jbd2::jbd2_crc32c(c, &leaf[..tail]);
     leaf[tail..tail + 4].copy_from_slice(&c.to_le_bytes());

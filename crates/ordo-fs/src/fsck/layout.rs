@@ -33,8 +33,8 @@ pub use ordo_format::features::incompat::{
 pub use ordo_format::features::ro_compat::{
     BIGALLOC as RO_COMPAT_BIGALLOC, GDT_CSUM as RO_COMPAT_GDT_CSUM,
     HUGE_FILE as RO_COMPAT_HUGE_FILE, METADATA_CSUM as RO_COMPAT_METADATA_CSUM,
-    PROJECT as RO_COMPAT_PROJECT, QUOTA as RO_COMPAT_QUOTA,
-    SPARSE_SUPER as RO_COMPAT_SPARSE_SUPER, VERITY as RO_COMPAT_VERITY,
+    PROJECT as RO_COMPAT_PROJECT, QUOTA as RO_COMPAT_QUOTA, SPARSE_SUPER as RO_COMPAT_SPARSE_SUPER,
+    VERITY as RO_COMPAT_VERITY,
 };
 
 /// Group descriptor flags.
@@ -146,8 +146,16 @@ impl Super {
             inodes_per_group: le32(raw, off::INODES_PER_GROUP),
             magic: le16(raw, off::MAGIC),
             rev_level,
-            first_ino: if rev_level == 0 { 11 } else { le32(raw, off::FIRST_INO) },
-            inode_size: if rev_level == 0 { 128 } else { le16(raw, off::INODE_SIZE) },
+            first_ino: if rev_level == 0 {
+                11
+            } else {
+                le32(raw, off::FIRST_INO)
+            },
+            inode_size: if rev_level == 0 {
+                128
+            } else {
+                le16(raw, off::INODE_SIZE)
+            },
             compat: le32(raw, off::FEATURE_COMPAT),
             incompat,
             ro_compat: le32(raw, off::FEATURE_RO_COMPAT),
