@@ -48,7 +48,8 @@ use std::fmt;
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 use ordo_format::extent::EXTENT_MAGIC;
 use ordo_format::features::incompat;
-use ordo_format::inode::flags as inode_flags;
+use ordo_format::group::off as gd_off;
+use ordo_format::inode::{flags as inode_flags, off as inode_off, I_BLOCK_SIZE};
 use ordo_format::jbd2::{self, BlockHeader, BlockType, JournalSuperblock};
 use ordo_format::le::{put_u32, u16_at, u32_at};
 use ordo_format::superblock::{
@@ -298,9 +299,9 @@ fn journal_inode_loc(dev: &dyn BlockDevice, sup: &JournalView) -> Result<(u64, u
     let gdt_block = sup.first_data_block as u64 + 1;
     let mut gd = vec![0u8; bs as usize];
     dev.read(gdt_block, &mut gd, BlockClass::GroupMeta)?;
-    let mut itable = u32_at(&gd, 8) as u64;
+    let mut itable = u32_at(&gd, gd_off::INODE_TABLE_LO) as u64;
     if sup.has_64bit() && sup.desc_size >= 64 {
-        itable |= (u32_at(&gd, 0x28) as u64) << 32;
+        itable |= (u32_at(&gd, gd_off::INODE_TABLE_HI) as u64) << 32;
     }
     let isize = if sup.inode_size == 0 {
         128
@@ -355,12 +356,17 @@ fn runs_from_inode(dev: &dyn BlockDevice, sup: &JournalView) -> Result<Vec<(u32,
     dev.read(blk, &mut buf, BlockClass::InodeTable)?;
     let off = byte as usize;
     let inode = &buf[off..off + 128];
-    if u32_at(inode, 0x20) & inode_flags::EXTENTS == 0 {
+    if u32_at(inode, inode_off::FLAGS) & inode_flags::EXTENTS == 0 {
         return Err(FsError::Unsupported(
             "journal inode mapped by indirect blocks".into(),
         ));
     }
-    runs_from_extent_root(dev, &inode[0x28..0x28 + 60], "journal inode i_block", blk)
+    runs_from_extent_root(
+        dev,
+        &inode[inode_off::BLOCK..inode_off::BLOCK + I_BLOCK_SIZE],
+        "journal inode i_block",
+        blk,
+    )
 }
 
 /// The journal's logical-to-physical map.
