@@ -24,6 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ordo_dev::{BlockDevice, DiskModel, FileDevice, OpenOptions, TimedDevice, BLOCK_CLASS_COUNT};
+use ordo_format::le::{u16_at, u32_at};
+use ordo_format::superblock::{off as sb_off, EXT4_MAGIC, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ordo_fs::{DataMode, Fs, MountOptions, ProtocolKind};
 use serde::{Deserialize, Serialize};
 
@@ -368,21 +370,21 @@ pub fn find_ordo_bin(explicit: Option<&Path>) -> Result<PathBuf> {
     })
 }
 
-/// Reads the block size from an ext4 superblock (`s_log_block_size` at byte
-/// 1024 + 24).
+/// Reads the block size from an ext4 superblock (`s_log_block_size`).
 fn ext4_block_size(dev: &Path) -> Result<u32> {
     let mut f = File::open(dev).map_err(|e| BenchError::io("open", dev, e))?;
-    let mut sb = [0u8; 2048];
-    f.read_exact(&mut sb)
+    let mut head = [0u8; SUPERBLOCK_OFFSET as usize + SUPERBLOCK_SIZE];
+    f.read_exact(&mut head)
         .map_err(|e| BenchError::io("read superblock", dev, e))?;
-    let magic = u16::from_le_bytes([sb[1024 + 56], sb[1024 + 57]]);
-    if magic != 0xEF53 {
+    let sb = &head[SUPERBLOCK_OFFSET as usize..];
+    let magic = u16_at(sb, sb_off::MAGIC);
+    if magic != EXT4_MAGIC {
         return Err(BenchError::target(
             dev.display().to_string(),
             format!("no ext4 superblock (magic {magic:#06x})"),
         ));
     }
-    let log = u32::from_le_bytes(sb[1024 + 24..1024 + 28].try_into().expect("4 bytes"));
+    let log = u32_at(sb, sb_off::LOG_BLOCK_SIZE);
     if log > 6 {
         return Err(BenchError::target(
             dev.display().to_string(),

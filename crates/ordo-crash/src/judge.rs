@@ -35,6 +35,7 @@ use ordo_dev::{BlockClass, BlockDevice, MemDevice};
 use ordo_format::group::{
     desc_location, uninit_block_bitmap, uninit_inode_bitmap, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
 };
+use ordo_format::superblock::{super_block_nr, super_offset, SUPERBLOCK_SIZE};
 use ordo_format::{bitmap, GroupDesc, Superblock};
 use ordo_fs::{DataMode, FileType, Fs, Ino, ProtocolKind, ROOT_INO};
 
@@ -192,11 +193,9 @@ pub fn allocation_of(dev: &dyn BlockDevice) -> Result<Allocation, String> {
             .map_err(|e| format!("block {b}: {e}"))?;
         Ok(buf)
     };
-    // The superblock lives at byte 1024.
-    let first = if bs == 1024 { 1 } else { 0 };
-    let sb_block = read(first)?;
-    let off = if bs == 1024 { 0 } else { 1024 };
-    let sb = Superblock::decode_unverified(&sb_block[off..off + 1024])
+    let sb_block = read(super_block_nr(bs as u32))?;
+    let off = super_offset(bs as u32);
+    let sb = Superblock::decode_unverified(&sb_block[off..off + SUPERBLOCK_SIZE])
         .map_err(|e| format!("superblock: {e}"))?;
     let table = u64::from(sb.first_data_block) + 1;
     let mut alloc = Allocation::default();
@@ -587,12 +586,14 @@ pub fn compare_shapes(
 pub fn superblock_verifies(dev: &MemDevice) -> bool {
     let bs = dev.block_size() as usize;
     let mut buf = vec![0u8; bs];
-    let blk = if bs == 1024 { 1 } else { 0 };
-    if dev.read(blk, &mut buf, BlockClass::Super).is_err() {
+    if dev
+        .read(super_block_nr(bs as u32), &mut buf, BlockClass::Super)
+        .is_err()
+    {
         return false;
     }
-    let off = if bs == 1024 { 0 } else { 1024 };
-    Superblock::decode(&buf[off..off + 1024]).is_ok()
+    let off = super_offset(bs as u32);
+    Superblock::decode(&buf[off..off + SUPERBLOCK_SIZE]).is_ok()
 }
 
 /// Whether the crash image's fast-commit area starts with a HEAD naming a

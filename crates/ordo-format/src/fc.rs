@@ -35,6 +35,7 @@
 //!   tid, and replays every tag up to the last valid TAIL.
 
 use crate::csum::ext4_crc32c;
+use crate::le::{u16_at, u32_at};
 use crate::{FormatError, Result};
 
 /// `EXT4_FC_TAG_ADD_RANGE`: blocks mapped to an inode.
@@ -117,14 +118,6 @@ pub enum Tag {
     Tail { tid: u32, crc: u32 },
     /// Start of the area.
     Head { features: u32, tid: u32 },
-}
-
-fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
 impl Tag {
@@ -291,26 +284,26 @@ impl Tag {
         let t = match tag {
             TAG_ADD_RANGE => {
                 want(value.len() == ADD_RANGE_BYTES, "fast commit ADD_RANGE")?;
-                let ee_len = le16(value, 8);
+                let ee_len = u16_at(value, 8);
                 let (len, unwritten) = if ee_len > EXT_INIT_MAX_LEN {
                     ((ee_len - EXT_INIT_MAX_LEN) as u32, true)
                 } else {
                     (ee_len as u32, false)
                 };
                 Tag::AddRange {
-                    ino: le32(value, 0),
-                    lblk: le32(value, 4),
+                    ino: u32_at(value, 0),
+                    lblk: u32_at(value, 4),
                     len,
                     unwritten,
-                    pblk: ((le16(value, 10) as u64) << 32) | le32(value, 12) as u64,
+                    pblk: ((u16_at(value, 10) as u64) << 32) | u32_at(value, 12) as u64,
                 }
             }
             TAG_DEL_RANGE => {
                 want(value.len() == DEL_RANGE_BYTES, "fast commit DEL_RANGE")?;
                 Tag::DelRange {
-                    ino: le32(value, 0),
-                    lblk: le32(value, 4),
-                    len: le32(value, 8),
+                    ino: u32_at(value, 0),
+                    lblk: u32_at(value, 4),
+                    len: u32_at(value, 8),
                 }
             }
             TAG_CREAT | TAG_LINK | TAG_UNLINK => {
@@ -320,8 +313,8 @@ impl Tag {
                     "fast commit dentry",
                 )?;
                 let d = Dentry {
-                    parent: le32(value, 0),
-                    ino: le32(value, 4),
+                    parent: u32_at(value, 0),
+                    ino: u32_at(value, 4),
                     name: value[DENTRY_FIXED_BYTES..].to_vec(),
                 };
                 match tag {
@@ -336,7 +329,7 @@ impl Tag {
                     "fast commit INODE",
                 )?;
                 Tag::Inode {
-                    ino: le32(value, 0),
+                    ino: u32_at(value, 0),
                     raw: value[4..].to_vec(),
                 }
             }
@@ -346,15 +339,15 @@ impl Tag {
             TAG_TAIL => {
                 want(value.len() >= TAIL_BYTES, "fast commit TAIL")?;
                 Tag::Tail {
-                    tid: le32(value, 0),
-                    crc: le32(value, 4),
+                    tid: u32_at(value, 0),
+                    crc: u32_at(value, 4),
                 }
             }
             TAG_HEAD => {
                 want(value.len() == HEAD_BYTES, "fast commit HEAD")?;
                 Tag::Head {
-                    features: le32(value, 0),
-                    tid: le32(value, 4),
+                    features: u32_at(value, 0),
+                    tid: u32_at(value, 4),
                 }
             }
             other => {
@@ -551,15 +544,15 @@ pub fn scan<'a>(
     let mut pending: Vec<Tag> = Vec::new();
     let mut crc: u32 = 0;
     for (bi, block) in blocks.into_iter().enumerate() {
-        if bi == 0 && (block.len() < TL_BYTES || le16(block, 0) != TAG_HEAD) {
+        if bi == 0 && (block.len() < TL_BYTES || u16_at(block, 0) != TAG_HEAD) {
             out.end = ScanEnd::NoHead;
             return out;
         }
         let stop = |reason: String| ScanEnd::Stop { block: bi, reason };
         let mut cur = 0usize;
         while cur + TL_BYTES <= block.len() {
-            let tag = le16(block, cur);
-            let len = le16(block, cur + 2) as usize;
+            let tag = u16_at(block, cur);
+            let len = u16_at(block, cur + 2) as usize;
             let val_at = cur + TL_BYTES;
             if len > block.len() - val_at {
                 out.end = stop(format!("record at byte {cur} overruns the block"));
@@ -787,9 +780,9 @@ mod tests {
             // Walk each block alone: records tile it exactly.
             let mut cur = 0;
             while cur + TL_BYTES <= b.len() {
-                let len = le16(b, cur + 2) as usize;
+                let len = u16_at(b, cur + 2) as usize;
                 assert!(cur + TL_BYTES + len <= b.len());
-                let tag = le16(b, cur);
+                let tag = u16_at(b, cur);
                 cur += TL_BYTES + len;
                 if tag == TAG_PAD || tag == TAG_TAIL {
                     assert_eq!(cur, b.len(), "PAD and TAIL end their block");

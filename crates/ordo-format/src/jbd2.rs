@@ -37,6 +37,7 @@
 //! transaction's descriptor and data blocks in the commit block;
 //! [`crc32_be`] computes it so recovery can verify kernel journals too.
 
+use crate::le::{be_u16_at, be_u32_at, be_u64_at, put_be_u16, put_be_u32, put_be_u64};
 use crate::{FormatError, Result};
 
 /// `h_magic` of every JBD2 block that carries a header.
@@ -159,32 +160,6 @@ pub fn crc32_be(mut crc: u32, data: &[u8]) -> u32 {
     crc
 }
 
-fn be32(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-fn be16(b: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([b[off], b[off + 1]])
-}
-
-fn be64(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_be_bytes(a)
-}
-
-fn put32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_be_bytes());
-}
-
-fn put16(b: &mut [u8], off: usize, v: u16) {
-    b[off..off + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-fn put64(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_be_bytes());
-}
-
 /// Transaction ids wrap around; `a` is after `b` when the signed distance
 /// is positive (the kernel's `tid_gt`).
 pub fn tid_gt(a: u32, b: u32) -> bool {
@@ -208,9 +183,9 @@ pub struct BlockHeader {
 impl BlockHeader {
     /// Write the header at the start of `buf`.
     pub fn encode(&self, buf: &mut [u8]) {
-        put32(buf, 0, JBD2_MAGIC);
-        put32(buf, 4, self.blocktype.to_raw());
-        put32(buf, 8, self.sequence);
+        put_be_u32(buf, 0, JBD2_MAGIC);
+        put_be_u32(buf, 4, self.blocktype.to_raw());
+        put_be_u32(buf, 8, self.sequence);
     }
     /// Read a header; `None` when the magic is absent (not a JBD2 block, or
     /// an escaped or foreign data block).
@@ -221,16 +196,16 @@ impl BlockHeader {
                 format!("block of {} bytes is too short", buf.len()),
             ));
         }
-        if be32(buf, 0) != JBD2_MAGIC {
+        if be_u32_at(buf, 0) != JBD2_MAGIC {
             return Ok(None);
         }
-        let raw = be32(buf, 4);
+        let raw = be_u32_at(buf, 4);
         let blocktype = BlockType::from_raw(raw).ok_or_else(|| {
             FormatError::new("jbd2 header h_blocktype", format!("unknown type {raw}"))
         })?;
         Ok(Some(BlockHeader {
             blocktype,
-            sequence: be32(buf, 8),
+            sequence: be_u32_at(buf, 8),
         }))
     }
 }
@@ -363,36 +338,36 @@ impl JournalSuperblock {
             sequence: 0,
         }
         .encode(buf);
-        put32(buf, 0x0C, self.block_size);
-        put32(buf, 0x10, self.maxlen);
-        put32(buf, 0x14, self.first);
-        put32(buf, 0x18, self.sequence);
-        put32(buf, 0x1C, self.start);
-        put32(buf, 0x20, self.errno as u32);
-        put32(buf, 0x24, self.feature_compat);
-        put32(buf, 0x28, self.feature_incompat);
-        put32(buf, 0x2C, self.feature_ro_compat);
+        put_be_u32(buf, 0x0C, self.block_size);
+        put_be_u32(buf, 0x10, self.maxlen);
+        put_be_u32(buf, 0x14, self.first);
+        put_be_u32(buf, 0x18, self.sequence);
+        put_be_u32(buf, 0x1C, self.start);
+        put_be_u32(buf, 0x20, self.errno as u32);
+        put_be_u32(buf, 0x24, self.feature_compat);
+        put_be_u32(buf, 0x28, self.feature_incompat);
+        put_be_u32(buf, 0x2C, self.feature_ro_compat);
         buf[0x30..0x40].copy_from_slice(&self.uuid);
-        put32(buf, 0x40, self.nr_users);
-        put32(buf, 0x44, self.dynsuper);
-        put32(buf, 0x48, self.max_transaction);
-        put32(buf, 0x4C, self.max_trans_data);
+        put_be_u32(buf, 0x40, self.nr_users);
+        put_be_u32(buf, 0x44, self.dynsuper);
+        put_be_u32(buf, 0x48, self.max_transaction);
+        put_be_u32(buf, 0x4C, self.max_trans_data);
         buf[0x50] = self.checksum_type;
-        put32(buf, 0x54, self.num_fc_blocks);
-        put32(buf, 0x58, self.head);
+        put_be_u32(buf, 0x54, self.num_fc_blocks);
+        put_be_u32(buf, 0x58, self.head);
         let users = self.users.len().min(768);
         buf[0x100..0x100 + users].copy_from_slice(&self.users[..users]);
         if self.csum_v2or3() {
-            put32(buf, SB_CHECKSUM_OFFSET, 0);
+            put_be_u32(buf, SB_CHECKSUM_OFFSET, 0);
             let c = jbd2_crc32c(!0, &buf[..SUPERBLOCK_BYTES]);
-            put32(buf, SB_CHECKSUM_OFFSET, c);
+            put_be_u32(buf, SB_CHECKSUM_OFFSET, c);
         }
     }
 
     /// The checksum the superblock in `buf` should carry.
     pub fn compute_checksum(buf: &[u8]) -> u32 {
         let mut copy = buf[..SUPERBLOCK_BYTES].to_vec();
-        put32(&mut copy, SB_CHECKSUM_OFFSET, 0);
+        put_be_u32(&mut copy, SB_CHECKSUM_OFFSET, 0);
         jbd2_crc32c(!0, &copy)
     }
 
@@ -406,41 +381,41 @@ impl JournalSuperblock {
                 format!("buffer of {} bytes is too short", buf.len()),
             ));
         }
-        if be32(buf, 0) != JBD2_MAGIC {
+        if be_u32_at(buf, 0) != JBD2_MAGIC {
             return Err(FormatError::new(
                 "jbd2 superblock h_magic",
-                format!("{:#010x}, expected {:#010x}", be32(buf, 0), JBD2_MAGIC),
+                format!("{:#010x}, expected {:#010x}", be_u32_at(buf, 0), JBD2_MAGIC),
             ));
         }
-        let v2 = match BlockType::from_raw(be32(buf, 4)) {
+        let v2 = match BlockType::from_raw(be_u32_at(buf, 4)) {
             Some(BlockType::SuperblockV2) => true,
             Some(BlockType::SuperblockV1) => false,
             _ => {
                 return Err(FormatError::new(
                     "jbd2 superblock h_blocktype",
-                    format!("{} is not a superblock type", be32(buf, 4)),
+                    format!("{} is not a superblock type", be_u32_at(buf, 4)),
                 ))
             }
         };
         let sb = JournalSuperblock {
             v2,
-            block_size: be32(buf, 0x0C),
-            maxlen: be32(buf, 0x10),
-            first: be32(buf, 0x14),
-            sequence: be32(buf, 0x18),
-            start: be32(buf, 0x1C),
-            errno: be32(buf, 0x20) as i32,
-            feature_compat: be32(buf, 0x24),
-            feature_incompat: be32(buf, 0x28),
-            feature_ro_compat: be32(buf, 0x2C),
+            block_size: be_u32_at(buf, 0x0C),
+            maxlen: be_u32_at(buf, 0x10),
+            first: be_u32_at(buf, 0x14),
+            sequence: be_u32_at(buf, 0x18),
+            start: be_u32_at(buf, 0x1C),
+            errno: be_u32_at(buf, 0x20) as i32,
+            feature_compat: be_u32_at(buf, 0x24),
+            feature_incompat: be_u32_at(buf, 0x28),
+            feature_ro_compat: be_u32_at(buf, 0x2C),
             uuid: buf[0x30..0x40].try_into().expect("16 bytes"),
-            nr_users: be32(buf, 0x40),
-            dynsuper: be32(buf, 0x44),
-            max_transaction: be32(buf, 0x48),
-            max_trans_data: be32(buf, 0x4C),
+            nr_users: be_u32_at(buf, 0x40),
+            dynsuper: be_u32_at(buf, 0x44),
+            max_transaction: be_u32_at(buf, 0x48),
+            max_trans_data: be_u32_at(buf, 0x4C),
             checksum_type: buf[0x50],
-            num_fc_blocks: be32(buf, 0x54),
-            head: be32(buf, 0x58),
+            num_fc_blocks: be_u32_at(buf, 0x54),
+            head: be_u32_at(buf, 0x58),
             users: buf[0x100..0x400].to_vec(),
         };
         if sb.block_size != fs_block_size {
@@ -497,7 +472,7 @@ impl JournalSuperblock {
                         format!("{} is not crc32c (4)", sb.checksum_type),
                     ));
                 }
-                let stored = be32(buf, SB_CHECKSUM_OFFSET);
+                let stored = be_u32_at(buf, SB_CHECKSUM_OFFSET);
                 let want = Self::compute_checksum(buf);
                 if stored != want {
                     return Err(FormatError::new(
@@ -612,13 +587,13 @@ impl JournalFormat {
             return true;
         }
         let bs = self.block_size as usize;
-        block.len() >= bs && be32(block, bs - TAIL_BYTES) == self.tail_checksum(block)
+        block.len() >= bs && be_u32_at(block, bs - TAIL_BYTES) == self.tail_checksum(block)
     }
     fn set_tail(&self, block: &mut [u8]) {
         if self.csum_v2or3() {
             let bs = self.block_size as usize;
             let c = self.tail_checksum(block);
-            put32(block, bs - TAIL_BYTES, c);
+            put_be_u32(block, bs - TAIL_BYTES, c);
         }
     }
     fn check_len(&self, what: &'static str, block: &[u8]) -> Result<()> {
@@ -677,16 +652,16 @@ pub fn encode_descriptor(fmt: &JournalFormat, sequence: u32, tags: &[BlockTag]) 
         if i + 1 == tags.len() {
             flags |= TAG_FLAG_LAST_TAG;
         }
-        put32(&mut b, off, t.blocknr as u32);
+        put_be_u32(&mut b, off, t.blocknr as u32);
         if fmt.csum_v3() {
-            put32(&mut b, off + 4, flags);
-            put32(&mut b, off + 8, (t.blocknr >> 32) as u32);
-            put32(&mut b, off + 12, t.checksum);
+            put_be_u32(&mut b, off + 4, flags);
+            put_be_u32(&mut b, off + 8, (t.blocknr >> 32) as u32);
+            put_be_u32(&mut b, off + 12, t.checksum);
         } else {
-            put16(&mut b, off + 4, t.checksum as u16);
-            put16(&mut b, off + 6, flags as u16);
+            put_be_u16(&mut b, off + 4, t.checksum as u16);
+            put_be_u16(&mut b, off + 6, flags as u16);
             if fmt.is_64bit() {
-                put32(&mut b, off + 8, (t.blocknr >> 32) as u32);
+                put_be_u32(&mut b, off + 8, (t.blocknr >> 32) as u32);
             }
         }
         off += fmt.tag_bytes();
@@ -711,20 +686,24 @@ pub fn decode_descriptor(fmt: &JournalFormat, block: &[u8]) -> Result<Vec<BlockT
     let mut off = HEADER_BYTES;
     let mut tags = Vec::new();
     while off + tag_bytes <= size {
-        let lo = be32(block, off) as u64;
+        let lo = be_u32_at(block, off) as u64;
         let (flags, hi, checksum) = if fmt.csum_v3() {
             (
-                be32(block, off + 4),
-                be32(block, off + 8),
-                be32(block, off + 12),
+                be_u32_at(block, off + 4),
+                be_u32_at(block, off + 8),
+                be_u32_at(block, off + 12),
             )
         } else {
             let hi = if fmt.is_64bit() {
-                be32(block, off + 8)
+                be_u32_at(block, off + 8)
             } else {
                 0
             };
-            (be16(block, off + 6) as u32, hi, be16(block, off + 4) as u32)
+            (
+                be_u16_at(block, off + 6) as u32,
+                hi,
+                be_u16_at(block, off + 4) as u32,
+            )
         };
         let blocknr = if fmt.is_64bit() {
             lo | ((hi as u64) << 32)
@@ -766,7 +745,7 @@ pub fn verify_tag(fmt: &JournalFormat, tag: &BlockTag, sequence: u32, copy: &[u8
 /// Escape a block image for the journal: when it begins with the magic,
 /// zero those four bytes and return true (the tag must say `ESCAPE`).
 pub fn escape(copy: &mut [u8]) -> bool {
-    if copy.len() >= 4 && be32(copy, 0) == JBD2_MAGIC {
+    if copy.len() >= 4 && be_u32_at(copy, 0) == JBD2_MAGIC {
         copy[..4].fill(0);
         true
     } else {
@@ -776,7 +755,7 @@ pub fn escape(copy: &mut [u8]) -> bool {
 
 /// Undo [`escape`] on a copy read from the journal.
 pub fn unescape(copy: &mut [u8]) {
-    put32(copy, 0, JBD2_MAGIC);
+    put_be_u32(copy, 0, JBD2_MAGIC);
 }
 
 /// Encode a revoke block of transaction `sequence` (at most
@@ -794,14 +773,14 @@ pub fn encode_revoke(fmt: &JournalFormat, sequence: u32, blocks: &[u64]) -> Vec<
     let mut off = REVOKE_HEADER_BYTES;
     for &blk in blocks {
         if rec == 8 {
-            put64(&mut b, off, blk);
+            put_be_u64(&mut b, off, blk);
         } else {
             assert!(blk <= u32::MAX as u64);
-            put32(&mut b, off, blk as u32);
+            put_be_u32(&mut b, off, blk as u32);
         }
         off += rec;
     }
-    put32(&mut b, HEADER_BYTES, off as u32);
+    put_be_u32(&mut b, HEADER_BYTES, off as u32);
     fmt.set_tail(&mut b);
     b
 }
@@ -810,7 +789,7 @@ pub fn encode_revoke(fmt: &JournalFormat, sequence: u32, blocks: &[u64]) -> Vec<
 /// checked by the caller).
 pub fn decode_revoke(fmt: &JournalFormat, block: &[u8]) -> Result<Vec<u64>> {
     fmt.check_len("jbd2 revoke", block)?;
-    let count = be32(block, HEADER_BYTES) as usize;
+    let count = be_u32_at(block, HEADER_BYTES) as usize;
     let max = block.len() - fmt.tail_bytes();
     if count < REVOKE_HEADER_BYTES || count > max {
         return Err(FormatError::new(
@@ -823,9 +802,9 @@ pub fn decode_revoke(fmt: &JournalFormat, block: &[u8]) -> Result<Vec<u64>> {
     let mut out = Vec::with_capacity((count - off) / rec);
     while off + rec <= count {
         out.push(if rec == 8 {
-            be64(block, off)
+            be_u64_at(block, off)
         } else {
-            be32(block, off) as u64
+            be_u32_at(block, off) as u64
         });
         off += rec;
     }
@@ -870,18 +849,18 @@ pub fn encode_commit(
         sequence,
     }
     .encode(&mut b);
-    put64(&mut b, COMMIT_SEC_OFFSET, commit_sec);
-    put32(&mut b, COMMIT_NSEC_OFFSET, commit_nsec);
+    put_be_u64(&mut b, COMMIT_SEC_OFFSET, commit_sec);
+    put_be_u32(&mut b, COMMIT_NSEC_OFFSET, commit_nsec);
     if fmt.csum_v1() {
         if let Some(c) = v1_crc32 {
             b[COMMIT_CHKSUM_TYPE_OFFSET] = COMMIT_CHKSUM_TYPE_CRC32;
             b[COMMIT_CHKSUM_TYPE_OFFSET + 1] = COMMIT_CHKSUM_SIZE_CRC32;
-            put32(&mut b, COMMIT_CHKSUM_OFFSET, c);
+            put_be_u32(&mut b, COMMIT_CHKSUM_OFFSET, c);
         }
     }
     if fmt.csum_v2or3() {
         let c = commit_checksum(fmt, &b);
-        put32(&mut b, COMMIT_CHKSUM_OFFSET, c);
+        put_be_u32(&mut b, COMMIT_CHKSUM_OFFSET, c);
     }
     b
 }
@@ -890,7 +869,7 @@ fn commit_checksum(fmt: &JournalFormat, block: &[u8]) -> u32 {
     let mut copy = block.to_vec();
     copy[COMMIT_CHKSUM_TYPE_OFFSET] = 0;
     copy[COMMIT_CHKSUM_TYPE_OFFSET + 1] = 0;
-    put32(&mut copy, COMMIT_CHKSUM_OFFSET, 0);
+    put_be_u32(&mut copy, COMMIT_CHKSUM_OFFSET, 0);
     jbd2_crc32c(fmt.csum_seed(), &copy)
 }
 
@@ -898,12 +877,12 @@ fn commit_checksum(fmt: &JournalFormat, block: &[u8]) -> u32 {
 pub fn decode_commit(fmt: &JournalFormat, block: &[u8]) -> Result<CommitBlock> {
     fmt.check_len("jbd2 commit", block)?;
     Ok(CommitBlock {
-        sequence: be32(block, 8),
+        sequence: be_u32_at(block, 8),
         chksum_type: block[COMMIT_CHKSUM_TYPE_OFFSET],
         chksum_size: block[COMMIT_CHKSUM_TYPE_OFFSET + 1],
-        chksum: be32(block, COMMIT_CHKSUM_OFFSET),
-        commit_sec: be64(block, COMMIT_SEC_OFFSET),
-        commit_nsec: be32(block, COMMIT_NSEC_OFFSET),
+        chksum: be_u32_at(block, COMMIT_CHKSUM_OFFSET),
+        commit_sec: be_u64_at(block, COMMIT_SEC_OFFSET),
+        commit_nsec: be_u32_at(block, COMMIT_NSEC_OFFSET),
     })
 }
 
@@ -914,7 +893,7 @@ pub fn verify_commit(fmt: &JournalFormat, block: &[u8]) -> bool {
         return true;
     }
     block.len() == fmt.block_size as usize
-        && be32(block, COMMIT_CHKSUM_OFFSET) == commit_checksum(fmt, block)
+        && be_u32_at(block, COMMIT_CHKSUM_OFFSET) == commit_checksum(fmt, block)
 }
 
 /// The next block of the circular log `first..last` after `b`: the log
@@ -988,7 +967,7 @@ impl TransactionWriter {
             let mut imgs = Vec::with_capacity(chunk.len());
             for (i, &(blocknr, copy)) in chunk.iter().enumerate() {
                 let index = c * per + i;
-                let (block, escaped) = if copy.len() >= 4 && be32(copy, 0) == JBD2_MAGIC {
+                let (block, escaped) = if copy.len() >= 4 && be_u32_at(copy, 0) == JBD2_MAGIC {
                     let mut e = copy.to_vec();
                     let escaped = escape(&mut e);
                     debug_assert!(escaped);

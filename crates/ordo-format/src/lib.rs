@@ -13,7 +13,7 @@ pub mod fuzzing;
 pub mod group;
 pub mod inode;
 pub mod jbd2;
-mod le;
+pub mod le;
 pub mod superblock;
 
 pub use features::FeatureSet;

@@ -851,6 +851,150 @@ pub fn superblock_checksum(raw: &[u8]) -> u32 {
     ext4_crc32c(!0, &raw[..off::CHECKSUM])
 }
 
+/// The device block holding the primary superblock (byte
+/// [`SUPERBLOCK_OFFSET`]): block 1 with 1 KiB blocks, block 0 otherwise.
+pub fn super_block_nr(block_size: u32) -> u64 {
+    SUPERBLOCK_OFFSET / u64::from(block_size)
+}
+
+/// Byte offset of the primary superblock within [`super_block_nr`].
+pub fn super_offset(block_size: u32) -> usize {
+    (SUPERBLOCK_OFFSET % u64::from(block_size)) as usize
+}
+
+/// Whether a superblock image (at least 1024 bytes) has `metadata_csum`.
+fn raw_has_metadata_csum(sb: &[u8]) -> bool {
+    u32_at(sb, off::FEATURE_RO_COMPAT) & ro_compat::METADATA_CSUM != 0
+}
+
+/// Recompute `s_checksum` of a 1024-byte superblock image in place when it
+/// has `metadata_csum` (without it the field is unused and left alone).
+/// Code that patches single fields of a cached superblock calls this
+/// instead of decoding and re-encoding the whole structure.
+pub fn reseal(sb: &mut [u8]) {
+    if raw_has_metadata_csum(sb) {
+        let c = superblock_checksum(sb);
+        put_u32(sb, off::CHECKSUM, c);
+    }
+}
+
+/// Whether a 1024-byte superblock image with `metadata_csum` fails its
+/// checksum (an image without it never does).
+pub fn checksum_fails(sb: &[u8]) -> bool {
+    raw_has_metadata_csum(sb) && superblock_checksum(sb) != u32_at(sb, off::CHECKSUM)
+}
+
+/// Set or clear `needs_recovery` in a block image holding the primary
+/// superblock (a device block of `block_size` bytes), resealing it.
+/// Returns whether anything changed.
+pub fn set_needs_recovery(block_image: &mut [u8], block_size: u32, on: bool) -> bool {
+    let at = super_offset(block_size);
+    let sb = &mut block_image[at..at + SUPERBLOCK_SIZE];
+    let old = u32_at(sb, off::FEATURE_INCOMPAT);
+    let new = if on {
+        old | incompat::RECOVER
+    } else {
+        old & !incompat::RECOVER
+    };
+    if new == old {
+        return false;
+    }
+    put_u32(sb, off::FEATURE_INCOMPAT, new);
+    reseal(sb);
+    true
+}
+
+/// Whether a 1024-byte superblock image fails its checksum only because a
+/// write that flipped `needs_recovery` was torn between its two sectors
+/// (the flag is in the first, the checksum in the second): the image with
+/// the flag flipped back passes. Any other mismatch is real corruption.
+pub fn torn_needs_recovery_flip(sb: &[u8]) -> bool {
+    if !checksum_fails(sb) {
+        return false;
+    }
+    let stored = u32_at(sb, off::CHECKSUM);
+    let mut flipped = sb[..SUPERBLOCK_SIZE].to_vec();
+    let inc = u32_at(&flipped, off::FEATURE_INCOMPAT) ^ incompat::RECOVER;
+    put_u32(&mut flipped, off::FEATURE_INCOMPAT, inc);
+    superblock_checksum(&flipped) == stored
+}
+
+/// The superblock fields that locate the journal, decoded leniently.
+///
+/// Journal recovery runs on crash images before mount validates the
+/// superblock (a replay may be what repairs it), so this view checks only
+/// the magic: a damaged field recovery does not read must not stop it from
+/// reaching the journal. Everything else is [`Superblock`]'s job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalView {
+    pub first_data_block: u32,
+    pub log_block_size: u32,
+    /// Raw `s_inode_size` (0 on revision-0 file systems).
+    pub inode_size: u16,
+    pub features: FeatureSet,
+    pub journal_inum: u32,
+    pub journal_dev: u32,
+    pub jnl_backup_type: u8,
+    /// Raw `s_desc_size`.
+    pub desc_size: u16,
+    /// `s_jnl_blocks`: 15 words of `i_block`, then `i_size_high`, `i_size`.
+    pub jnl_blocks: [u32; 17],
+}
+
+impl JournalView {
+    /// Decode the journal fields of a superblock image (at least 1024
+    /// bytes). Fails only on a short image or a wrong magic.
+    pub fn decode(b: &[u8]) -> Result<JournalView> {
+        if b.len() < SUPERBLOCK_SIZE {
+            return Err(bad(
+                "superblock",
+                format!("{} bytes, need {SUPERBLOCK_SIZE}", b.len()),
+            ));
+        }
+        let magic = u16_at(b, off::MAGIC);
+        if magic != EXT4_MAGIC {
+            return Err(bad(
+                "superblock s_magic",
+                format!("{magic:#06x}, expected {EXT4_MAGIC:#06x}"),
+            ));
+        }
+        let mut jnl_blocks = [0u32; 17];
+        for (i, w) in jnl_blocks.iter_mut().enumerate() {
+            *w = u32_at(b, off::JNL_BLOCKS + 4 * i);
+        }
+        Ok(JournalView {
+            first_data_block: u32_at(b, off::FIRST_DATA_BLOCK),
+            log_block_size: u32_at(b, off::LOG_BLOCK_SIZE),
+            inode_size: u16_at(b, off::INODE_SIZE),
+            features: FeatureSet {
+                compat: u32_at(b, off::FEATURE_COMPAT),
+                incompat: u32_at(b, off::FEATURE_INCOMPAT),
+                ro_compat: u32_at(b, off::FEATURE_RO_COMPAT),
+            },
+            journal_inum: u32_at(b, off::JOURNAL_INUM),
+            journal_dev: u32_at(b, off::JOURNAL_DEV),
+            jnl_backup_type: u8_at(b, off::JNL_BACKUP_TYPE),
+            desc_size: u16_at(b, off::DESC_SIZE),
+            jnl_blocks,
+        })
+    }
+
+    /// `has_journal`.
+    pub fn has_journal(&self) -> bool {
+        self.features.has_compat(compat::HAS_JOURNAL)
+    }
+
+    /// `needs_recovery`.
+    pub fn needs_recovery(&self) -> bool {
+        self.features.needs_recovery()
+    }
+
+    /// `64bit`.
+    pub fn has_64bit(&self) -> bool {
+        self.features.has_incompat(incompat::INCOMPAT_64BIT)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -941,5 +1085,58 @@ mod tests {
         sb.backup_bgs = [1, 40];
         let with: Vec<u64> = (0..50).filter(|&g| sb.has_super(g)).collect();
         assert_eq!(with, vec![0, 1, 40]);
+    }
+
+    #[test]
+    fn primary_superblock_location_for_every_block_size() {
+        assert_eq!((super_block_nr(1024), super_offset(1024)), (1, 0));
+        for bs in [2048, 4096, 65536] {
+            assert_eq!((super_block_nr(bs), super_offset(bs)), (0, 1024));
+        }
+    }
+
+    #[test]
+    fn needs_recovery_flip_reseals_and_its_tear_is_recognized() {
+        let mut block = vec![0u8; 4096];
+        block[1024..2048].copy_from_slice(&sample().encode());
+        let old = block.clone();
+        assert!(!checksum_fails(&old[1024..2048]));
+        assert!(set_needs_recovery(&mut block, 4096, true));
+        assert!(!set_needs_recovery(&mut block, 4096, true), "already set");
+        assert!(!checksum_fails(&block[1024..2048]));
+        assert!(JournalView::decode(&block[1024..])
+            .unwrap()
+            .needs_recovery());
+        assert!(!torn_needs_recovery_flip(&block[1024..2048]));
+        // New first sector (flag), old second sector (checksum): torn.
+        let mut torn = old.clone();
+        torn[1024..1536].copy_from_slice(&block[1024..1536]);
+        assert!(checksum_fails(&torn[1024..2048]));
+        assert!(torn_needs_recovery_flip(&torn[1024..2048]));
+        // Any other damage is not mistaken for the tear.
+        let mut other = old.clone();
+        other[1024 + 0x70] ^= 1;
+        assert!(!torn_needs_recovery_flip(&other[1024..2048]));
+        reseal(&mut other[1024..2048]);
+        assert!(!checksum_fails(&other[1024..2048]));
+    }
+
+    #[test]
+    fn journal_view_needs_only_the_magic() {
+        let mut raw = sample().encode();
+        // Geometry Superblock::decode refuses; the journal fields still read.
+        put_u32(&mut raw, off::BLOCKS_PER_GROUP, 0);
+        put_u32(&mut raw, off::JOURNAL_INUM, 8);
+        put_u32(&mut raw, off::FEATURE_COMPAT, compat::HAS_JOURNAL);
+        assert!(Superblock::decode_unverified(&raw).is_err());
+        let v = JournalView::decode(&raw).unwrap();
+        assert_eq!(v.journal_inum, 8);
+        assert!(v.has_journal() && v.has_64bit() && !v.needs_recovery());
+        put_u16(&mut raw, off::MAGIC, 0);
+        assert_eq!(
+            JournalView::decode(&raw).unwrap_err().field,
+            "superblock s_magic"
+        );
+        assert!(JournalView::decode(&raw[..100]).is_err());
     }
 }

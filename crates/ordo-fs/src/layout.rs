@@ -6,22 +6,11 @@
 //! offset rather than decoding and re-encoding whole structures. The values
 //! are those of `ext2_fs.h`; `docs/FORMAT.md` documents the subset.
 
-/// Little-endian readers and writers over byte slices.
-pub fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-pub fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-pub fn le64(b: &[u8], off: usize) -> u64 {
-    le32(b, off) as u64 | (le32(b, off + 4) as u64) << 32
-}
-pub fn put16(b: &mut [u8], off: usize, v: u16) {
-    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
-}
-pub fn put32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
+/// Little-endian readers and writers over byte slices, under the short
+/// names the core uses (declared once, in `ordo_format::le`).
+pub use ordo_format::le::{
+    put_u16 as put16, put_u32 as put32, u16_at as le16, u32_at as le32, u64_at as le64,
+};
 
 /// ext4's `ext4_chksum`: crc32c continued from `seed`, without the final
 /// inversion the `crc32c` crate applies.

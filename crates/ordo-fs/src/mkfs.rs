@@ -899,7 +899,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     // The primary superblock last, once everything it describes is durable.
     let mut blk0 = vec![0u8; bs as usize];
     let sb_block = u64::from(first_data_block);
-    let sb_off = if bs == 1024 { 0 } else { 1024 };
+    let sb_off = ordo_format::superblock::super_offset(bs);
     w.bytes_written += u64::from(bs);
     sb.kbytes_written = w.bytes_written.div_ceil(1024);
     blk0[sb_off..sb_off + 1024].copy_from_slice(&sb.encode_for_group(0));

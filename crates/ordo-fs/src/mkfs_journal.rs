@@ -14,13 +14,13 @@
 //! numbers when it first writes the journal at mount.
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+use ordo_format::extent::EXTENT_MAGIC;
 use ordo_format::jbd2::JournalSuperblock;
 
 use crate::error::{FsError, Result};
 
 /// Longest extent ext4 maps in one entry (initialized extents).
 const EXT_MAX_LEN: u32 = 32768;
-const EXT4_EXT_MAGIC: u16 = 0xF30A;
 /// Extents that fit in the inode's `i_block`.
 const EXTENTS_IN_INODE: usize = 4;
 
@@ -87,10 +87,10 @@ pub struct JournalInode {
 }
 
 /// `s_jnl_backup_type` to store alongside [`JournalInode::jnl_blocks`].
-pub const JNL_BACKUP_BLOCKS: u8 = crate::recovery::EXT3_JNL_BACKUP_BLOCKS;
+pub use ordo_format::superblock::JNL_BACKUP_BLOCKS;
 
 fn put_header(buf: &mut [u8], entries: u16, max: u16, depth: u16) {
-    buf[0..2].copy_from_slice(&EXT4_EXT_MAGIC.to_le_bytes());
+    buf[0..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
     buf[2..4].copy_from_slice(&entries.to_le_bytes());
     buf[4..6].copy_from_slice(&max.to_le_bytes());
     buf[6..8].copy_from_slice(&depth.to_le_bytes());
@@ -188,8 +188,10 @@ pub fn journal_inode(
 pub fn seal_leaf(leaf: &mut [u8], fs_csum_seed: u32, generation: u32) {
     let max = u16::from_le_bytes([leaf[4], leaf[5]]) as usize;
     let tail = 12 + 12 * max;
-    let c =
-        ordo_format::jbd2::jbd2_crc32c(fs_csum_seed, &crate::recovery::JOURNAL_INO.to_le_bytes());
+    let c = ordo_format::jbd2::jbd2_crc32c(
+        fs_csum_seed,
+        &ordo_format::inode::JOURNAL_INO.to_le_bytes(),
+    );
     let c = ordo_format::jbd2::jbd2_crc32c(c, &generation.to_le_bytes());
     let c = ordo_format::jbd2::jbd2_crc32c(c, &leaf[..tail]);
     leaf[tail..tail + 4].copy_from_slice(&c.to_le_bytes());

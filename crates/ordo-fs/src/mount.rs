@@ -29,10 +29,12 @@ pub(crate) fn read_superblock(dev: &dyn BlockDevice) -> Result<(u64, usize, Vec<
     if !(1024..=65536).contains(&dbs) || !dbs.is_power_of_two() {
         return Err(FsError::Invalid(format!("device block size {dbs}")));
     }
-    let (block, off) = if dbs == 1024 { (1, 0) } else { (0, 1024) };
+    use ordo_format::superblock::{super_block_nr, super_offset, SUPERBLOCK_SIZE};
+    let bs = dev.block_size();
+    let (block, off) = (super_block_nr(bs), super_offset(bs));
     let mut buf = vec![0u8; dbs];
     dev.read(block, &mut buf, BlockClass::Super)?;
-    Ok((block, off, buf[off..off + 1024].to_vec()))
+    Ok((block, off, buf[off..off + SUPERBLOCK_SIZE].to_vec()))
 }
 
 /// What a core needs to know about an image before its first block read

@@ -248,7 +248,10 @@ fn format_info(sb: &SuperblockView) -> String {
             },
         ),
         ("Filesystem UUID", sb.uuid_string()),
-        ("Filesystem magic number", "0xEF53".into()),
+        (
+            "Filesystem magic number",
+            format!("{:#06X}", ordo_format::superblock::EXT4_MAGIC),
+        ),
         ("Filesystem revision #", sb.rev_level.to_string()),
         ("Filesystem features", sb.feature_names().join(" ")),
         ("Filesystem state", sb.state_name()),

@@ -12,6 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use ordo_format::features::FeatureSet;
+use ordo_format::le::{u16_at as le16, u32_at as le32, u64_at as le64};
 use ordo_format::superblock::{off, STATE_ERROR, STATE_ORPHAN, STATE_VALID};
 
 /// Byte offset of the primary superblock.
@@ -58,15 +59,6 @@ pub struct SuperblockView {
     pub checksum: u32,
 }
 
-fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-fn le64(b: &[u8], off: usize) -> u64 {
-    u64::from(le32(b, off)) | (u64::from(le32(b, off + 4)) << 32)
-}
 fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()

@@ -6,94 +6,58 @@
 //! structure here is a view over the bytes read from disk, with exactly
 //! the fields the checks need.
 
+use ordo_format::superblock::off;
+
 use super::Disk;
 use crate::error::FsError;
 
+// The ext4 values (`ext2_fs.h`) are declared once, in `ordo-format`; fsck
+// re-exports them under its own names. Only the decoding below is fsck's.
+
 /// ext4 superblock magic.
-pub const EXT4_MAGIC: u16 = 0xEF53;
+pub use ordo_format::superblock::EXT4_MAGIC;
 
-pub const COMPAT_HAS_JOURNAL: u32 = 0x0004;
-pub const COMPAT_EXT_ATTR: u32 = 0x0008;
-pub const COMPAT_RESIZE_INODE: u32 = 0x0010;
-pub const COMPAT_DIR_INDEX: u32 = 0x0020;
-pub const COMPAT_SPARSE_SUPER2: u32 = 0x0200;
-pub const COMPAT_ORPHAN_FILE: u32 = 0x1000;
-
-pub const RO_COMPAT_SPARSE_SUPER: u32 = 0x0001;
-pub const RO_COMPAT_HUGE_FILE: u32 = 0x0008;
-pub const RO_COMPAT_GDT_CSUM: u32 = 0x0010;
-pub const RO_COMPAT_QUOTA: u32 = 0x0100;
-pub const RO_COMPAT_BIGALLOC: u32 = 0x0200;
-pub const RO_COMPAT_METADATA_CSUM: u32 = 0x0400;
-pub const RO_COMPAT_PROJECT: u32 = 0x2000;
-pub const RO_COMPAT_VERITY: u32 = 0x8000;
-
-pub const INCOMPAT_COMPRESSION: u32 = 0x0001;
-pub const INCOMPAT_FILETYPE: u32 = 0x0002;
-pub const INCOMPAT_RECOVER: u32 = 0x0004;
-pub const INCOMPAT_JOURNAL_DEV: u32 = 0x0008;
-pub const INCOMPAT_META_BG: u32 = 0x0010;
-pub const INCOMPAT_EXTENTS: u32 = 0x0040;
-pub const INCOMPAT_64BIT: u32 = 0x0080;
-pub const INCOMPAT_MMP: u32 = 0x0100;
-pub const INCOMPAT_FLEX_BG: u32 = 0x0200;
-pub const INCOMPAT_EA_INODE: u32 = 0x0400;
-pub const INCOMPAT_DIRDATA: u32 = 0x1000;
-pub const INCOMPAT_CSUM_SEED: u32 = 0x2000;
-pub const INCOMPAT_LARGEDIR: u32 = 0x4000;
-pub const INCOMPAT_INLINE_DATA: u32 = 0x8000;
-pub const INCOMPAT_ENCRYPT: u32 = 0x10000;
-pub const INCOMPAT_CASEFOLD: u32 = 0x20000;
+pub use ordo_format::features::compat::{
+    DIR_INDEX as COMPAT_DIR_INDEX, EXT_ATTR as COMPAT_EXT_ATTR, HAS_JOURNAL as COMPAT_HAS_JOURNAL,
+    ORPHAN_FILE as COMPAT_ORPHAN_FILE, RESIZE_INODE as COMPAT_RESIZE_INODE,
+    SPARSE_SUPER2 as COMPAT_SPARSE_SUPER2,
+};
+pub use ordo_format::features::incompat::{
+    CASEFOLD as INCOMPAT_CASEFOLD, COMPRESSION as INCOMPAT_COMPRESSION,
+    CSUM_SEED as INCOMPAT_CSUM_SEED, DIRDATA as INCOMPAT_DIRDATA, EA_INODE as INCOMPAT_EA_INODE,
+    ENCRYPT as INCOMPAT_ENCRYPT, EXTENTS as INCOMPAT_EXTENTS, FILETYPE as INCOMPAT_FILETYPE,
+    FLEX_BG as INCOMPAT_FLEX_BG, INCOMPAT_64BIT, INLINE_DATA as INCOMPAT_INLINE_DATA,
+    JOURNAL_DEV as INCOMPAT_JOURNAL_DEV, LARGEDIR as INCOMPAT_LARGEDIR,
+    META_BG as INCOMPAT_META_BG, MMP as INCOMPAT_MMP, RECOVER as INCOMPAT_RECOVER,
+};
+pub use ordo_format::features::ro_compat::{
+    BIGALLOC as RO_COMPAT_BIGALLOC, GDT_CSUM as RO_COMPAT_GDT_CSUM,
+    HUGE_FILE as RO_COMPAT_HUGE_FILE, METADATA_CSUM as RO_COMPAT_METADATA_CSUM,
+    PROJECT as RO_COMPAT_PROJECT, QUOTA as RO_COMPAT_QUOTA, SPARSE_SUPER as RO_COMPAT_SPARSE_SUPER,
+    VERITY as RO_COMPAT_VERITY,
+};
 
 /// Group descriptor flags.
-pub const BG_INODE_UNINIT: u16 = 0x0001;
-pub const BG_BLOCK_UNINIT: u16 = 0x0002;
+pub use ordo_format::group::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
 /// Inode flags.
-pub const INODE_INDEX_FL: u32 = 0x0000_1000;
-pub const INODE_IMMUTABLE_FL: u32 = 0x0000_0010;
-pub const INODE_APPEND_FL: u32 = 0x0000_0020;
-pub const INODE_HUGE_FILE_FL: u32 = 0x0004_0000;
-pub const INODE_EXTENTS_FL: u32 = 0x0008_0000;
-pub const INODE_EA_INODE_FL: u32 = 0x0020_0000;
-pub const INODE_INLINE_DATA_FL: u32 = 0x1000_0000;
+pub use ordo_format::inode::flags::{
+    APPEND as INODE_APPEND_FL, EA_INODE as INODE_EA_INODE_FL, EXTENTS as INODE_EXTENTS_FL,
+    HUGE_FILE as INODE_HUGE_FILE_FL, IMMUTABLE as INODE_IMMUTABLE_FL, INDEX as INODE_INDEX_FL,
+    INLINE_DATA as INODE_INLINE_DATA_FL,
+};
 
-pub const S_IFMT: u16 = 0o170000;
-pub const S_IFDIR: u16 = 0o040000;
-pub const S_IFREG: u16 = 0o100000;
-pub const S_IFLNK: u16 = 0o120000;
-pub const S_IFCHR: u16 = 0o020000;
-pub const S_IFBLK: u16 = 0o060000;
-pub const S_IFIFO: u16 = 0o010000;
-pub const S_IFSOCK: u16 = 0o140000;
+pub use ordo_format::inode::mode::{
+    S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
+};
 
-/// Little-endian readers that never panic: out-of-range reads give 0
+/// Byte-order readers that never panic: out-of-range reads give 0
 /// (callers check lengths first; this only keeps a bad offset from
-/// becoming a panic).
-pub fn le16(b: &[u8], off: usize) -> u16 {
-    match b.get(off..off + 2) {
-        Some(s) => u16::from_le_bytes([s[0], s[1]]),
-        None => 0,
-    }
-}
-pub fn le32(b: &[u8], off: usize) -> u32 {
-    match b.get(off..off + 4) {
-        Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
-        None => 0,
-    }
-}
-pub fn be32(b: &[u8], off: usize) -> u32 {
-    match b.get(off..off + 4) {
-        Some(s) => u32::from_be_bytes([s[0], s[1], s[2], s[3]]),
-        None => 0,
-    }
-}
-pub fn put_le16(b: &mut [u8], off: usize, v: u16) {
-    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
-}
-pub fn put_le32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
+/// becoming a panic), and the writers fsck repairs with.
+pub use ordo_format::le::{
+    be_u32_or_zero as be32, put_u16 as put_le16, put_u32 as put_le32, u16_or_zero as le16,
+    u32_or_zero as le32,
+};
 
 /// The kernel's `crc32c_le(seed, data)`: crc32c without the final
 /// inversion, which is what every ext4 metadata checksum chains.
@@ -153,56 +117,64 @@ pub struct Super {
 }
 
 /// Byte offsets of superblock fields that repair rewrites.
-pub const SB_FREE_BLOCKS_LO: usize = 0x0C;
-pub const SB_FREE_INODES: usize = 0x10;
-pub const SB_LAST_ORPHAN: usize = 0xE8;
-pub const SB_FREE_BLOCKS_HI: usize = 0x158;
-pub const SB_CHECKSUM: usize = 0x3FC;
+pub use ordo_format::superblock::off::{
+    CHECKSUM as SB_CHECKSUM, FREE_BLOCKS_COUNT_HI as SB_FREE_BLOCKS_HI,
+    FREE_BLOCKS_COUNT_LO as SB_FREE_BLOCKS_LO, FREE_INODES_COUNT as SB_FREE_INODES,
+    LAST_ORPHAN as SB_LAST_ORPHAN,
+};
 
 impl Super {
     /// Decode the 1024 superblock bytes. Never fails: validation is the
     /// checker's job, so that it can name each bad field.
     pub fn decode(raw: &[u8]) -> Super {
-        let incompat = le32(raw, 0x60);
+        let incompat = le32(raw, off::FEATURE_INCOMPAT);
         let is64 = incompat & INCOMPAT_64BIT != 0;
         let hi = |off: usize| if is64 { le32(raw, off) as u64 } else { 0 };
         let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&raw[0x68..0x78]);
-        let rev_level = le32(raw, 0x4C);
+        uuid.copy_from_slice(&raw[off::UUID..off::UUID + 16]);
+        let rev_level = le32(raw, off::REV_LEVEL);
         Super {
             raw: raw.to_vec(),
-            inodes_count: le32(raw, 0x0),
-            blocks_count: le32(raw, 0x4) as u64 | (hi(0x150) << 32),
+            inodes_count: le32(raw, off::INODES_COUNT),
+            blocks_count: le32(raw, off::BLOCKS_COUNT_LO) as u64 | (hi(off::BLOCKS_COUNT_HI) << 32),
             free_blocks: le32(raw, SB_FREE_BLOCKS_LO) as u64 | (hi(SB_FREE_BLOCKS_HI) << 32),
             free_inodes: le32(raw, SB_FREE_INODES),
-            first_data_block: le32(raw, 0x14),
-            log_block_size: le32(raw, 0x18),
-            blocks_per_group: le32(raw, 0x20),
-            clusters_per_group: le32(raw, 0x24),
-            inodes_per_group: le32(raw, 0x28),
-            magic: le16(raw, 0x38),
+            first_data_block: le32(raw, off::FIRST_DATA_BLOCK),
+            log_block_size: le32(raw, off::LOG_BLOCK_SIZE),
+            blocks_per_group: le32(raw, off::BLOCKS_PER_GROUP),
+            clusters_per_group: le32(raw, off::CLUSTERS_PER_GROUP),
+            inodes_per_group: le32(raw, off::INODES_PER_GROUP),
+            magic: le16(raw, off::MAGIC),
             rev_level,
-            first_ino: if rev_level == 0 { 11 } else { le32(raw, 0x54) },
-            inode_size: if rev_level == 0 { 128 } else { le16(raw, 0x58) },
-            compat: le32(raw, 0x5C),
+            first_ino: if rev_level == 0 {
+                11
+            } else {
+                le32(raw, off::FIRST_INO)
+            },
+            inode_size: if rev_level == 0 {
+                128
+            } else {
+                le16(raw, off::INODE_SIZE)
+            },
+            compat: le32(raw, off::FEATURE_COMPAT),
             incompat,
-            ro_compat: le32(raw, 0x64),
+            ro_compat: le32(raw, off::FEATURE_RO_COMPAT),
             uuid,
-            prealloc_dir_blocks: raw[0xCD],
-            reserved_gdt_blocks: le16(raw, 0xCE),
-            journal_inum: le32(raw, 0xE0),
+            prealloc_dir_blocks: raw[off::PREALLOC_DIR_BLOCKS],
+            reserved_gdt_blocks: le16(raw, off::RESERVED_GDT_BLOCKS),
+            journal_inum: le32(raw, off::JOURNAL_INUM),
             last_orphan: le32(raw, SB_LAST_ORPHAN),
-            desc_size: le16(raw, 0xFE),
-            backup_bgs: [le32(raw, 0x24C), le32(raw, 0x250)],
-            checksum_seed: le32(raw, 0x270),
+            desc_size: le16(raw, off::DESC_SIZE),
+            backup_bgs: [le32(raw, off::BACKUP_BGS), le32(raw, off::BACKUP_BGS + 4)],
+            checksum_seed: le32(raw, off::CHECKSUM_SEED),
             checksum: le32(raw, SB_CHECKSUM),
             hash_seed: [
-                le32(raw, 0xEC),
-                le32(raw, 0xF0),
-                le32(raw, 0xF4),
-                le32(raw, 0xF8),
+                le32(raw, off::HASH_SEED),
+                le32(raw, off::HASH_SEED + 4),
+                le32(raw, off::HASH_SEED + 8),
+                le32(raw, off::HASH_SEED + 12),
             ],
-            flags: le32(raw, 0x160),
+            flags: le32(raw, off::FLAGS),
         }
     }
 
@@ -310,18 +282,14 @@ pub struct GroupDesc {
 }
 
 /// Offsets inside a group descriptor.
-pub const GD_FREE_BLOCKS_LO: usize = 0x0C;
-pub const GD_FREE_INODES_LO: usize = 0x0E;
-pub const GD_USED_DIRS_LO: usize = 0x10;
-pub const GD_FLAGS: usize = 0x12;
-pub const GD_BB_CSUM_LO: usize = 0x18;
-pub const GD_IB_CSUM_LO: usize = 0x1A;
-pub const GD_CHECKSUM: usize = 0x1E;
-pub const GD_FREE_BLOCKS_HI: usize = 0x2C;
-pub const GD_FREE_INODES_HI: usize = 0x2E;
-pub const GD_USED_DIRS_HI: usize = 0x30;
-pub const GD_BB_CSUM_HI: usize = 0x38;
-pub const GD_IB_CSUM_HI: usize = 0x3A;
+pub use ordo_format::group::off::{
+    BLOCK_BITMAP_CSUM_HI as GD_BB_CSUM_HI, BLOCK_BITMAP_CSUM_LO as GD_BB_CSUM_LO,
+    CHECKSUM as GD_CHECKSUM, FLAGS as GD_FLAGS, FREE_BLOCKS_COUNT_HI as GD_FREE_BLOCKS_HI,
+    FREE_BLOCKS_COUNT_LO as GD_FREE_BLOCKS_LO, FREE_INODES_COUNT_HI as GD_FREE_INODES_HI,
+    FREE_INODES_COUNT_LO as GD_FREE_INODES_LO, INODE_BITMAP_CSUM_HI as GD_IB_CSUM_HI,
+    INODE_BITMAP_CSUM_LO as GD_IB_CSUM_LO, USED_DIRS_COUNT_HI as GD_USED_DIRS_HI,
+    USED_DIRS_COUNT_LO as GD_USED_DIRS_LO,
+};
 
 impl GroupDesc {
     pub fn decode(raw: &[u8]) -> GroupDesc {
@@ -401,22 +369,13 @@ pub fn bitmap_checksum(seed: u32, bytes: &[u8], big_desc: bool) -> u32 {
 }
 
 /// Inode field offsets.
-pub const I_MODE: usize = 0x00;
-pub const I_SIZE_LO: usize = 0x04;
-pub const I_DTIME: usize = 0x14;
-pub const I_LINKS: usize = 0x1A;
-pub const I_BLOCKS_LO: usize = 0x1C;
-pub const I_FLAGS: usize = 0x20;
-pub const I_BLOCK: usize = 0x28;
-pub const I_GENERATION: usize = 0x64;
-pub const I_FILE_ACL_LO: usize = 0x68;
-pub const I_SIZE_HI: usize = 0x6C;
-pub const I_FADDR: usize = 0x70;
-pub const I_BLOCKS_HI: usize = 0x74;
-pub const I_FILE_ACL_HI: usize = 0x76;
-pub const I_CSUM_LO: usize = 0x7C;
-pub const I_EXTRA_ISIZE: usize = 0x80;
-pub const I_CSUM_HI: usize = 0x82;
+pub use ordo_format::inode::off::{
+    BLOCK as I_BLOCK, BLOCKS_HIGH as I_BLOCKS_HI, BLOCKS_LO as I_BLOCKS_LO,
+    CHECKSUM_HI as I_CSUM_HI, CHECKSUM_LO as I_CSUM_LO, DTIME as I_DTIME,
+    EXTRA_ISIZE as I_EXTRA_ISIZE, FILE_ACL_HIGH as I_FILE_ACL_HI, FILE_ACL_LO as I_FILE_ACL_LO,
+    FLAGS as I_FLAGS, GENERATION as I_GENERATION, LINKS_COUNT as I_LINKS, MODE as I_MODE,
+    OBSO_FADDR as I_FADDR, SIZE_HIGH as I_SIZE_HI, SIZE_LO as I_SIZE_LO,
+};
 
 /// One on-disk inode.
 #[derive(Clone, Debug)]
@@ -540,7 +499,7 @@ mod tests {
     #[test]
     fn sparse_super_groups() {
         let mut raw = vec![0u8; 1024];
-        put_le32(&mut raw, 0x64, RO_COMPAT_SPARSE_SUPER);
+        put_le32(&mut raw, off::FEATURE_RO_COMPAT, RO_COMPAT_SPARSE_SUPER);
         let sb = Super::decode(&raw);
         let with: Vec<u32> = (0..30).filter(|&g| group_has_super(&sb, g)).collect();
         assert_eq!(with, vec![0, 1, 3, 5, 7, 9, 25, 27]);

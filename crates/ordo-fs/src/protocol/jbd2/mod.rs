@@ -103,7 +103,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+use ordo_format::features::incompat;
 use ordo_format::jbd2::{self, JournalFormat, JournalSuperblock};
+use ordo_format::le::u32_at;
+use ordo_format::superblock;
 
 use super::{
     AfterCrash, Capabilities, DataMode, Io, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
@@ -374,10 +377,8 @@ impl JournalProtocol {
         let fs_64bit = super_image
             .as_ref()
             .map(|img| {
-                let off = recovery::super_offset(bs) + recovery::sb_off::FEATURE_INCOMPAT;
-                u32::from_le_bytes(img[off..off + 4].try_into().expect("4"))
-                    & recovery::EXT4_INCOMPAT_64BIT
-                    != 0
+                let off = superblock::super_offset(bs) + superblock::off::FEATURE_INCOMPAT;
+                u32_at(img, off) & incompat::INCOMPAT_64BIT != 0
             })
             .unwrap_or(false);
         // The features ordo writes with, as the kernel sets them at mount:
@@ -412,10 +413,8 @@ impl JournalProtocol {
         let recover_flag_set = super_image
             .as_ref()
             .map(|img| {
-                let off = recovery::super_offset(bs) + recovery::sb_off::FEATURE_INCOMPAT;
-                u32::from_le_bytes(img[off..off + 4].try_into().expect("4"))
-                    & recovery::EXT4_INCOMPAT_RECOVER
-                    != 0
+                let off = superblock::super_offset(bs) + superblock::off::FEATURE_INCOMPAT;
+                u32_at(img, off) & incompat::RECOVER != 0
             })
             .unwrap_or(false);
         let tid = sb.sequence;

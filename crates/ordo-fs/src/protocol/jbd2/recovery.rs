@@ -46,115 +46,37 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
+use ordo_format::extent::EXTENT_MAGIC;
+use ordo_format::features::incompat;
+use ordo_format::group::off as gd_off;
+use ordo_format::inode::{flags as inode_flags, off as inode_off, I_BLOCK_SIZE};
 use ordo_format::jbd2::{self, BlockHeader, BlockType, JournalSuperblock};
+use ordo_format::le::{put_u32, u16_at, u32_at};
+use ordo_format::superblock::{
+    self, off as sb_off, JournalView, EXT4_MAGIC, JNL_BACKUP_BLOCKS, SUPERBLOCK_SIZE,
+};
 
 use crate::error::{FsError, Result};
 use crate::protocol::RecoveryReport;
 
-/// ext4 `s_feature_compat`: has a journal.
-pub(crate) const EXT4_COMPAT_HAS_JOURNAL: u32 = 0x4;
-/// ext4 `s_feature_incompat`: the journal needs recovery.
-pub(crate) const EXT4_INCOMPAT_RECOVER: u32 = 0x4;
-/// ext4 `s_feature_incompat`: 64-bit block numbers.
-pub(crate) const EXT4_INCOMPAT_64BIT: u32 = 0x80;
-/// ext4 `s_feature_ro_compat`: metadata checksums.
-pub(crate) const EXT4_RO_COMPAT_METADATA_CSUM: u32 = 0x400;
-/// The journal's inode number.
-pub const JOURNAL_INO: u32 = 8;
-
-const EXT4_SUPER_MAGIC: u16 = 0xEF53;
-const EXT4_EXTENTS_FL: u32 = 0x80000;
-const EXT4_EXT_MAGIC: u16 = 0xF30A;
-/// `s_jnl_backup_type` value: `s_jnl_blocks` holds a copy of the journal
-/// inode's `i_block` and size.
-pub(crate) const EXT3_JNL_BACKUP_BLOCKS: u8 = 1;
-
-fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-/// Offsets of the ext4 superblock fields recovery needs (the 1024-byte
-/// superblock, not the block holding it).
-pub(crate) mod sb_off {
-    pub const FIRST_DATA_BLOCK: usize = 0x14;
-    pub const LOG_BLOCK_SIZE: usize = 0x18;
-    pub const MAGIC: usize = 0x38;
-    pub const INODE_SIZE: usize = 0x58;
-    pub const FEATURE_COMPAT: usize = 0x5C;
-    pub const FEATURE_INCOMPAT: usize = 0x60;
-    pub const FEATURE_RO_COMPAT: usize = 0x64;
-    pub const JOURNAL_INUM: usize = 0xE0;
-    pub const JOURNAL_DEV: usize = 0xE4;
-    pub const JNL_BACKUP_TYPE: usize = 0xFD;
-    pub const DESC_SIZE: usize = 0xFE;
-    pub const JNL_BLOCKS: usize = 0x10C;
-    pub const CHECKSUM: usize = 0x3FC;
-}
-
-/// The block holding the primary ext4 superblock (byte offset 1024).
-pub(crate) fn super_block_nr(block_size: u32) -> u64 {
-    1024 / block_size as u64
-}
-
-/// Byte offset of the superblock within [`super_block_nr`].
-pub(crate) fn super_offset(block_size: u32) -> usize {
-    (1024 % block_size) as usize
-}
-
-/// Recompute `s_checksum` of a 1024-byte ext4 superblock when it has
-/// `metadata_csum`.
-pub(crate) fn reseal_ext4_super(sb: &mut [u8]) {
-    if le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM != 0 {
-        let c = jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]);
-        sb[sb_off::CHECKSUM..sb_off::CHECKSUM + 4].copy_from_slice(&c.to_le_bytes());
-    }
-}
-
-/// Set or clear `needs_recovery` in a block image holding the primary
-/// superblock, resealing it. Returns whether anything changed.
-pub(crate) fn set_recover_flag(block_image: &mut [u8], block_size: u32, on: bool) -> bool {
-    let off = super_offset(block_size);
-    let sb = &mut block_image[off..off + 1024];
-    let old = le32(sb, sb_off::FEATURE_INCOMPAT);
-    let new = if on {
-        old | EXT4_INCOMPAT_RECOVER
-    } else {
-        old & !EXT4_INCOMPAT_RECOVER
-    };
-    if new == old {
-        return false;
-    }
-    sb[sb_off::FEATURE_INCOMPAT..sb_off::FEATURE_INCOMPAT + 4].copy_from_slice(&new.to_le_bytes());
-    reseal_ext4_super(sb);
-    true
-}
+// The ext4 fields, flags and superblock helpers recovery uses are declared
+// once, in `ordo-format`; the names below are the ones the rest of the
+// core (and the fast-commit replay) reaches them by.
+pub use ordo_format::inode::JOURNAL_INO;
+pub(crate) use ordo_format::superblock::{
+    set_needs_recovery as set_recover_flag, super_block_nr, super_offset,
+};
 
 /// Whether the superblock in `block_image` fails its checksum only because
 /// a write that flipped `needs_recovery` was torn between its two sectors
-/// (the flag is in the first, the checksum in the second). The journal
-/// protocol writes the superblock outside the log only to flip that flag
-/// (at the first commit of a mount and at unmount), so this is the one
-/// tear those writes can leave; any other mismatch is real corruption and
-/// is left for the mount to report.
+/// (see [`superblock::torn_needs_recovery_flip`]). The journal protocol
+/// writes the superblock outside the log only to flip that flag (at the
+/// first commit of a mount and at unmount), so this is the one tear those
+/// writes can leave; any other mismatch is real corruption and is left for
+/// the mount to report.
 fn torn_recover_flip(block_image: &[u8], block_size: u32) -> bool {
-    let off = super_offset(block_size);
-    let sb = &block_image[off..off + 1024];
-    if le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM == 0 {
-        return false;
-    }
-    let stored = le32(sb, sb_off::CHECKSUM);
-    if jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]) == stored {
-        return false;
-    }
-    let mut flipped = sb.to_vec();
-    let inc = le32(&flipped, sb_off::FEATURE_INCOMPAT) ^ EXT4_INCOMPAT_RECOVER;
-    flipped[sb_off::FEATURE_INCOMPAT..sb_off::FEATURE_INCOMPAT + 4]
-        .copy_from_slice(&inc.to_le_bytes());
-    jbd2::jbd2_crc32c(!0, &flipped[..sb_off::CHECKSUM]) == stored
+    let at = super_offset(block_size);
+    superblock::torn_needs_recovery_flip(&block_image[at..at + SUPERBLOCK_SIZE])
 }
 
 /// Repair a primary superblock whose checksum fails because a crash tore
@@ -179,7 +101,7 @@ pub fn repair_torn_super(dev: &dyn BlockDevice) -> Result<bool> {
     let off = super_offset(bs);
     let mut image = vec![0u8; bs as usize];
     dev.read(blk, &mut image, BlockClass::Super)?;
-    if !super_csum_fails(&image[off..off + 1024]) {
+    if !superblock::checksum_fails(&image[off..off + SUPERBLOCK_SIZE]) {
         return Ok(false);
     }
     // The journal's location comes from fields the checksum does not make
@@ -203,20 +125,14 @@ pub fn repair_torn_super(dev: &dyn BlockDevice) -> Result<bool> {
     if copy.escaped {
         jbd2::unescape(&mut logged);
     }
-    if le16(&logged[off..], sb_off::MAGIC) != EXT4_SUPER_MAGIC
-        || super_csum_fails(&logged[off..off + 1024])
+    if u16_at(&logged[off..], sb_off::MAGIC) != EXT4_MAGIC
+        || superblock::checksum_fails(&logged[off..off + SUPERBLOCK_SIZE])
     {
         return Ok(false);
     }
     dev.write(blk, &logged, WriteFlags::new(BlockClass::Super))?;
     dev.flush()?;
     Ok(true)
-}
-
-/// Whether a 1024-byte superblock with `metadata_csum` fails its checksum.
-fn super_csum_fails(sb: &[u8]) -> bool {
-    le32(sb, sb_off::FEATURE_RO_COMPAT) & EXT4_RO_COMPAT_METADATA_CSUM != 0
-        && jbd2::jbd2_crc32c(!0, &sb[..sb_off::CHECKSUM]) != le32(sb, sb_off::CHECKSUM)
 }
 
 /// Repair a primary superblock torn by a `needs_recovery` flip (see
@@ -229,83 +145,36 @@ pub fn repair_torn_recover_flag(dev: &dyn BlockDevice) -> Result<bool> {
     let mut image = vec![0u8; bs as usize];
     dev.read(blk, &mut image, BlockClass::Super)?;
     let off = super_offset(bs);
-    if le16(&image[off..], sb_off::MAGIC) != EXT4_SUPER_MAGIC || !torn_recover_flip(&image, bs) {
+    if u16_at(&image[off..], sb_off::MAGIC) != EXT4_MAGIC || !torn_recover_flip(&image, bs) {
         return Ok(false);
     }
-    let inc = le32(&image[off..], sb_off::FEATURE_INCOMPAT) ^ EXT4_INCOMPAT_RECOVER;
-    image[off + sb_off::FEATURE_INCOMPAT..off + sb_off::FEATURE_INCOMPAT + 4]
-        .copy_from_slice(&inc.to_le_bytes());
+    let inc = u32_at(&image[off..], sb_off::FEATURE_INCOMPAT) ^ incompat::RECOVER;
+    put_u32(&mut image[off..], sb_off::FEATURE_INCOMPAT, inc);
     dev.write(blk, &image, WriteFlags::new(BlockClass::Super))?;
     dev.flush()?;
     Ok(true)
 }
 
-/// The ext4 superblock fields recovery uses.
-#[derive(Clone, Debug)]
-pub(crate) struct Ext4Super {
-    pub block_size: u32,
-    pub first_data_block: u32,
-    pub inode_size: u16,
-    pub compat: u32,
-    pub incompat: u32,
-    pub journal_inum: u32,
-    pub journal_dev: u32,
-    pub jnl_backup_type: u8,
-    pub desc_size: u16,
-    /// `s_jnl_blocks`: 15 words of `i_block`, then `i_size_high`, `i_size`.
-    pub jnl_blocks: [u32; 17],
-}
-
-impl Ext4Super {
-    /// Read and parse the primary superblock of `dev`.
-    pub(crate) fn read(dev: &dyn BlockDevice) -> Result<(Ext4Super, Vec<u8>)> {
-        let bs = dev.block_size();
-        let blk = super_block_nr(bs);
-        let mut buf = vec![0u8; bs as usize];
-        dev.read(blk, &mut buf, BlockClass::Super)?;
-        let off = super_offset(bs);
-        let s = &buf[off..off + 1024];
-        if le16(s, sb_off::MAGIC) != EXT4_SUPER_MAGIC {
-            return Err(FsError::corrupt(
-                blk,
-                "superblock s_magic",
-                format!("{:#06x}, expected 0xef53", le16(s, sb_off::MAGIC)),
-            ));
-        }
-        let log = le32(s, sb_off::LOG_BLOCK_SIZE);
-        if log > 6 || 1024u32 << log != bs {
-            return Err(FsError::corrupt(
-                blk,
-                "superblock s_log_block_size",
-                format!("{log} does not match the device block size {bs}"),
-            ));
-        }
-        let mut jnl_blocks = [0u32; 17];
-        for (i, w) in jnl_blocks.iter_mut().enumerate() {
-            *w = le32(s, sb_off::JNL_BLOCKS + 4 * i);
-        }
-        let sup = Ext4Super {
-            block_size: bs,
-            first_data_block: le32(s, sb_off::FIRST_DATA_BLOCK),
-            inode_size: le16(s, sb_off::INODE_SIZE),
-            compat: le32(s, sb_off::FEATURE_COMPAT),
-            incompat: le32(s, sb_off::FEATURE_INCOMPAT),
-            journal_inum: le32(s, sb_off::JOURNAL_INUM),
-            journal_dev: le32(s, sb_off::JOURNAL_DEV),
-            jnl_backup_type: s[sb_off::JNL_BACKUP_TYPE],
-            desc_size: le16(s, sb_off::DESC_SIZE),
-            jnl_blocks,
-        };
-        Ok((sup, buf))
+/// Read the primary superblock of `dev` and decode the fields recovery
+/// uses (ordo-format's lenient [`JournalView`]), checking its block size
+/// against the device's so that every later offset is in range.
+pub(crate) fn read_super(dev: &dyn BlockDevice) -> Result<(JournalView, Vec<u8>)> {
+    let bs = dev.block_size();
+    let blk = super_block_nr(bs);
+    let mut buf = vec![0u8; bs as usize];
+    dev.read(blk, &mut buf, BlockClass::Super)?;
+    let off = super_offset(bs);
+    let sup = JournalView::decode(&buf[off..off + SUPERBLOCK_SIZE])
+        .map_err(|e| FsError::from(e.at(blk)))?;
+    let log = sup.log_block_size;
+    if log > 6 || 1024u32 << log != bs {
+        return Err(FsError::corrupt(
+            blk,
+            "superblock s_log_block_size",
+            format!("{log} does not match the device block size {bs}"),
+        ));
     }
-
-    pub(crate) fn has_journal(&self) -> bool {
-        self.compat & EXT4_COMPAT_HAS_JOURNAL != 0
-    }
-
-    pub(crate) fn needs_recovery(&self) -> bool {
-        self.incompat & EXT4_INCOMPAT_RECOVER != 0
-    }
+    Ok((sup, buf))
 }
 
 /// The journal inode's blocks as (logical, physical, length) runs, read
@@ -331,15 +200,15 @@ fn parse_extent_node(
     depth_budget: u32,
     runs: &mut Vec<(u32, u64, u32)>,
 ) -> Result<()> {
-    if le16(node, 0) != EXT4_EXT_MAGIC {
+    if u16_at(node, 0) != EXTENT_MAGIC {
         return Err(FsError::corrupt(
             at_block,
             what,
-            format!("extent header magic {:#06x}", le16(node, 0)),
+            format!("extent header magic {:#06x}", u16_at(node, 0)),
         ));
     }
-    let entries = le16(node, 2) as usize;
-    let depth = le16(node, 6) as u32;
+    let entries = u16_at(node, 2) as usize;
+    let depth = u16_at(node, 6) as u32;
     if 12 + entries * 12 > node.len() || depth > depth_budget {
         return Err(FsError::corrupt(
             at_block,
@@ -350,19 +219,19 @@ fn parse_extent_node(
     for i in 0..entries {
         let e = &node[12 + 12 * i..24 + 12 * i];
         if depth == 0 {
-            let lblk = le32(e, 0);
-            let mut len = le16(e, 4) as u32;
+            let lblk = u32_at(e, 0);
+            let mut len = u16_at(e, 4) as u32;
             if len > 32768 {
                 // An unwritten extent: the journal never has one, but read
                 // it the way ext4 does.
                 len -= 32768;
             }
-            let pblk = ((le16(e, 6) as u64) << 32) | le32(e, 8) as u64;
+            let pblk = ((u16_at(e, 6) as u64) << 32) | u32_at(e, 8) as u64;
             if len > 0 {
                 runs.push((lblk, pblk, len));
             }
         } else {
-            let leaf = ((le16(e, 8) as u64) << 32) | le32(e, 4) as u64;
+            let leaf = ((u16_at(e, 8) as u64) << 32) | u32_at(e, 4) as u64;
             if leaf >= dev.block_count() {
                 return Err(FsError::corrupt(
                     at_block,
@@ -382,11 +251,11 @@ fn parse_extent_node(
 /// (or, when its extent root is unreadable, from the `s_jnl_blocks`
 /// backup). `Ok(None)` when the image has no internal journal.
 pub fn locate_journal(dev: &dyn BlockDevice) -> Result<Option<Vec<(u32, u64, u32)>>> {
-    let (sup, _) = Ext4Super::read(dev)?;
+    let (sup, _) = read_super(dev)?;
     locate_with(dev, &sup)
 }
 
-fn locate_with(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Option<Vec<(u32, u64, u32)>>> {
+fn locate_with(dev: &dyn BlockDevice, sup: &JournalView) -> Result<Option<Vec<(u32, u64, u32)>>> {
     if !sup.has_journal() {
         return Ok(None);
     }
@@ -396,11 +265,11 @@ fn locate_with(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Option<Vec<(u32
         }
         return Ok(None);
     }
-    let sb_blk = super_block_nr(sup.block_size);
+    let sb_blk = super_block_nr(dev.block_size());
     match runs_from_inode(dev, sup) {
         Ok(runs) if !runs.is_empty() => Ok(Some(runs)),
         first_err => {
-            if sup.jnl_backup_type == EXT3_JNL_BACKUP_BLOCKS {
+            if sup.jnl_backup_type == JNL_BACKUP_BLOCKS {
                 let mut i_block = [0u8; 60];
                 for i in 0..15 {
                     i_block[4 * i..4 * i + 4].copy_from_slice(&sup.jnl_blocks[i].to_le_bytes());
@@ -425,14 +294,14 @@ fn locate_with(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Option<Vec<(u32
 /// The inode-table block holding the journal inode, and the inode's byte
 /// offset in it. The journal inode is in group 0 (it is below
 /// `s_first_ino`): the first descriptor names the table.
-fn journal_inode_loc(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<(u64, u64)> {
-    let bs = sup.block_size as u64;
+fn journal_inode_loc(dev: &dyn BlockDevice, sup: &JournalView) -> Result<(u64, u64)> {
+    let bs = dev.block_size() as u64;
     let gdt_block = sup.first_data_block as u64 + 1;
     let mut gd = vec![0u8; bs as usize];
     dev.read(gdt_block, &mut gd, BlockClass::GroupMeta)?;
-    let mut itable = le32(&gd, 8) as u64;
-    if sup.incompat & EXT4_INCOMPAT_64BIT != 0 && sup.desc_size >= 64 {
-        itable |= (le32(&gd, 0x28) as u64) << 32;
+    let mut itable = u32_at(&gd, gd_off::INODE_TABLE_LO) as u64;
+    if sup.has_64bit() && sup.desc_size >= 64 {
+        itable |= (u32_at(&gd, gd_off::INODE_TABLE_HI) as u64) << 32;
     }
     let isize = if sup.inode_size == 0 {
         128
@@ -464,11 +333,11 @@ fn journal_inode_loc(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<(u64, u64
 /// that logged one of these blocks is only replayed right by e2fsck once
 /// the committed copy is also home; see `protocol::jbd2`.
 pub(crate) fn e2fsck_pre_replay_blocks(dev: &dyn BlockDevice) -> Result<Vec<u64>> {
-    let (sup, buf) = Ext4Super::read(dev)?;
-    let bs = sup.block_size;
+    let (sup, buf) = read_super(dev)?;
+    let bs = dev.block_size();
     let off = super_offset(bs);
     let mut out = vec![super_block_nr(bs)];
-    if let Ok(s) = ordo_format::Superblock::decode_unverified(&buf[off..off + 1024]) {
+    if let Ok(s) = ordo_format::Superblock::decode_unverified(&buf[off..off + SUPERBLOCK_SIZE]) {
         let first = s.gdt_first_block(0);
         out.extend(first..first + s.gdt_blocks());
     }
@@ -480,19 +349,24 @@ pub(crate) fn e2fsck_pre_replay_blocks(dev: &dyn BlockDevice) -> Result<Vec<u64>
     Ok(out)
 }
 
-fn runs_from_inode(dev: &dyn BlockDevice, sup: &Ext4Super) -> Result<Vec<(u32, u64, u32)>> {
-    let bs = sup.block_size as u64;
+fn runs_from_inode(dev: &dyn BlockDevice, sup: &JournalView) -> Result<Vec<(u32, u64, u32)>> {
+    let bs = dev.block_size() as u64;
     let (blk, byte) = journal_inode_loc(dev, sup)?;
     let mut buf = vec![0u8; bs as usize];
     dev.read(blk, &mut buf, BlockClass::InodeTable)?;
     let off = byte as usize;
     let inode = &buf[off..off + 128];
-    if le32(inode, 0x20) & EXT4_EXTENTS_FL == 0 {
+    if u32_at(inode, inode_off::FLAGS) & inode_flags::EXTENTS == 0 {
         return Err(FsError::Unsupported(
             "journal inode mapped by indirect blocks".into(),
         ));
     }
-    runs_from_extent_root(dev, &inode[0x28..0x28 + 60], "journal inode i_block", blk)
+    runs_from_extent_root(
+        dev,
+        &inode[inode_off::BLOCK..inode_off::BLOCK + I_BLOCK_SIZE],
+        "journal inode i_block",
+        blk,
+    )
 }
 
 /// The journal's logical-to-physical map.
@@ -845,7 +719,7 @@ pub(crate) fn recover_full(
     runs: Option<&[(u32, u64, u32)]>,
 ) -> Result<(RecoveryReport, Option<(JournalSuperblock, JournalMap)>)> {
     let mut report = RecoveryReport::default();
-    let (sup, _) = Ext4Super::read(dev)?;
+    let (sup, _) = read_super(dev)?;
     let runs = match runs {
         Some(r) if !r.is_empty() => r.to_vec(),
         _ => match locate_with(dev, &sup)? {
@@ -912,7 +786,7 @@ pub(crate) fn recover_full(
         report.blocks_written += 1;
     }
     // Re-read: the replay may have rewritten the superblock block itself.
-    let (sup_now, mut image) = Ext4Super::read(dev)?;
+    let (sup_now, mut image) = read_super(dev)?;
     let torn_flag = torn_recover_flip(&image, dev.block_size());
     if torn_flag {
         report.lines.push(
@@ -924,7 +798,7 @@ pub(crate) fn recover_full(
         set_recover_flag(&mut image, dev.block_size(), false);
         if torn_flag {
             let off = super_offset(dev.block_size());
-            reseal_ext4_super(&mut image[off..off + 1024]);
+            superblock::reseal(&mut image[off..off + SUPERBLOCK_SIZE]);
         }
         dev.write(
             super_block_nr(dev.block_size()),
@@ -1050,7 +924,7 @@ fn feature_names(sb: &JournalSuperblock) -> Vec<&'static str> {
 /// The journal state of the image on `dev`, read-only. `Ok(None)` when the
 /// image has no journal.
 pub fn journal_state(dev: &dyn BlockDevice) -> Result<Option<JournalState>> {
-    let (sup, _) = Ext4Super::read(dev)?;
+    let (sup, _) = read_super(dev)?;
     let Some(runs) = locate_with(dev, &sup)? else {
         return Ok(None);
     };
@@ -1152,10 +1026,10 @@ mod tests {
     fn recover_flag_flip_reseals_and_tears_are_recognized() {
         let mut block = vec![0u8; 4096];
         let sb = &mut block[1024..2048];
-        sb[sb_off::MAGIC..sb_off::MAGIC + 2].copy_from_slice(&EXT4_SUPER_MAGIC.to_le_bytes());
+        sb[sb_off::MAGIC..sb_off::MAGIC + 2].copy_from_slice(&EXT4_MAGIC.to_le_bytes());
         sb[sb_off::FEATURE_RO_COMPAT..sb_off::FEATURE_RO_COMPAT + 4]
-            .copy_from_slice(&EXT4_RO_COMPAT_METADATA_CSUM.to_le_bytes());
-        reseal_ext4_super(sb);
+            .copy_from_slice(&ordo_format::features::ro_compat::METADATA_CSUM.to_le_bytes());
+        superblock::reseal(sb);
         let old = block.clone();
         assert!(set_recover_flag(&mut block, 1024 * 4, true));
         assert!(!set_recover_flag(&mut block, 4096, true), "already set");
