@@ -146,6 +146,10 @@ pub(crate) struct Checker<'a> {
     /// Stale second names of directories moved by an interrupted rename,
     /// for the benign repair to remove.
     pub(crate) stale_names: Vec<DirName>,
+    /// Blocks of unindexed directories still shaped as htree root or node
+    /// blocks, for the benign repair to rewrite as linear blocks: (dir,
+    /// logical block, physical block).
+    pub(crate) leftover_dx: Vec<(u32, u64, u64)>,
     /// In-use inodes to release in the benign repair (no entry names them).
     pub(crate) leaked: Vec<u32>,
     /// Inodes whose i_blocks is higher than their blocks add up to, with
@@ -292,6 +296,7 @@ impl<'a> Checker<'a> {
             nonempty_dirs: HashSet::new(),
             dir_names: HashMap::new(),
             stale_names: Vec::new(),
+            leftover_dx: Vec::new(),
             leaked: Vec::new(),
             high_iblocks: Vec::new(),
             stale_index_keys: Vec::new(),
@@ -348,6 +353,7 @@ impl<'a> Checker<'a> {
             nonempty_dirs: HashSet::new(),
             dir_names: HashMap::new(),
             stale_names: Vec::new(),
+            leftover_dx: Vec::new(),
             leaked: Vec::new(),
             high_iblocks: Vec::new(),
             stale_index_keys: Vec::new(),

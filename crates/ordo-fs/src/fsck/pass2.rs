@@ -11,7 +11,13 @@
 //! one of them in the directory its ".." names, which a crash inside a
 //! rename of a directory leaves under rule 3: the other name is recorded
 //! as stale, the benign repair removes it, and links are counted without
-//! it. Everything else found here is unsafe.
+//! it. And, under `metadata_csum`, a block of a directory whose index flag
+//! is clear that still has the shape of an htree root or node: ordo drops
+//! a directory's index on its first change, the flag before the blocks
+//! (`dir_unindex`), and a crash in between leaves those blocks, which
+//! hold no names (a root's "." and ".." aside). The repair rewrites them
+//! as the linear blocks the core would have written. Everything else found
+//! here is unsafe.
 
 use std::collections::{HashMap, HashSet};
 
@@ -148,13 +154,27 @@ impl<'a> Checker<'a> {
                 continue; // checked by check_htree
             }
             let data = self.disk.read_block(pblk, BlockClass::Directory)?;
-            let is_root_block = lblk == 0 && dx_root;
+            let leftover = !htree && self.sb.metadata_csum() && is_leftover_dx(&data, lblk);
+            if leftover {
+                problem!(
+                    self,
+                    Benign,
+                    Directory,
+                    Some(dir),
+                    Some(pblk),
+                    "directory inode {dir} block {pblk} (logical {lblk}) is an htree {} left by \
+                     dropping the directory's index (no names in it)",
+                    if lblk == 0 { "root" } else { "node" }
+                );
+                self.leftover_dx.push((dir, lblk, pblk));
+            }
+            let is_root_block = lblk == 0 && (dx_root || leftover);
             let end = if self.sb.metadata_csum() && !is_root_block {
                 bs - 12
             } else {
                 bs
             };
-            if self.sb.metadata_csum() && !is_root_block {
+            if self.sb.metadata_csum() && !is_root_block && !leftover {
                 let t = &data[bs - 12..];
                 let tail_ok = le32(t, 0) == 0 && le16(t, 4) == 12 && t[6] == 0 && t[7] == 0xDE;
                 if !tail_ok {
@@ -597,6 +617,40 @@ impl<'a> Checker<'a> {
         }
         Ok(true)
     }
+}
+
+/// Whether a directory block with no checksum tail has the exact shape of
+/// an htree root (logical block 0: "." of 12 bytes, ".." to the block's
+/// end, a valid `dx_root_info`) or node (logical block > 0: one empty
+/// entry over the whole block and a plausible count/limit): what an
+/// interrupted drop of the index leaves. A linear block under
+/// `metadata_csum` never has that shape, since its records end before its
+/// tail.
+pub(super) fn is_leftover_dx(data: &[u8], lblk: u64) -> bool {
+    let bs = data.len();
+    if bs < 64 {
+        return false;
+    }
+    let (countlimit, limit_max) = if lblk == 0 {
+        let dot = le32(data, 0) != 0 && le16(data, 4) == 12 && data[6] == 1 && &data[8..9] == b".";
+        let dotdot_len = le16(data, 16) as usize;
+        let dotdot = dotdot_len + 12 == bs && data[18] == 2 && &data[20..22] == b"..";
+        // dx_root_info: reserved_zero, hash_version, info_length 8,
+        // indirect_levels, unused_flags.
+        let info = le32(data, 24) == 0 && data[28] <= 5 && data[29] == 8 && data[30] <= 3;
+        if !(dot && dotdot && info) {
+            return false;
+        }
+        (32, (bs - 32) / 8)
+    } else {
+        if le32(data, 0) != 0 || le16(data, 4) as usize != bs.min(65535) || data[6] != 0 {
+            return false;
+        }
+        (8, (bs - 8) / 8)
+    };
+    let limit = le16(data, countlimit) as usize;
+    let count = le16(data, countlimit + 2) as usize;
+    limit > 0 && limit <= limit_max && count >= 1 && count <= limit
 }
 
 fn dirent_type(mode: u16) -> u8 {

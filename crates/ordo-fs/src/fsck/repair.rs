@@ -125,6 +125,31 @@ pub(crate) fn repair(
         ));
     }
 
+    // Leftover htree blocks of unindexed directories rewritten linear: a
+    // root keeps "." and "..", whose record now ends at the tail; a node
+    // becomes an empty block. Both get their checksum tail.
+    for (dir, lblk, pblk) in c.leftover_dx.clone() {
+        let mut block = disk.read_block(pblk, BlockClass::Directory)?;
+        if lblk == 0 {
+            put_le16(&mut block, 16, (bs - 12 - 12) as u16);
+            block[24..bs - 12].fill(0);
+        } else {
+            block.fill(0);
+            put_le16(&mut block, 4, (bs - 12) as u16);
+        }
+        block[bs - 12..].fill(0);
+        put_le16(&mut block, bs - 12 + 4, 12);
+        block[bs - 12 + 7] = 0xDE;
+        let generation = c.inodes.get(&dir).map_or(0, |i| i.generation);
+        let dseed = Inode::csum_seed(c.geo.csum_seed, dir, generation);
+        let sum = crc32c_raw(dseed, &block[..bs - 12]);
+        put_le32(&mut block, bs - 4, sum);
+        disk.write_block(pblk, &block, BlockClass::Directory)?;
+        done.push(format!(
+            "rewrote directory {dir} block {pblk} (logical {lblk}), an htree block left by dropping the index, as a linear block"
+        ));
+    }
+
     // Inodes: leaked ones released, orphans settled, link counts lowered,
     // deleted inodes given a dtime.
     let wanted_links = c.wanted_links();
