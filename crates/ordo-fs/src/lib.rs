@@ -13,6 +13,7 @@ pub mod cache;
 pub mod clock;
 mod dir;
 pub mod error;
+mod exec;
 pub mod extent;
 mod file;
 pub mod fs;
@@ -31,7 +32,8 @@ pub mod types;
 pub mod update;
 
 pub use error::{FsError, Result};
-pub use fs::{recover_image, recover_image_with, recovered_view, recovered_view_with, Fs};
+pub use fs::Fs;
+pub use mount::{recover_image, recover_image_with, recovered_view, recovered_view_with};
 /// Fast-commit replay, as `protocol::fast_commit::replay`.
 pub use protocol::fast_commit::replay as fc_replay;
 /// JBD2 recovery (scan, replay), as `protocol::jbd2::recovery`.

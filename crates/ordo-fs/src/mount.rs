@@ -1,5 +1,7 @@
-//! Building a [`Core`] over a device: the superblock, the verified group
-//! descriptors and the checksum context, then the core itself.
+//! Mounting: the protocol's recovery, a [`Core`] built over the device
+//! (the superblock, the verified group descriptors and the checksum
+//! context, then the core itself), the orphan list, the background
+//! write-back thread; and unmounting.
 //!
 //! Why apart from [`crate::fs::Fs::mount`]: mount is not the only place
 //! that needs ext4's core over an image. Fast-commit replay applies its
@@ -10,7 +12,9 @@
 //! orphan checks against its options, recovery, the protocol, the root
 //! check, the superblock's mount fields).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use ordo_dev::{BlockClass, BlockDevice};
 use ordo_format::group::{group_desc_checksum, GroupDesc};
@@ -18,9 +22,16 @@ use ordo_format::superblock::GroupCsum;
 use ordo_format::Superblock;
 
 use crate::cache::BufferCache;
+use crate::clock::Clock;
 use crate::error::{FsError, Result};
-use crate::protocol::Protocol;
+use crate::exec::{GroupCommit, Sequencer, Shared};
+use crate::fs::Fs;
+use crate::layout::{feat, sb};
+use crate::protocol::{self, Protocol, ProtocolEnv, WriteBackReason};
 use crate::state::{Core, GroupLoc, SealCtx};
+use crate::stream::Streams;
+use crate::types::*;
+use crate::update::OpKind;
 
 /// Read the primary superblock's 1024 bytes: (block, byte offset in the
 /// block, raw bytes).
@@ -196,5 +207,345 @@ impl Core {
             opts.clock,
             opts.seed,
         )
+    }
+}
+
+fn check_features(s: &Superblock, opts: &MountOptions) -> Result<()> {
+    let inc = s.features.incompat;
+    let unknown = inc & !feat::INCOMPAT_SUPPORTED;
+    if unknown != 0 {
+        let names: Vec<String> = (0..32)
+            .map(|b| 1u32 << b)
+            .filter(|b| unknown & b != 0)
+            .map(|b| format!("{} ({b:#x})", feat::incompat_name(b)))
+            .collect();
+        return Err(FsError::Unsupported(format!(
+            "incompatible feature(s) {}",
+            names.join(", ")
+        )));
+    }
+    if inc & feat::INCOMPAT_EXTENTS == 0 {
+        return Err(FsError::Unsupported(
+            "images without the extent feature (ext2/ext3 block maps)".into(),
+        ));
+    }
+    if inc & feat::INCOMPAT_RECOVER != 0 && !opts.mode.caps().log_replay {
+        return Err(FsError::Unsupported(
+            "needs_recovery: the journal needs recovery (replay it with e2fsck or mount with mode=journal)".into(),
+        ));
+    }
+    // A protocol's on-disk structures (a journal, a fast-commit area) are
+    // fixed at mkfs: making them at mount would change what e2fsck and the
+    // kernel read. Refuse, as the kernel ignores a mount option whose
+    // feature the image lacks. (A missing journal is reported by its
+    // recovery, which names the journal.)
+    let need = opts.mode.required_features();
+    let missing_compat =
+        need.compat & !s.features.compat & !ordo_format::features::compat::HAS_JOURNAL;
+    if missing_compat != 0 {
+        let names: Vec<&str> = ordo_format::features::ALL_FEATURES
+            .iter()
+            .filter(|f| {
+                f.kind == ordo_format::features::FeatureKind::Compat && missing_compat & f.bit != 0
+            })
+            .map(|f| f.name)
+            .collect();
+        return Err(FsError::Unsupported(format!(
+            "mode={} needs an image made with -O {}",
+            opts.mode.name(),
+            names.join(",")
+        )));
+    }
+    if !opts.read_only {
+        let ro = s.features.ro_compat;
+        let unknown = ro & !(feat::RO_COMPAT_SUPPORTED | feat::RO_COMPAT_GDT_CSUM);
+        if unknown != 0 {
+            let names: Vec<String> = (0..32)
+                .map(|b| 1u32 << b)
+                .filter(|b| unknown & b != 0)
+                .map(|b| format!("{} ({b:#x})", feat::ro_compat_name(b)))
+                .collect();
+            return Err(FsError::Unsupported(format!(
+                "read-only-compatible feature(s) {} (mount read-only)",
+                names.join(", ")
+            )));
+        }
+        if s.log_cluster_size != s.log_block_size {
+            return Err(FsError::Unsupported("bigalloc clusters".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Replay, on `dev` itself, the journal (and the fast commits) of an image
+/// whose `needs_recovery` flag is set, with the recovery of the protocol
+/// that wrote it (`fast_commit` when the image has the feature, JBD2
+/// otherwise): what `e2fsck -y` and a read-write mount do first. Returns
+/// `None` when the image needs no recovery.
+pub fn recover_image(dev: &dyn BlockDevice) -> Result<Option<protocol::RecoveryReport>> {
+    recover_image_with(dev, crate::clock::system())
+}
+
+/// [`recover_image`] reading the time (the `dtime` a replay stamps) from
+/// `clock`.
+pub fn recover_image_with(
+    dev: &dyn BlockDevice,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<protocol::RecoveryReport>> {
+    let (sb_block, _, raw) = read_superblock(dev)?;
+    let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
+    if s.features.incompat & feat::INCOMPAT_RECOVER == 0 {
+        // A needs_recovery flip torn by a crash reads as a bad checksum
+        // above; the flag is clear here, so nothing was torn.
+        return Ok(None);
+    }
+    if s.block_size() != dev.block_size() {
+        return Err(FsError::Invalid(format!(
+            "the image has {}-byte blocks but the device was opened with {}-byte blocks",
+            s.block_size(),
+            dev.block_size()
+        )));
+    }
+    // Whatever the image's log is, the registry's log-replaying protocol
+    // with the most of the image's features recovers it.
+    let any_log = protocol::ProtocolKind::all()
+        .find(|k| k.caps().log_replay)
+        .expect("a log-replaying protocol is registered");
+    let kind = any_log.recovery_for(&s);
+    let env = recovery_env(&s, 0, protocol::DataMode::Ordered, clock);
+    protocol::recover(kind, dev, &env).map(Some)
+}
+
+/// What recovery is told of the image (and of the mount, for the
+/// protocol built from what it recovered).
+fn recovery_env(
+    s: &Superblock,
+    commit_interval_ms: u64,
+    data_mode: protocol::DataMode,
+    clock: Arc<dyn Clock>,
+) -> ProtocolEnv {
+    ProtocolEnv {
+        block_size: s.block_size(),
+        block_count: s.blocks_count,
+        uuid: s.uuid,
+        journal_runs: Vec::new(),
+        commit_interval_ms,
+        data_mode,
+        metadata_csum: s.has_metadata_csum(),
+        clock,
+    }
+}
+
+/// What a read-only mount (or `ordo fsck -n`) reads: the device itself,
+/// or, when its journal needs recovery, a copy-on-write view of it with
+/// the journal (and any fast commits) replayed in memory, and the report
+/// of that replay. The kernel either writes to a device mounted read-only
+/// to recover it or, with `noload`, serves metadata the log would have
+/// replaced; ordo serves the recovered file system and leaves the image
+/// untouched (a later read-write mount recovers it).
+pub fn recovered_view(
+    dev: Arc<dyn BlockDevice>,
+) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
+    recovered_view_with(dev, crate::clock::system())
+}
+
+/// [`recovered_view`] reading the time from `clock`.
+pub fn recovered_view_with(
+    dev: Arc<dyn BlockDevice>,
+    clock: Arc<dyn Clock>,
+) -> Result<(Arc<dyn BlockDevice>, Option<protocol::RecoveryReport>)> {
+    let view: Arc<dyn BlockDevice> = Arc::new(ordo_dev::OverlayDevice::new(dev.clone()));
+    let repaired = crate::recovery::repair_torn_super(view.as_ref())?;
+    match recover_image_with(view.as_ref(), clock)? {
+        Some(report) => Ok((view, Some(report))),
+        None if repaired => Ok((view, None)),
+        None => Ok((dev, None)),
+    }
+}
+
+impl Fs {
+    /// Mount the image on `dev`: validate the superblock (refusing
+    /// unsupported incompatible features by name), run the protocol's
+    /// recovery, process the orphan list, and start the protocol.
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        let clock = opts.clock_or_system();
+        let seed = opts.seed.unwrap_or_else(crate::random::entropy_seed);
+        let dev = if opts.read_only {
+            recovered_view_with(dev, clock.clone())?.0
+        } else {
+            dev
+        };
+        if opts.mode.caps().log_replay && !opts.read_only {
+            // A crash can tear the superblock while the journal flips its
+            // needs_recovery flag; undo that before validating it.
+            crate::recovery::repair_torn_super(dev.as_ref())?;
+        }
+        let (sb_block, _, raw) = read_superblock(dev.as_ref())?;
+        let s = Superblock::decode(&raw).map_err(|e| FsError::from(e.at(sb_block)))?;
+        check_features(&s, &opts)?;
+        // The protocol's recovery (journal replay) runs before anything else
+        // is read: group descriptors and the superblock may be in the log.
+        let recovered = if !opts.read_only && s.block_size() == dev.block_size() {
+            let env = recovery_env(&s, opts.commit_interval_ms, opts.data, clock.clone());
+            opts.mode.recovery_for(&s).recover(dev.as_ref(), &env)?
+        } else {
+            protocol::Recovered::none()
+        };
+        let (s, sb_block, sb_offset) = CoreImage::read_super(dev.as_ref())?;
+        check_features(&s, &opts)?;
+        if s.features.compat & feat::COMPAT_ORPHAN_FILE != 0
+            && s.features.ro_compat & feat::RO_COMPAT_ORPHAN_PRESENT != 0
+            && !opts.read_only
+        {
+            return Err(FsError::Unsupported(
+                "orphan_file with orphans present (run e2fsck first)".into(),
+            ));
+        }
+        // Group descriptors, verified.
+        let image = CoreImage::load(dev.as_ref(), s, sb_block, sb_offset)?;
+        let s = &image.sb;
+        let (bs, csum) = (s.block_size(), s.has_metadata_csum());
+        let env = ProtocolEnv {
+            block_size: bs,
+            block_count: s.blocks_count,
+            uuid: s.uuid,
+            journal_runs: Vec::new(),
+            commit_interval_ms: opts.commit_interval_ms,
+            data_mode: opts.data,
+            metadata_csum: csum,
+            clock: clock.clone(),
+        };
+        let proto = opts.mode.build(recovered, &env)?;
+        let core_opts = CoreOptions {
+            cache_bytes: opts.cache_bytes,
+            read_only: opts.read_only,
+            clock,
+            seed,
+        };
+        let mut core = Core::open(dev.clone(), image, core_opts, proto);
+        // The root must be a directory.
+        let root = core.read_inode(ROOT_INO)?;
+        if !root.is_dir() {
+            return Err(FsError::corrupt(
+                core.inode_loc(ROOT_INO).0,
+                "inode 2 i_mode",
+                format!("root is not a directory ({:#o})", root.mode),
+            ));
+        }
+        let journaled = opts.mode.caps().log_replay;
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            group: opts
+                .mode
+                .caps()
+                .group_commit
+                .then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
+            seq: Mutex::new(Sequencer {
+                next_ticket: 0,
+                now_serving: 0,
+            }),
+            turn: Condvar::new(),
+            dev,
+            stop: AtomicBool::new(false),
+            streams: Mutex::new(Streams::default()),
+        });
+        // As the kernel (`ext4_setup_super`): a mount clears the "cleanly
+        // unmounted" bit only when no journal protects the image; under
+        // a journal, `needs_recovery` says whether a crash left work, and a
+        // recovered image is as valid as a cleanly unmounted one (e2fsck
+        // then exits 0 after replaying it).
+        if !opts.read_only {
+            shared.with_handle(OpKind::Internal, |c| {
+                c.process_orphans()?;
+                let state = c.sb32(sb::STATE)? as u16;
+                if !journaled {
+                    c.set_sb(
+                        sb::STATE,
+                        &(state & !sb::STATE_VALID).to_le_bytes(),
+                        crate::update::UpdateKind::Other,
+                    )?;
+                }
+                let mnt = (c.sb32(sb::MNT_COUNT)? as u16).wrapping_add(1);
+                c.set_sb(
+                    sb::MNT_COUNT,
+                    &mnt.to_le_bytes(),
+                    crate::update::UpdateKind::Other,
+                )?;
+                let now = c.now().sec as u32;
+                c.set_sb(
+                    sb::MTIME,
+                    &now.to_le_bytes(),
+                    crate::update::UpdateKind::Other,
+                )?;
+                Ok(())
+            })?;
+        }
+        let fs = Fs {
+            shared,
+            background: Mutex::new(None),
+            read_only: opts.read_only,
+        };
+        if opts.background && !opts.read_only {
+            let sh = fs.shared.clone();
+            let interval = opts.commit_interval_ms.max(10);
+            let h = std::thread::spawn(move || {
+                let mut waited = 0u64;
+                while !sh.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    waited += 10;
+                    if waited >= interval {
+                        waited = 0;
+                        let _ = sh.write_back(WriteBackReason::Timer);
+                    }
+                }
+            });
+            *fs.background.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        Ok(fs)
+    }
+
+    pub(crate) fn stop_background(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
+
+    /// Make everything durable, mark the image clean, and release it.
+    pub fn unmount(self) -> Result<()> {
+        self.stop_background();
+        if self.read_only {
+            return Ok(());
+        }
+        self.shared.with_handle(OpKind::Internal, |c| {
+            c.update_sb_counters()?;
+            let state = c.sb32(sb::STATE)? as u16;
+            c.set_sb(
+                sb::STATE,
+                &(state | sb::STATE_VALID).to_le_bytes(),
+                crate::update::UpdateKind::Other,
+            )?;
+            let now = c.now().sec as u32;
+            c.set_sb(
+                sb::WTIME,
+                &now.to_le_bytes(),
+                crate::update::UpdateKind::Other,
+            )?;
+            Ok(())
+        })?;
+        self.shared.write_back(WriteBackReason::Unmount)?;
+        let dirty = self.shared.lock().cache.dirty_count();
+        if dirty != 0 {
+            return Err(FsError::Invalid(format!(
+                "{dirty} dirty blocks left after the unmount write-back"
+            )));
+        }
+        self.shared.dev.flush()?;
+        Ok(())
     }
 }
