@@ -276,3 +276,17 @@ pub fn make_kernel_image(
     }
     Ok(dev)
 }
+
+/// Write a memory image to a (sparse) file.
+pub fn write_image(image: &MemDevice, path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(path)?;
+    let bs = u64::from(image.block_size());
+    f.set_len(image.block_count() * bs)?;
+    for b in image.populated_blocks() {
+        if let Some(data) = image.block(b) {
+            f.write_all_at(&data, b * bs)?;
+        }
+    }
+    Ok(())
+}

@@ -702,7 +702,7 @@ fn keep_images(
         };
         let crash = oracle::build_image(rec, &job.spec);
         let crash_path = dir.join(format!("state-{id}.crash.img"));
-        oracle::write_image(&crash, &crash_path)
+        backend::write_image(&crash, &crash_path)
             .map_err(|e| CrashError::io(format!("writing {}", crash_path.display()), e))?;
         let params = CheckParams {
             mode: p.mode,
@@ -712,7 +712,7 @@ fn keep_images(
         };
         let (_, recovered) = oracle::check_state(rec, &job.spec, &params, &hooks);
         let rec_path = dir.join(format!("state-{id}.recovered.img"));
-        oracle::write_image(&recovered, &rec_path)
+        backend::write_image(&recovered, &rec_path)
             .map_err(|e| CrashError::io(format!("writing {}", rec_path.display()), e))?;
         let mut text = format!(
             "# {} (state {id}, crash during op {})\n",

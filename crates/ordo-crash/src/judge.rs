@@ -40,7 +40,7 @@ use ordo_format::{bitmap, GroupDesc, Superblock};
 use ordo_fs::{DataMode, FileType, Fs, Ino, ProtocolKind, ROOT_INO};
 
 use crate::backend;
-use crate::oracle::write_image;
+use crate::backend::write_image;
 
 /// One object of a recovered tree, as the judge compares it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -518,7 +518,8 @@ pub fn e2fsck_clean(image: &MemDevice) -> Result<bool, String> {
         .suffix(".img")
         .tempfile_in(&dir)
         .map_err(|e| format!("temporary image: {e}"))?;
-    write_image(image, file.path()).map_err(|e| format!("writing temporary image: {e}"))?;
+    backend::write_image(image, file.path())
+        .map_err(|e| format!("writing temporary image: {e}"))?;
     let out = std::process::Command::new("e2fsck")
         .args(["-fn"])
         .arg(file.path())
@@ -532,20 +533,6 @@ pub fn e2fsck_clean(image: &MemDevice) -> Result<bool, String> {
         )),
         _ => Ok(false),
     }
-}
-
-/// Write a memory image to a (sparse) file.
-pub fn write_image(image: &MemDevice, path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::create(path)?;
-    let bs = u64::from(image.block_size());
-    f.set_len(image.block_count() * bs)?;
-    for b in image.populated_blocks() {
-        if let Some(data) = image.block(b) {
-            f.write_all_at(&data, b * bs)?;
-        }
-    }
-    Ok(())
 }
 
 /// A directory as read back: name -> (inode, type).

@@ -23,7 +23,30 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use crate::types::Timespec;
+/// A timestamp with nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    /// Seconds since the epoch (ext4 stores 34 bits: 1901..2446).
+    pub sec: i64,
+    /// Nanoseconds, < 1e9.
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The system's wall-clock time. The library itself reads the time
+    /// only through a [`Clock`] (this is
+    /// [`SystemClock`]), so that a run can be made
+    /// deterministic.
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
 
 /// Nanoseconds in a second.
 const NS_PER_SEC: i128 = 1_000_000_000;

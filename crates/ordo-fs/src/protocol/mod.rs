@@ -192,11 +192,14 @@ impl ProtocolKind {
     }
     /// The features its images need, parsed.
     pub fn required_features(self) -> ordo_format::features::FeatureSet {
-        crate::mkfs::parse_features(
-            self.0.mkfs_features,
-            ordo_format::features::FeatureSet::default(),
-        )
-        .expect("a registered protocol names valid features")
+        let mut set = ordo_format::features::FeatureSet::EMPTY;
+        for name in self.0.mkfs_features.split(',').filter(|n| !n.is_empty()) {
+            match ordo_format::features::feature_by_name(name) {
+                Some(f) => set.set(f, true),
+                None => panic!("protocol {}: unknown feature {name:?}", self.0.name),
+            }
+        }
+        set
     }
     /// The recovery an image needs before `self` can run on it: that of the
     /// log-replaying protocol with the most required features the image has

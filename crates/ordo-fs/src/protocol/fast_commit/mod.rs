@@ -709,7 +709,7 @@ impl Protocol for FastCommitProtocol {
                 if *field == InodeField::Whole && u.new.iter().any(|&b| b != 0) {
                     self.created_in_handle.insert(*ino);
                 }
-                if *ino < first_ino && *ino != crate::types::ROOT_INO {
+                if *ino < first_ino && *ino != ordo_format::inode::ROOT_INO {
                     self.mark_ineligible(Reason::Unsupported);
                 }
                 match h.op {
