@@ -16,8 +16,8 @@ use ordo_dev::{BlockClass, BlockDevice, MemDevice, Ticket, WriteCacheDevice, Wri
 use ordo_fs::cache::BufferCache;
 use ordo_fs::mkfs::{mkfs, MkfsOptions};
 use ordo_fs::protocol::{
-    self, AfterCrash, Capabilities, Io, IoPlan, IoStep, PlanDone, Protocol, ProtocolEnv,
-    ProtocolSpec, Recovered, WriteBackReason, WriteId,
+    self, Capabilities, Io, IoPlan, IoStep, PlanDone, Protocol, ProtocolEnv, ProtocolSpec,
+    Recovered, WriteBackReason, WriteId,
 };
 use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, Result, ROOT_INO};
 
@@ -102,13 +102,7 @@ static STAMP: ProtocolSpec = ProtocolSpec {
     summary: "test protocol: async writes, every image stamped",
     mkfs_features: "",
     caps: Capabilities {
-        group_commit: false,
-        log_replay: false,
-        kernel_replays: false,
-        after_crash: AfterCrash::NoPromise,
-        data_modes: false,
-        settle_with_sync: false,
-        stale_data_with_writeback: false,
+        ..Capabilities::NONE
     },
     recover: protocol::recover_nothing,
     build: build_stamp,

@@ -80,6 +80,20 @@ pub struct Capabilities {
     pub stale_data_with_writeback: bool,
 }
 
+impl Capabilities {
+    /// A protocol with no log and no promise: what a spec states the
+    /// differences from (`..Capabilities::NONE`).
+    pub const NONE: Capabilities = Capabilities {
+        group_commit: false,
+        log_replay: false,
+        kernel_replays: false,
+        after_crash: AfterCrash::NoPromise,
+        data_modes: false,
+        settle_with_sync: false,
+        stale_data_with_writeback: false,
+    };
+}
+
 /// State one mount-time recovery hands, by value, to the protocol built
 /// after it: a bag of typed parts, each put there by the recovery of the
 /// protocol (or the protocol underneath it) that needs it, and taken by

@@ -40,13 +40,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
     summary: "delayed write-back in any order (ext2; Ganger & Patt's No Order)",
     mkfs_features: "",
     caps: Capabilities {
-        group_commit: false,
-        log_replay: false,
-        kernel_replays: false,
-        after_crash: AfterCrash::NoPromise,
-        data_modes: false,
-        settle_with_sync: false,
-        stale_data_with_writeback: false,
+        ..Capabilities::NONE
     },
     recover: recover_nothing,
     build,

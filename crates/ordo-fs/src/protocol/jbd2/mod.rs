@@ -163,8 +163,8 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         kernel_replays: true,
         after_crash: AfterCrash::ConsistentAfterReplay,
         data_modes: true,
-        settle_with_sync: false,
         stale_data_with_writeback: true,
+        ..Capabilities::NONE
     },
     recover,
     build,

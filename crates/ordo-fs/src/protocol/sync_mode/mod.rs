@@ -112,13 +112,8 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
     summary: "synchronous, ordered metadata writes (Ganger & Patt's Conventional)",
     mkfs_features: "",
     caps: Capabilities {
-        group_commit: false,
-        log_replay: false,
-        kernel_replays: false,
         after_crash: AfterCrash::ConsistentAfterRepair,
-        data_modes: false,
-        settle_with_sync: false,
-        stale_data_with_writeback: false,
+        ..Capabilities::NONE
     },
     recover: recover_nothing,
     build,
