@@ -522,7 +522,8 @@ pub fn applies_to(mode: ProtocolKind) -> bool {
 /// the known faults the comparisons below make room for.
 pub fn has_fast_commits(crash: &MemDevice) -> bool {
     let bs = crash.block_size();
-    let (blk, off) = if bs == 1024 { (1, 0) } else { (0, 1024) };
+    use ordo_format::superblock::{super_block_nr, super_offset};
+    let (blk, off) = (super_block_nr(bs), super_offset(bs));
     let mut buf = vec![0u8; bs as usize];
     if crash
         .read(blk, &mut buf, ordo_dev::BlockClass::Super)
