@@ -678,8 +678,10 @@ impl Core {
         self.undo_on = false;
         self.freed_set.clear();
         for b in std::mem::take(&mut self.freed_in_handle) {
-            self.cache.forget(b);
-            self.seal.owners.remove(&b);
+            if !self.proto.keeps_freed_block(b) {
+                self.cache.forget(b);
+                self.seal.owners.remove(&b);
+            }
             self.proto.on_block_freed(b, &self.handle);
         }
         if !self.read_only {

@@ -15,6 +15,8 @@
 pub mod async_mode;
 pub mod fast_commit;
 pub mod jbd2;
+pub(crate) mod ordering;
+pub mod softdep;
 pub mod sync_mode;
 
 use std::sync::Arc;
@@ -36,6 +38,7 @@ const REGISTRY: &[&ProtocolSpec] = &[
     &sync_mode::SPEC,
     &jbd2::SPEC,
     &fast_commit::SPEC,
+    &softdep::SPEC,
 ];
 
 /// What a crash leaves under a protocol, and how the crash explorer
@@ -859,6 +862,18 @@ pub trait Protocol: Send {
     /// than blocks may prefer to commit the handle's blocks whole.
     fn on_rollback(&mut self, h: &HandleInfo) {
         let _ = h;
+    }
+
+    /// Whether the protocol still needs freed `block` written: it holds
+    /// updates of the block that are not durable yet (soft updates: a
+    /// directory emptied and removed, whose entries' removals other updates
+    /// wait for). The core then keeps the block cached, dirty, with what
+    /// its checksums are seeded by, instead of dropping it when the handle
+    /// ends; the protocol writes it like any dirty block and refuses its
+    /// reuse ([`Protocol::can_allocate`]) meanwhile. Default: no.
+    fn keeps_freed_block(&self, block: u64) -> bool {
+        let _ = block;
+        false
     }
 
     /// Whether freed blocks are held back from reuse until a commit (or
