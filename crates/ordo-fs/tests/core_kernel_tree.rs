@@ -325,3 +325,8 @@ fn kernel_tree_4k_async() {
 fn kernel_tree_1k_sync() {
     kernel_tree_then_ordo(1024, ProtocolKind::named("sync"));
 }
+
+#[test]
+fn kernel_tree_4k_softdep() {
+    kernel_tree_then_ordo(4096, ProtocolKind::named("softdep"));
+}

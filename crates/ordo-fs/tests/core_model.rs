@@ -1112,3 +1112,8 @@ fn model_sync_4k_debian_defaults() {
 fn model_async_1k() {
     run_model(ProtocolKind::named("async"), 1024, "", 4_000);
 }
+
+#[test]
+fn model_softdep_4k_debian_defaults() {
+    run_model(ProtocolKind::named("softdep"), 4096, "", 10_000);
+}

@@ -75,6 +75,16 @@ fn basic_ops_1k_debian_defaults_async() {
 }
 
 #[test]
+fn basic_ops_4k_debian_defaults_softdep() {
+    basic_ops(4096, "", ProtocolKind::named("softdep"));
+}
+
+#[test]
+fn basic_ops_1k_softdep() {
+    basic_ops(1024, "^has_journal", ProtocolKind::named("softdep"));
+}
+
+#[test]
 fn basic_ops_1k_sync() {
     basic_ops(1024, "^has_journal", ProtocolKind::named("sync"));
 }

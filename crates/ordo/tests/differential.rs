@@ -740,6 +740,18 @@ fn prepare(dir: &Path) {
 
 #[test]
 fn syscall_sequences_match_the_kernels_ext4() {
+    differential("", &[1, 2, 3, 4, 5, 6]);
+}
+
+/// The same comparison with the protocols that delay and reorder metadata
+/// writes by their own rules (what a system call returns must not depend
+/// on when its blocks reach the disk).
+#[test]
+fn syscall_sequences_match_the_kernels_ext4_under_softdep() {
+    differential("mode=softdep", &[7, 8]);
+}
+
+fn differential(options: &str, default_seeds: &[u64]) {
     require_loop_devices();
     no_umask();
     let s = Scratch::new();
@@ -770,12 +782,12 @@ fn syscall_sequences_match_the_kernels_ext4() {
     // A mount point must be traversable by the unprivileged users.
     sh(s.dir.path(), "chmod 0755 .");
     let km = KernelMount::start(&kimg, &kmp, "");
-    let om = OrdoMount::start(&oimg, &omp, "");
+    let om = OrdoMount::start(&oimg, &omp, options);
 
     let names = paths();
     let seeds: Vec<u64> = match std::env::var("ORDO_DIFF_SEED") {
         Ok(s) => vec![s.parse().expect("ORDO_DIFF_SEED is a number")],
-        Err(_) => vec![1, 2, 3, 4, 5, 6],
+        Err(_) => default_seeds.to_vec(),
     };
     let steps: usize = std::env::var("ORDO_DIFF_STEPS")
         .ok()
