@@ -307,8 +307,7 @@ impl SoftdepProtocol {
                         } else if let Some(cur) = io.snapshot(b) {
                             let mut img = cur.to_vec();
                             for &i in held.iter().rev() {
-                                let r = &ups[i].range;
-                                img[r.start as usize..r.end as usize].copy_from_slice(&ups[i].old);
+                                undo(&mut img, ups[i]);
                             }
                             io.reseal(b, &mut img);
                             let class = io.class_of(b);
@@ -405,6 +404,22 @@ impl SoftdepProtocol {
             .filter(|&b| io.class_of(b) == BlockClass::ExtentTree)
             .collect();
         let mut g = build_graph(ups, &tree_blocks);
+        // Bitmap bits are independent: two updates of one byte order each
+        // other only when they change the same bit (an image undoes a held
+        // bit alone, see `undo`).
+        let mut last_bit: HashMap<(u64, u32, u8), usize> = HashMap::new();
+        for (i, u) in ups.iter().enumerate() {
+            if let Some(mask) = bit_mask(u) {
+                g.preds[i].retain(|&j| !(ups[j].block == u.block && bit_mask(ups[j]).is_some()));
+                for bit in 0..8u8 {
+                    if mask & (1 << bit) != 0 {
+                        if let Some(j) = last_bit.insert((u.block, u.range.start, bit), i) {
+                            g.preds[i].push(j);
+                        }
+                    }
+                }
+            }
+        }
         // Across handles, an update waits only for what was done before it:
         // a later handle's update (a link count raised again, a block
         // allocated again) is no reason to hold an earlier one, and would
@@ -617,7 +632,14 @@ impl SoftdepProtocol {
                     if let Some(v) = named.get(dir) {
                         g.preds[i].extend(v.iter().copied());
                     }
-                    named.entry(*ino).or_default().push(i);
+                    // The names of one inode appear in the order they were
+                    // made: a directory moved right after its creation gets
+                    // its new name (and then its new `..`) only once its
+                    // first name is durable, so no crash shows it under the
+                    // new name with `..` still naming the old parent.
+                    let v = named.entry(*ino).or_default();
+                    g.preds[i].extend(v.iter().copied());
+                    v.push(i);
                 }
             }
         }
@@ -734,6 +756,69 @@ impl Protocol for SoftdepProtocol {
         if matches!(u.kind, UpdateKind::Checksum) || u.range.is_empty() {
             return;
         }
+        // An entry removed before its addition was ever written cancels
+        // it: neither needs to reach the disk (the cached block has both,
+        // so its images carry their net effect, nothing), and nothing
+        // waits for them any more.
+        if let UpdateKind::Dirent {
+            dir,
+            name,
+            ino,
+            op: LinkOp::Remove,
+        } = &u.kind
+        {
+            if self.fault == Fault::None {
+                let add = self.pending.iter().rposition(|p| {
+                    matches!(&p.u.kind, UpdateKind::Dirent { dir: d, name: n, op: LinkOp::Add, .. }
+                        if d == dir && n == name)
+                });
+                if let Some(k) = add {
+                    let p = &self.pending[k];
+                    let same = matches!(&p.u.kind, UpdateKind::Dirent { ino: i, .. } if i == ino);
+                    // Every update of the entry's bytes since the addition
+                    // must be unwritten too (a retarget's halves).
+                    // Nor may a removal of the inode's other name have
+                    // come since (the addition was a rename's new name,
+                    // and that removal waits for it).
+                    let clean = same
+                        && self.pending[k..].iter().all(|q| match &q.u.kind {
+                            UpdateKind::Dirent {
+                                op: LinkOp::Remove,
+                                ino: i,
+                                ..
+                            } => q.u.block != p.u.block && i != ino,
+                            _ => q.u.block != p.u.block || !q.written,
+                        });
+                    // And no other pending update of the block may touch
+                    // the bytes either change: rolling one of those back
+                    // would expose the entry's bytes again (an older
+                    // `rec_len` reaching over the slot).
+                    let overlaps = |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| {
+                        a.start < b.end && b.start < a.end
+                    };
+                    let clean = clean
+                        && self.pending.iter().enumerate().all(|(j, q)| {
+                            j == k
+                                || q.u.block != p.u.block
+                                || !(overlaps(&q.u.range, &p.u.range)
+                                    || overlaps(&q.u.range, &u.range))
+                        });
+                    // A directory moved since keeps its old name until its
+                    // `..` is retargeted: not cancelled.
+                    let clean = clean
+                        && !self.pending.iter().any(|q| {
+                            matches!(&q.u.kind, UpdateKind::Dirent { dir: d, name: n, .. }
+                                if d == ino && n.as_slice() == b"..")
+                        });
+                    if clean {
+                        let id = p.id;
+                        self.drop_pending(|q| q.id != id);
+                        self.stats_cancelled += 2;
+                        return;
+                    }
+                }
+            }
+        }
         *self.per_block.entry(u.block).or_insert(0) += 1;
         self.pending.push(Pend {
             id: self.next_id,
@@ -821,5 +906,29 @@ impl Protocol for SoftdepProtocol {
             ("cancelled_updates".into(), self.stats_cancelled),
             ("pending_updates".into(), self.pending.len() as u64),
         ]
+    }
+}
+
+/// The bits a one-byte bitmap update changed, if it is one.
+fn bit_mask(u: &Update) -> Option<u8> {
+    match u.kind {
+        UpdateKind::Bitmap { .. } if u.range.len() == 1 && u.old.len() == 1 && u.new.len() == 1 => {
+            Some(u.old[0] ^ u.new[0])
+        }
+        _ => None,
+    }
+}
+
+/// Undo `u` in `img`: its old bytes back, or for a bitmap update only the
+/// bits it changed (the byte's other bits may belong to updates that are
+/// not held).
+fn undo(img: &mut [u8], u: &Update) {
+    let r = u.range.start as usize..u.range.end as usize;
+    match bit_mask(u) {
+        Some(mask) => {
+            let b = &mut img[r.start];
+            *b = (*b & !mask) | (u.old[0] & mask);
+        }
+        None => img[r].copy_from_slice(&u.old),
     }
 }
