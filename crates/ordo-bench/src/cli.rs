@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::error::{BenchError, Result};
 use crate::runner::{run_plan, Plan};
-use crate::target::{DeviceKind, DiskName, TargetConfig, TargetSpec, TARGET_NAMES};
+use crate::target::{DeviceKind, DiskName, TargetConfig, TargetSpec};
 use crate::workload::{fcmicro::SWEEP, Overrides, Scale, WorkloadName};
 
 /// Default seed: any fixed number; printed with every result.
@@ -15,9 +15,9 @@ pub const DEFAULT_SEED: u64 = 42;
 
 /// Arguments of `ordo bench`.
 #[derive(Args, Debug, Clone)]
-#[command(after_help = format!("Targets: {TARGET_NAMES}.\n\
+#[command(after_help = format!("Targets: {}.\n\
 Workloads: {}, or all.\n\
-Needs root (loop devices, mounts). See docs/BENCH.md.", workload_names()))]
+Needs root (loop devices, mounts). See docs/BENCH.md.", crate::target::target_names(), workload_names()))]
 pub struct BenchArgs {
     /// Workloads, comma-separated (or `all`).
     #[arg(value_name = "WORKLOAD")]

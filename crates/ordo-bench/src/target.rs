@@ -91,15 +91,23 @@ pub struct TargetSpec {
     pub kind: TargetKind,
 }
 
-/// The names `--targets` accepts, for messages.
-pub const TARGET_NAMES: &str = "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, \
-tmpfs, ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S] (MODE: async, sync, journal, fast_commit)";
+/// The names `--targets` accepts, for messages (the modes from the
+/// protocol registry).
+pub fn target_names() -> String {
+    let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
+    format!(
+        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, \
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S] (MODE: {})",
+        modes.join(", ")
+    )
+}
 
 impl std::str::FromStr for TargetSpec {
     type Err = BenchError;
     fn from_str(s: &str) -> Result<TargetSpec> {
-        let bad =
-            |why: String| BenchError::Usage(format!("target '{s}': {why} (known: {TARGET_NAMES})"));
+        let bad = |why: String| {
+            BenchError::Usage(format!("target '{s}': {why} (known: {})", target_names()))
+        };
         let kind = match s.split_once(':') {
             None if s == "tmpfs" => TargetKind::Tmpfs,
             Some(("ext4", m)) => TargetKind::Ext4(match m {

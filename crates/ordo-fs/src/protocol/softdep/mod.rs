@@ -691,6 +691,20 @@ impl SoftdepProtocol {
                 }
             }
         }
+        // One node write is reported as two updates of the same kind (its
+        // header, its entries): they go out together.
+        for i in 1..n {
+            let (a, b) = (ups[i - 1], ups[i]);
+            if a.block == b.block
+                && a.kind == b.kind
+                && matches!(b.kind, UpdateKind::Extent { .. })
+                && handle_of(i - 1) == handle_of(i)
+            {
+                g.preds[i].push(i - 1);
+                g.preds[i - 1].push(i);
+            }
+        }
+        unlinked_nodes(io, ups, &mut g.preds);
         let eager = self.fault == Fault::EagerFrees;
         // Permanently ready: already on its way, released, or (fault) no
         // rollback at all.
@@ -906,6 +920,111 @@ impl Protocol for SoftdepProtocol {
             ("cancelled_updates".into(), self.stats_cancelled),
             ("pending_updates".into(), self.pending.len() as u64),
         ]
+    }
+}
+
+/// Extent-tree nodes whose index entry is being cleared (FreeBSD's
+/// `indirdep` freed with its `freeblks`).
+///
+/// * A node *emptied* and unlinked (its last entry removed, then the
+///   parent's entry naming it): an empty non-root node is not a valid
+///   tree, so its own updates wait for the parent's entry to be cleared
+///   durably, and whatever waited for them (the frees of the blocks it
+///   mapped, a lowered `i_size` or `i_blocks`, a key raised in the parent)
+///   waits for that clearing instead, which removes the whole node from the
+///   tree at once. The node's block is not reused before its image is
+///   written (`can_allocate`), which is harmless once nothing names it.
+/// * A node *absorbed* into the root (the tree collapses: the root takes
+///   the node's entries and drops its index entry): the root's image
+///   carries the node's current entries, so it waits for every pending
+///   update of the node, as any pointer waits for what it names.
+fn unlinked_nodes(io: &Io, ups: &[&Update], preds: &mut [Vec<usize>]) {
+    // The clearing of a node's index entry is one or two updates (the
+    // parent's header and its entries, see `crate::extent`).
+    let mut unlinked: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, u) in ups.iter().enumerate() {
+        if let UpdateKind::Extent {
+            len: 0,
+            op: MapOp::Clear,
+            pblk,
+            ..
+        } = u.kind
+        {
+            unlinked.entry(pblk).or_default().push(i);
+        }
+    }
+    if unlinked.is_empty() {
+        return;
+    }
+    let mut in_block: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, u) in ups.iter().enumerate() {
+        if unlinked.contains_key(&u.block) {
+            in_block.entry(u.block).or_default().push(i);
+        }
+    }
+    let mut emptied: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (&node, cs) in &unlinked {
+        let Some(members) = in_block.get(&node) else {
+            continue;
+        };
+        let empty = io
+            .snapshot(node)
+            .is_some_and(|img| img.len() >= 4 && u16::from_le_bytes([img[2], img[3]]) == 0);
+        if empty {
+            emptied.insert(node, cs.clone());
+            for &i in members {
+                preds[i].extend(cs.iter().copied().filter(|&c| c != i));
+            }
+        } else {
+            for &c in cs {
+                preds[c].extend(members.iter().copied().filter(|&i| i != c));
+            }
+        }
+    }
+    if emptied.is_empty() {
+        return;
+    }
+    // The clearings that make an update of an emptied node moot (through
+    // every emptied ancestor, bounded by the tree's depth).
+    let moot = |j: usize| -> Vec<usize> {
+        let mut out = vec![j];
+        for _ in 0..=ordo_format::extent::EXTENT_DEPTH_MAX {
+            let mut next = Vec::new();
+            let mut changed = false;
+            for &x in &out {
+                match emptied.get(&ups[x].block) {
+                    Some(cs) if !cs.contains(&x) => {
+                        next.extend(cs.iter().copied());
+                        changed = true;
+                    }
+                    _ => next.push(x),
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            out = next;
+            if !changed {
+                break;
+            }
+        }
+        out
+    };
+    for (i, p) in preds.iter_mut().enumerate() {
+        if !p.iter().any(|&j| emptied.contains_key(&ups[j].block)) {
+            continue;
+        }
+        let mut q: Vec<usize> = Vec::with_capacity(p.len());
+        for &j in p.iter() {
+            if ups[j].block == ups[i].block {
+                q.push(j);
+            } else {
+                q.extend(moot(j));
+            }
+        }
+        q.retain(|&j| j != i);
+        q.sort_unstable();
+        q.dedup();
+        *p = q;
     }
 }
 
