@@ -68,7 +68,7 @@ declare -A result
 for mode in "${modes[@]}"; do
   echo "ordo mode=$mode on $loop ..." >&2
   "$ordo" mkfs "$loop" > /dev/null
-  "$ordo" mount "$loop" "$mnt" -o "mode=$mode" 2> "$work/mount.log" &
+  "$ordo" mount -f "$loop" "$mnt" -o "mode=$mode" 2> "$work/mount.log" &
   pid=$!
   for _ in $(seq 1 200); do grep -q " $mnt " /proc/mounts && break; sleep 0.05; done
   result[$mode]=$(workload)

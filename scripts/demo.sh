@@ -39,7 +39,7 @@ echo "== ordo mkfs $img --size 512M"
 "$ordo" mkfs "$img" --size 512M -L demo
 
 echo "== ordo mount $img $mnt -o mode=$mode"
-"$ordo" mount "$img" "$mnt" -o "mode=$mode" 2>"$work/mount.log" &
+"$ordo" mount -f "$img" "$mnt" -o "mode=$mode" 2>"$work/mount.log" &
 pid=$!
 for _ in $(seq 1 300); do
   grep -q " $mnt " /proc/mounts && break

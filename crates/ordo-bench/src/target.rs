@@ -534,6 +534,7 @@ impl Instance {
                 let _ = std::fs::remove_file(&counters);
                 let child = Command::new(ordo)
                     .arg("mount")
+                    .arg("-f")
                     .arg(self.device_path())
                     .arg(&self.mnt)
                     .arg("-o")

@@ -778,3 +778,79 @@ fn ordo_written_images_agree() {
         o.e2fsck_rc, o.ordo_summary, o.e2fsck_out
     );
 }
+
+/// The resize inode (7) of images made with `resize_inode` (mke2fs's
+/// default): clean as made, and each kind of damage e2fsck reports
+/// ("Resize inode not valid", a wrong `i_blocks`, blocks without the
+/// feature) is found by ordo as well, never reported clean.
+#[test]
+fn resize_inode_damage_is_found_as_e2fsck_finds_it() {
+    assert!(is_root(), "this test needs root (loop mounts); run as root");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, opts) in [
+        ("resize-1k", "-b 1024 -O ^has_journal"),
+        ("resize-4k", "-b 4096 -O ^has_journal"),
+    ] {
+        let base = make_base(dir.path(), name, mkfs_ext4(opts, "200M"));
+        let dind = || -> u64 {
+            let out = debugfs_ro(&base, "stat <7>");
+            let at = out.find("(DIND):").expect("resize inode has a DIND block") + 7;
+            out[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<String>()
+                .parse()
+                .unwrap()
+        };
+        let dind = dind();
+        let bs = block_size(&base);
+        let cases: Vec<(&str, Corruption)> = vec![
+            ("clean", Box::new(|_: &Path| {})),
+            (
+                "a direct pointer set",
+                Box::new(|img: &Path| {
+                    debugfs(img, "sif <7> block[2] 1234");
+                }),
+            ),
+            (
+                "i_blocks wrong",
+                Box::new(|img: &Path| {
+                    debugfs(img, "sif <7> blocks 100");
+                }),
+            ),
+            (
+                "double-indirect block zeroed",
+                Box::new(move |img: &Path| patch(img, dind * bs, &vec![0u8; bs as usize])),
+            ),
+            (
+                "double-indirect pointer cleared",
+                Box::new(|img: &Path| {
+                    debugfs(img, "sif <7> block[DIND] 0");
+                }),
+            ),
+            (
+                "blocks kept without the feature",
+                Box::new(|img: &Path| {
+                    debugfs(img, "feature -resize_inode");
+                    debugfs(img, "ssv reserved_gdt_blocks 0");
+                }),
+            ),
+        ];
+        for (label, corrupt) in cases {
+            let img = dir.path().join(format!("{name}-case.img"));
+            std::fs::copy(&base, &img).unwrap();
+            corrupt(&img);
+            let o = judge(&format!("{name}: {label}"), &img);
+            assert_eq!(
+                o.ordo_clean, o.e2fsck_clean,
+                "{}: ordo clean={} e2fsck clean={} (rc {})\nordo: {}\ne2fsck: {}",
+                o.label, o.ordo_clean, o.e2fsck_clean, o.e2fsck_rc, o.ordo_summary, o.e2fsck_out
+            );
+            if label == "clean" {
+                assert!(o.ordo_clean, "{}: not clean: {}", o.label, o.ordo_summary);
+            } else {
+                assert!(!o.ordo_clean, "{}: damage not found", o.label);
+            }
+        }
+    }
+}

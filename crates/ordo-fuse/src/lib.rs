@@ -96,7 +96,10 @@ impl MountConfig {
     pub fn fuser_config(&self) -> Config {
         let mut options = vec![
             MountOption::FSName(self.fsname.clone()),
-            MountOption::Subtype("ordo".to_string()),
+            // As a kernel option, not `MountOption::Subtype` (which fuser
+            // hands to fusermount only): mounted directly by root, the
+            // mount then shows as `fuse.ordo`, as mount(8) and fstab name it.
+            MountOption::CUSTOM("subtype=ordo".to_string()),
             MountOption::DefaultPermissions,
             MountOption::Dev,
             MountOption::Suid,

@@ -29,7 +29,9 @@ pub const EXIT_MOUNT_FAILED: u8 = 32;
 
 #[derive(Args, Debug)]
 #[command(after_help = format!(
-    "Options (-o, comma-separated): {}\n\nProtocols (mode=):\n{}",
+    "Options (-o, comma-separated): {}\n\nProtocols (mode=; without it, as the kernel's ext4 \
+mounts the image: fast_commit on an image with that feature, journal (data=ordered) on one \
+with a journal, async otherwise):\n{}",
     known_options(),
     protocol_list()
 ))]
@@ -41,6 +43,10 @@ pub struct MountArgs {
     /// Mount options, e.g. -o mode=sync,commit=5 (may be repeated).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    /// Stay in the foreground until unmounted (by default the mount
+    /// detaches once it is live, after reporting any failure).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
 }
 
 /// Why a mount did not happen.
@@ -106,9 +112,19 @@ fn open_image(
     Ok((Arc::new(fs), dev))
 }
 
-fn mount(a: &MountArgs) -> Result<(), Refusal> {
-    let parsed = parse_mount_options(&a.options).map_err(Refusal::Usage)?;
+fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Result<(), Refusal> {
+    let mut parsed = parse_mount_options(&a.options).map_err(Refusal::Usage)?;
     check_paths(&a.image, &a.mountpoint).map_err(Refusal::Failed)?;
+    let sb = SuperblockView::read(&a.image)
+        .map_err(|e| Refusal::Failed(format!("{}: {e}", a.image.display())))?;
+    parsed
+        .resolve_mode(sb.feature_compat)
+        .map_err(Refusal::Usage)?;
+    // Detach before any thread exists (the mount's commit thread, FUSE's
+    // workers): the parent waits until the mount is live or has failed.
+    if !a.foreground {
+        *detached = Some(crate::daemon::Detached::fork().map_err(Refusal::Failed)?);
+    }
     let (fs, dev) = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
     // Before the FUSE mount, so that the file exists once the mount shows.
     let publisher = Publisher::start(&a.image, &a.mountpoint, &fs);
@@ -117,7 +133,11 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
         allow_other: true,
         read_only: parsed.fs.read_only,
         attr_ttl: parsed.attr_ttl,
-        fsname: "ordo".to_string(),
+        // The source as mount(8) shows it for a block-device file system.
+        fsname: std::fs::canonicalize(&a.image)
+            .unwrap_or_else(|_| a.image.clone())
+            .display()
+            .to_string(),
     };
     let session = match ordo_fuse::mount(fs.clone(), &a.mountpoint, &config) {
         Ok(s) => s,
@@ -144,7 +164,7 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
         eprintln!("ordo mount: cannot handle Ctrl-C/SIGTERM: {e}");
     }
     eprintln!(
-        "ordo: {} mounted on {} (mode={}{}, {} threads); unmount with: fusermount3 -u {}",
+        "ordo: {} mounted on {} (mode={}{}, {} threads); unmount with: umount {}",
         a.image.display(),
         a.mountpoint.display(),
         parsed.fs.mode.name(),
@@ -152,6 +172,10 @@ fn mount(a: &MountArgs) -> Result<(), Refusal> {
         parsed.threads,
         a.mountpoint.display()
     );
+    if let Some(d) = detached.as_mut() {
+        // Live: let the parent exit 0 and stop writing to its terminal.
+        d.live();
+    }
     let refresher = publisher.refresh_in_background(fs.clone());
     let served = session.run();
     // The thread lets go of the file system before it is unmounted. The
@@ -224,7 +248,8 @@ fn finish(fs: Arc<Fs>) -> Result<(), String> {
 
 /// Run `ordo mount`; returns the exit code.
 pub fn run(a: &MountArgs) -> u8 {
-    match mount(a) {
+    let mut detached = None;
+    let code = match mount(a, &mut detached) {
         Ok(()) => 0,
         Err(Refusal::Usage(m)) => {
             eprintln!("ordo mount: {m}");
@@ -234,5 +259,12 @@ pub fn run(a: &MountArgs) -> u8 {
             eprintln!("ordo mount: {m}");
             EXIT_MOUNT_FAILED
         }
+    };
+    // A detached child that failed before the mount was live: its parent,
+    // still waiting, exits with the code (the message went to the same
+    // terminal).
+    if let Some(d) = detached {
+        d.finish(code);
     }
+    code
 }

@@ -10,6 +10,7 @@ mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_streams;
+mod daemon;
 mod options;
 mod stats;
 mod superblock;
@@ -17,7 +18,7 @@ mod superblock;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::superblock::SuperblockView;
 
@@ -41,8 +42,9 @@ struct CrashArgs {
 enum Cmd {
     /// Make an ext4 image (a sparse file is created when IMAGE is missing).
     Mkfs(cmd_mkfs::MkfsArgs),
-    /// Mount an image through FUSE and serve it in the foreground until it
-    /// is unmounted (fusermount3 -u MOUNTPOINT, Ctrl-C or SIGTERM).
+    /// Mount an image through FUSE; detach once the mount is live (-f:
+    /// stay in the foreground) and serve it until it is unmounted (umount
+    /// MOUNTPOINT, fusermount3 -u MOUNTPOINT, or SIGTERM / Ctrl-C).
     Mount(cmd_mount::MountArgs),
     /// Check an image (read-only unless -p or -y). Exit codes as e2fsck:
     /// 0 clean, 1 errors corrected, 4 errors left uncorrected, 8
@@ -91,8 +93,98 @@ fn usage_exit_code(argv: &[String]) -> u8 {
     }
 }
 
+/// The options mount(8), fstab and `mount.fuse3` pass that are not ordo's:
+/// fstab's own (`defaults`, `noauto`, `user`, `nofail`, `_netdev`, `x-*`,
+/// `comment=*`), the VFS flags FUSE mounts always carry, and the names
+/// mount.fuse3 adds. Dropped before ordo's options are parsed.
+fn generic_mount_option(o: &str) -> bool {
+    matches!(
+        o,
+        "" | "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "nouser"
+            | "users"
+            | "owner"
+            | "group"
+            | "_netdev"
+            | "nofail"
+            | "dev"
+            | "nodev"
+            | "suid"
+            | "nosuid"
+            | "exec"
+            | "noexec"
+            | "atime"
+            | "noatime"
+            | "relatime"
+            | "norelatime"
+            | "strictatime"
+            | "lazytime"
+            | "nolazytime"
+            | "loop"
+    ) || o.starts_with("x-")
+        || o.starts_with("comment=")
+        || o.starts_with("subtype=")
+        || o.starts_with("fsname=")
+}
+
+/// `ordo IMAGE DIR [-o OPTIONS]...`, as `mount -t fuse.ordo` runs it
+/// through mount.fuse3 (or mount(8) runs `mount.fuse.ordo`, a link to
+/// this binary): the mount, detached once live, with mount(8)'s options
+/// that are not ordo's dropped.
+fn mount_helper(argv: &[String]) -> Option<cmd_mount::MountArgs> {
+    let prog = std::path::Path::new(argv.first()?).file_name()?.to_str()?;
+    let helper_name = prog.starts_with("mount.fuse");
+    let first = argv.get(1)?;
+    let known = Cli::command()
+        .get_subcommands()
+        .any(|c| c.get_name() == first)
+        || first == "help";
+    let source_exists = std::path::Path::new(first).exists();
+    if !helper_name && (known || first.starts_with('-') || argv.len() < 3 || !source_exists) {
+        return None;
+    }
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut it = argv[1..].iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => {
+                let list = it.next()?;
+                let kept: Vec<&str> = list
+                    .split(',')
+                    .filter(|o| !generic_mount_option(o))
+                    .collect();
+                if !kept.is_empty() {
+                    options.push(kept.join(","));
+                }
+            }
+            // mount(8)'s: type, no mtab, sloppy, verbose.
+            "-t" => {
+                it.next()?;
+            }
+            "-n" | "-s" | "-v" => {}
+            _ => positional.push(a.clone()),
+        }
+    }
+    if positional.len() != 2 {
+        return None;
+    }
+    Some(cmd_mount::MountArgs {
+        image: PathBuf::from(&positional[0]),
+        mountpoint: PathBuf::from(&positional[1]),
+        options,
+        foreground: false,
+    })
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    if let Some(a) = mount_helper(&argv) {
+        return ExitCode::from(cmd_mount::run(&a));
+    }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) => {

@@ -18,6 +18,54 @@ pub struct ParsedMount {
     pub threads: usize,
     /// How long the kernel caches attributes and names.
     pub attr_ttl: Duration,
+    /// `mode=` was given; otherwise [`ParsedMount::resolve_mode`] picks
+    /// the protocol from the image, as the kernel's ext4 would.
+    pub mode_given: bool,
+    /// `data=` as given (checked against the mode once it is known).
+    pub data_given: Option<DataMode>,
+}
+
+impl ParsedMount {
+    /// Choose the protocol when `mode=` was not given, from the image's
+    /// features (`feature_compat`), as the kernel's ext4 mounts it:
+    /// `fast_commit` when the image has the feature, `journal`
+    /// (data=ordered unless `data=` says otherwise) when it has a journal,
+    /// `async` otherwise. Then check `data=` against the mode.
+    pub fn resolve_mode(&mut self, feature_compat: u32) -> Result<(), String> {
+        use ordo_format::features::compat;
+        if !self.mode_given {
+            let name = if feature_compat & compat::FAST_COMMIT != 0
+                && feature_compat & compat::HAS_JOURNAL != 0
+            {
+                "fast_commit"
+            } else if feature_compat & compat::HAS_JOURNAL != 0 {
+                "journal"
+            } else {
+                "async"
+            };
+            self.fs.mode = name.parse()?;
+        }
+        if let Some(d) = self.data_given {
+            if !self.fs.mode.caps().data_modes {
+                let takes: Vec<String> = ProtocolKind::all()
+                    .filter(|k| k.caps().data_modes)
+                    .map(|k| format!("mode={k}"))
+                    .collect();
+                return Err(format!(
+                    "conflicting options: data= applies to {}, not mode={}{}",
+                    takes.join(" or "),
+                    self.fs.mode.name(),
+                    if self.mode_given {
+                        ""
+                    } else {
+                        " (the image's default: it has no journal)"
+                    }
+                ));
+            }
+            self.fs.data = d;
+        }
+        Ok(())
+    }
 }
 
 /// The options `ordo mount -o` accepts, for messages (the modes from the
@@ -147,26 +195,21 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         }
     }
     fs.mode = mode.unwrap_or_default();
-    if let Some(d) = data {
-        if !fs.mode.caps().data_modes {
-            let takes: Vec<String> = ProtocolKind::all()
-                .filter(|k| k.caps().data_modes)
-                .map(|k| format!("mode={k}"))
-                .collect();
-            return Err(format!(
-                "conflicting options: data= applies to {}, not mode={}",
-                takes.join(" or "),
-                fs.mode.name()
-            ));
-        }
-        fs.data = d;
-    }
-    fs.read_only = ro.unwrap_or(false);
-    Ok(ParsedMount {
+    let mut parsed = ParsedMount {
         fs,
         threads,
         attr_ttl,
-    })
+        mode_given: mode.is_some(),
+        data_given: data,
+    };
+    if mode.is_some() {
+        // Checked now when the mode is known; otherwise at resolve_mode.
+        parsed.resolve_mode(0)?;
+    }
+    let mut fs = parsed.fs;
+    fs.read_only = ro.unwrap_or(false);
+    parsed.fs = fs;
+    Ok(parsed)
 }
 
 #[cfg(test)]
@@ -190,12 +233,33 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_async_rw_with_background_commit() {
-        let p = parse("").unwrap();
+    fn defaults_follow_the_image_as_ext4s_do() {
+        use ordo_format::features::compat;
+        let resolved = |opts: &str, features: u32| {
+            let mut p = parse(opts).unwrap();
+            p.resolve_mode(features).map(|()| p)
+        };
+        let p = resolved("", 0).unwrap();
         assert_eq!(p.fs.mode, ProtocolKind::named("async"));
         assert!(!p.fs.read_only);
         assert!(p.fs.background);
         assert_eq!(p.fs.commit_interval_ms, 5000);
+        let p = resolved("", compat::HAS_JOURNAL).unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::named("journal"));
+        assert_eq!(p.fs.data, DataMode::Ordered);
+        let p = resolved("", compat::HAS_JOURNAL | compat::FAST_COMMIT).unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::named("fast_commit"));
+        // data= alone picks the journal's data mode on a journaled image,
+        // and is refused on an image without a journal.
+        let p = resolved("data=writeback", compat::HAS_JOURNAL).unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::named("journal"));
+        assert_eq!(p.fs.data, DataMode::Writeback);
+        assert!(resolved("data=journal", 0)
+            .unwrap_err()
+            .contains("no journal"));
+        // An explicit mode wins over the image.
+        let p = resolved("mode=sync", compat::HAS_JOURNAL).unwrap();
+        assert_eq!(p.fs.mode, ProtocolKind::named("sync"));
     }
 
     #[test]

@@ -163,6 +163,39 @@ fn sigterm_and_sigint_unmount_cleanly() {
 }
 
 #[test]
+fn without_mode_the_protocol_comes_from_the_image() {
+    require_mount_privileges();
+    let s = Scratch::new();
+    let mp = s.mkdir("mnt");
+    for (features, want) in [
+        (None, "mode=journal"),
+        (Some("fast_commit"), "mode=fast_commit"),
+        (Some("^has_journal"), "mode=async"),
+    ] {
+        let image = s.path(&format!("img-{want}"));
+        let mut args = vec!["mkfs", image.to_str().unwrap(), "--size", "32M"];
+        if let Some(f) = features {
+            args.extend(["-O", f]);
+        }
+        let out = ordo(&args);
+        assert!(
+            out.status.success(),
+            "mkfs -O {features:?}: {}",
+            stderr(&out)
+        );
+        let m = OrdoMount::start(&image, &mp, "");
+        fs::write(mp.join("f"), b"x").unwrap();
+        let (status, err) = m.stop();
+        assert!(status.success(), "{want}: exit {status}: {err}");
+        assert!(
+            err.contains(want),
+            "-O {features:?}: expected {want} in: {err}"
+        );
+        assert_e2fsck_clean(&image);
+    }
+}
+
+#[test]
 fn info_shows_the_superblock() {
     let s = Scratch::new();
     let image = s.path("img");
@@ -350,4 +383,77 @@ fn mkfs_makes_what_it_is_asked_and_refuses_the_rest() {
         "{info}"
     );
     assert_e2fsck_clean(&image);
+}
+
+/// mount(8) integration, in a private mount namespace whose
+/// `/usr/local/bin` holds nothing but `ordo` (mount.fuse3 runs helpers
+/// with a fixed PATH): `mount -t fuse.ordo` and an fstab line (with
+/// fstab-only and systemd options, which ordo must ignore) mount the image,
+/// detached, listed as `fuse.ordo` with the image as source; `umount`
+/// unmounts; the daemon then makes the image clean and lets it go; a bad
+/// option is refused with mount(8)'s exit code before anything detaches.
+#[test]
+fn mount_t_fuse_ordo_fstab_and_umount() {
+    require_mount_privileges();
+    if !which("unshare") || !which("mount.fuse3") {
+        panic!("unshare (util-linux) and mount.fuse3 (fuse3) are needed: scripts/deps.sh installs them");
+    }
+    let s = Scratch::new();
+    let image = s.path("img");
+    mkfs(&image, "32M");
+    let mp = s.mkdir("mnt");
+    let fstab = s.path("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "{} {} fuse.ordo noauto,nofail,x-systemd.automount,mode=sync,commit=2 0 0\n",
+            image.display(),
+            mp.display()
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        r#"set -eu
+img={img}; mp={mp}
+mount -t tmpfs ordo-bin /usr/local/bin
+ln -s {bin} /usr/local/bin/ordo
+wait_gone() {{ for i in $(seq 300); do pgrep -f "ordo.*$img" >/dev/null || return 0; sleep 0.1; done; echo "daemon still running"; exit 1; }}
+mount -t fuse.ordo "$img" "$mp" -o mode=journal
+grep " $mp " /proc/mounts | grep -q "^$img $mp fuse.ordo " || {{ echo "not listed as fuse.ordo:"; grep " $mp " /proc/mounts; exit 1; }}
+echo one > "$mp/one"
+umount "$mp"
+wait_gone
+mount -T {fstab} "$mp"
+grep -q " $mp fuse.ordo " /proc/mounts
+echo two > "$mp/two"
+umount "$mp"
+wait_gone
+rc=0; mount -t fuse.ordo "$img" "$mp" -o mode=nope 2>/dev/null || rc=$?
+[ "$rc" = 1 ] || {{ echo "bad option: exit $rc, want 1"; exit 1; }}
+! grep -q " $mp " /proc/mounts
+echo ok
+"#,
+        img = image.display(),
+        mp = mp.display(),
+        bin = ordo_bin(),
+        fstab = fstab.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    assert_e2fsck_clean(&image);
+    for (name, want) in [("/one", "one\n"), ("/two", "two\n")] {
+        let out = run(
+            "debugfs",
+            &["-R", &format!("cat {name}"), image.to_str().unwrap()],
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{name}");
+    }
 }

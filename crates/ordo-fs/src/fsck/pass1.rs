@@ -445,6 +445,133 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The resize inode (7), as e2fsck's `check_resize_inode` and pass 1
+    /// see it. Without `resize_inode` it must map nothing. With it, its only
+    /// pointer is the double-indirect block, whose entries name the
+    /// reserved GDT blocks after the group descriptors (at offset
+    /// `gdt_blocks + i` modulo the entries per block), each of which lists
+    /// its copies in the groups that hold a superblock backup; `i_blocks`
+    /// counts all of them. The reserved GDT blocks are metadata already
+    /// (pass 0); the double-indirect block is claimed here.
+    fn check_resize_inode(
+        &mut self,
+        inode: &Inode,
+        iblock: u64,
+        info: &mut InodeInfo,
+    ) -> Result<(), FsError> {
+        const DIND: usize = 13;
+        let ptrs: Vec<u64> = (0..15)
+            .map(|i| le32(inode.i_block(), i * 4) as u64)
+            .collect();
+        if !self.sb.has_compat(COMPAT_RESIZE_INODE) {
+            if ptrs.iter().any(|&p| p != 0) {
+                problem!(
+                    self,
+                    Unsafe,
+                    Inode,
+                    Some(7),
+                    Some(iblock),
+                    "resize inode 7 (block {iblock}) i_block is not empty without the resize_inode feature"
+                );
+            }
+            return Ok(());
+        }
+        let dind = ptrs[DIND];
+        let stray = ptrs
+            .iter()
+            .enumerate()
+            .find(|&(i, &p)| i != DIND && p != 0)
+            .map(|(i, _)| i);
+        let why = if let Some(i) = stray {
+            Some(format!(
+                "i_block[{i}] is {}, only the double-indirect block may be set",
+                ptrs[i]
+            ))
+        } else if dind == 0 {
+            Some("i_block[13] (double-indirect block) is 0".to_string())
+        } else if dind < self.geo.first_data_block || dind >= self.geo.blocks_count {
+            Some(format!(
+                "i_block[13] (double-indirect block) {dind} is outside the file system"
+            ))
+        } else if inode.links == 0 {
+            Some("i_links_count is 0".to_string())
+        } else if inode.file_type() != S_IFREG {
+            Some(format!("i_mode {:#o} is not a regular file", inode.mode))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            problem!(
+                self,
+                Unsafe,
+                Inode,
+                Some(7),
+                Some(iblock),
+                "resize inode 7 (block {iblock}): {why}"
+            );
+            return Ok(());
+        }
+        self.claim(7, dind, 1, "resize inode double-indirect block", info);
+        let per_block = (self.geo.block_size / 4) as usize;
+        let backups: Vec<u64> = (1..self.geo.groups)
+            .filter(|&g| group_has_super(&self.sb, g))
+            .map(u64::from)
+            .collect();
+        let rsv = self.sb.reserved_gdt_blocks as usize;
+        let dbuf = self.disk.read_block(dind, BlockClass::Other)?;
+        let mut counted = 1u64;
+        for i in 0..rsv {
+            let off = (self.geo.gdt_blocks as usize + i) % per_block;
+            let want = self.geo.first_data_block + 1 + self.geo.gdt_blocks + i as u64;
+            let got = le32(&dbuf, off * 4) as u64;
+            if got != want {
+                problem!(
+                    self,
+                    Unsafe,
+                    Inode,
+                    Some(7),
+                    Some(dind),
+                    "resize inode 7: double-indirect block {dind} entry {off} is {got}, should be reserved GDT block {want}"
+                );
+                return Ok(());
+            }
+            counted += 1;
+            let ibuf = self.disk.read_block(want, BlockClass::Other)?;
+            for (k, &g) in backups.iter().enumerate().take(per_block) {
+                let copy = want + g * self.geo.blocks_per_group;
+                if copy >= self.geo.blocks_count {
+                    break;
+                }
+                let got = le32(&ibuf, k * 4) as u64;
+                if got != copy {
+                    problem!(
+                        self,
+                        Unsafe,
+                        Inode,
+                        Some(7),
+                        Some(want),
+                        "resize inode 7: reserved GDT block {want} entry {k} is {got}, should be its copy {copy} in group {g}"
+                    );
+                    return Ok(());
+                }
+                counted += 1;
+            }
+        }
+        let stored = inode.blocks_lo as u64;
+        let want = counted * (self.geo.block_size / 512);
+        if stored != want {
+            problem!(
+                self,
+                Unsafe,
+                Inode,
+                Some(7),
+                Some(iblock),
+                "resize inode 7 (block {iblock}) i_blocks is {stored}, should be {want}"
+            );
+        }
+        Ok(())
+    }
+
     fn check_reserved_inode(
         &mut self,
         ino: u32,
@@ -477,20 +604,8 @@ impl<'a> Checker<'a> {
             dir_blocks: Vec::new(),
             claimed: Vec::new(),
         };
-        if ino == 7 && self.sb.has_compat(COMPAT_RESIZE_INODE) {
-            // The resize inode maps the reserved GDT blocks (already
-            // metadata) through one double-indirect block.
-            let dind = le32(inode.i_block(), 13 * 4) as u64;
-            if dind != 0 {
-                self.claim(
-                    ino,
-                    dind,
-                    1,
-                    "resize inode double-indirect block",
-                    &mut info,
-                );
-            }
-            return Ok(());
+        if ino == 7 {
+            return self.check_resize_inode(inode, iblock, &mut info);
         }
         if inode.mode != 0 && inode.flags & INODE_EXTENTS_FL != 0 {
             let m = self.walk_extents(ino, inode, iblock, &mut info)?;

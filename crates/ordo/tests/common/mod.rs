@@ -124,7 +124,7 @@ impl OrdoMount {
     pub fn start(image: &Path, mountpoint: &Path, options: &str) -> OrdoMount {
         require_mount_privileges();
         let mut cmd = Command::new(ordo_bin());
-        cmd.arg("mount").arg(image).arg(mountpoint);
+        cmd.arg("mount").arg("-f").arg(image).arg(mountpoint);
         if !options.is_empty() {
             cmd.arg("-o").arg(options);
         }
