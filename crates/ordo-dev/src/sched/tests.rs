@@ -166,8 +166,10 @@ fn barriers_and_flushes_order_everything_around_them() {
 fn writes_of_one_block_keep_their_order() {
     let dev = MemDevice::new(BS, BLOCKS).unwrap();
     let mut s = sched(Policy::CLook);
-    w(&mut s, 7, 1);
-    w(&mut s, 3, 9);
+    // The first write of 7 waits for 50; the second names nothing, yet
+    // must not pass the first.
+    let far = w(&mut s, 50, 9);
+    s.submit_write(7, img(1, 1), WriteFlags::new(BlockClass::Data), &[far]);
     w(&mut s, 7, 2);
     let (_, r) = s.run(&dev);
     r.unwrap();
