@@ -178,7 +178,7 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
         elapsed_s: elapsed_ns as f64 / 1e9,
         virtual_time,
         disk: if spec.is_ordo() && virtual_time {
-            plan.config.disk.map(|d| format!("{d:?}").to_lowercase())
+            plan.config.disk.map(|d| d.to_string())
         } else {
             None
         },

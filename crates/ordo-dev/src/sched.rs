@@ -27,8 +27,8 @@
 //! * **Policies** ([`Policy`]): `Fifo` (submission order), `CLook` (ascending
 //!   block from the head's position, wrapping to the lowest), `Sptf`
 //!   (shortest positioning time first, by the HDD model's seek and rotation
-//!   cost; C-LOOK on devices without positioning). Ties go to the earlier
-//!   request.
+//!   cost, a run of consecutive requests entered at its start; C-LOOK on
+//!   devices without positioning). Ties go to the earlier request.
 //! * **Concatenation.** Once a request is chosen, eligible requests of the
 //!   same direction (and, for writes, the same FUA flag) that start where
 //!   it ends join it, up to [`SchedConfig::max_merge_bytes`]: one device
@@ -537,10 +537,24 @@ impl Scheduler {
                 if ids.iter().any(|&id| cost(id).is_none()) {
                     ids.sort_by_key(|&id| self.clook_key(head, id));
                 } else {
+                    // A request that continues another eligible one of the
+                    // same direction is reached from it at no positioning
+                    // cost (concatenated, or as the next block): its run is
+                    // chosen by where the run starts, never entered
+                    // backwards from its middle.
+                    let ends: HashMap<u64, ReqId> = ids
+                        .iter()
+                        .map(|&id| (self.pending[&id].block + self.pending[&id].blocks, id))
+                        .collect();
+                    let continues = |id: ReqId| {
+                        let p = &self.pending[&id];
+                        ends.get(&p.block)
+                            .is_some_and(|&q| q != id && self.pending[&q].joins(p))
+                    };
                     ids.sort_by(|&a, &b| {
-                        cost(a)
-                            .unwrap_or(0.0)
-                            .total_cmp(&cost(b).unwrap_or(0.0))
+                        continues(a)
+                            .cmp(&continues(b))
+                            .then(cost(a).unwrap_or(0.0).total_cmp(&cost(b).unwrap_or(0.0)))
                             .then(self.clook_key(head, a).cmp(&self.clook_key(head, b)))
                     });
                 }

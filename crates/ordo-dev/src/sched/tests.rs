@@ -77,6 +77,26 @@ fn sptf_is_clook_without_positioning() {
 }
 
 #[test]
+fn sptf_enters_a_run_at_its_start() {
+    // From 501, block 498 is nearer than 496, but 496..499 is one run.
+    let dev = hdd();
+    let mut s = sched(Policy::Sptf);
+    w(&mut s, 500, 1);
+    let (_, r) = s.run(&dev);
+    r.unwrap();
+    let mut cfg = SchedConfig::new(Policy::Sptf);
+    cfg.max_in_flight = 1;
+    cfg.max_merge_bytes = BS as usize;
+    let mut s = Scheduler::new(cfg, BS);
+    for b in [498, 496, 497, 3000] {
+        w(&mut s, b, 2);
+    }
+    let (c, r) = s.run(&dev);
+    r.unwrap();
+    assert_eq!(blocks_served(&c), [496, 497, 498, 3000]);
+}
+
+#[test]
 fn fifo_keeps_submission_order() {
     let dev = hdd();
     let mut s = sched(Policy::Fifo);
