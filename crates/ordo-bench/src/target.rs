@@ -403,6 +403,9 @@ pub struct Measurement {
     /// Why the commit counts are missing, when they are for a target that
     /// commits.
     pub commits_note: Option<String>,
+    /// The I/O scheduler's statistics over the window, before the unmount
+    /// (`ordo-lib:MODE,sched=P`).
+    pub sched: Option<ordo_dev::SchedStats>,
 }
 
 /// What is mounted now.
@@ -790,6 +793,7 @@ impl Instance {
                 // Before the unmount's own commit, as for the other targets.
                 let (mode, stats) = fs.protocol_stats();
                 m.commits = ProtocolStats::from_pair(&mode, &stats).commit_counts();
+                m.sched = fs.sched_stats();
                 fs.unmount()
                     .map_err(|e| self.err(format!("unmount: {e}")))?;
                 m.ordo = Some(OrdoCounters::from(&dev.counters()));
