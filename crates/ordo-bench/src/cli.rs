@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::error::{BenchError, Result};
 use crate::runner::{run_plan, Plan};
-use crate::target::{DeviceKind, DiskName, TargetConfig, TargetSpec};
+use crate::target::{DeviceKind, DiskSpec, TargetConfig, TargetSpec};
 use crate::workload::{fcmicro::SWEEP, Overrides, Scale, WorkloadName};
 
 /// Default seed: any fixed number; printed with every result.
@@ -59,9 +59,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub threads: Option<u32>,
     /// In-process ordo targets (ordo-lib:MODE) on a disk timing model,
-    /// reporting virtual time.
-    #[arg(long, value_enum)]
-    pub disk: Option<DiskName>,
+    /// reporting virtual time: hdd, hp-c2447, ssd or cloud, and for the
+    /// rotating disks `,wce=on|off` (write cache on or off).
+    #[arg(long, value_name = "DISK[,wce=on|off]")]
+    pub disk: Option<DiskSpec>,
     /// Directory for images and mount points.
     #[arg(long, default_value = "/var/tmp/ordo-bench")]
     pub workdir: PathBuf,
@@ -202,7 +203,7 @@ impl BenchArgs {
             s.push_str(&format!(" --threads {t}"));
         }
         if let Some(d) = self.disk {
-            s.push_str(&format!(" --disk {}", format!("{d:?}").to_lowercase()));
+            s.push_str(&format!(" --disk {d}"));
         }
         s
     }

@@ -17,6 +17,41 @@ use crate::stats::LatencySummary;
 use crate::sys::BlockStat;
 use crate::target::{ClassFigures, OrdoCounters};
 
+/// What the I/O scheduler of an `ordo-lib:MODE,sched=P` target did over
+/// the measured window (the unmount's write-back excluded): Ganger &
+/// Patt's "disk requests" and "I/O response time".
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedFigures {
+    /// Requests the file system queued (reads, writes, flushes).
+    pub requests: u64,
+    /// Read and write requests the device received, after concatenation.
+    pub disk_requests: u64,
+    /// Average driver response time (queue + service), ms.
+    pub avg_response_ms: f64,
+    /// Average queue time, ms.
+    pub avg_queue_ms: f64,
+    /// Times are the timing model's virtual time.
+    pub virtual_time: bool,
+}
+
+impl SchedFigures {
+    /// From the scheduler's statistics.
+    pub fn new(s: &ordo_dev::SchedStats) -> SchedFigures {
+        let all = s.all();
+        let per = |ns: u64| match all.requests {
+            0 => 0.0,
+            n => ns as f64 / n as f64 / 1e6,
+        };
+        SchedFigures {
+            requests: all.requests,
+            disk_requests: s.disk_requests,
+            avg_response_ms: per(all.response_ns()),
+            avg_queue_ms: per(all.queue_ns),
+            virtual_time: s.virtual_time,
+        }
+    }
+}
+
 /// ordo's own figures for one row.
 #[derive(Clone, Debug, Serialize)]
 pub struct OrdoFigures {
@@ -194,6 +229,9 @@ pub struct Row {
     /// Why the commit figures are missing, when they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commits_note: Option<String>,
+    /// The I/O scheduler's figures (`ordo-lib:MODE,sched=P`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sched: Option<SchedFigures>,
     /// Workload-specific figures.
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -386,6 +424,27 @@ pub fn table(rows: &[Row]) -> String {
                 o.flushes_per_op,
                 o.fua_writes_per_op,
                 classes.join(", ")
+            );
+        }
+    }
+    let sched_rows: Vec<&Row> = rows.iter().filter(|r| r.sched.is_some()).collect();
+    if !sched_rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nI/O scheduler (driver response time = queue + service):"
+        );
+        for r in sched_rows {
+            let s = r.sched.as_ref().expect("filtered");
+            let _ = writeln!(
+                out,
+                "  {} on {}: {} requests, {} disk requests, {:.2} ms average response ({:.2} ms queued){}",
+                r.title(),
+                r.target,
+                s.requests,
+                s.disk_requests,
+                s.avg_response_ms,
+                s.avg_queue_ms,
+                if s.virtual_time { ", virtual time" } else { "" }
             );
         }
     }

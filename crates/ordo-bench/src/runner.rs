@@ -178,7 +178,7 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
         elapsed_s: elapsed_ns as f64 / 1e9,
         virtual_time,
         disk: if spec.is_ordo() && virtual_time {
-            plan.config.disk.map(|d| format!("{d:?}").to_lowercase())
+            plan.config.disk.map(|d| d.to_string())
         } else {
             None
         },
@@ -209,6 +209,7 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
     }
     row.commits = m.commits.clone().map(|c| CommitFigures::new(c, row.fsyncs));
     row.commits_note = m.commits_note.clone();
+    row.sched = m.sched.as_ref().map(crate::report::SchedFigures::new);
     let fs_cpu_us = m.fs_cpu_us.unwrap_or(0);
     row.cpu_ms = cpu_us as f64 / 1e3;
     row.fs_cpu_ms = m.fs_cpu_us.map(|c| c as f64 / 1e3);

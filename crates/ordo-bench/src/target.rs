@@ -5,7 +5,7 @@
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
-//! | `ordo-lib:MODE[,data=D]` | ordo in this process through the library, optionally on a timing model (`--disk`) |
+//! | `ordo-lib:MODE[,data=D][,sched=P]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf`) |
 //!
 //! Every case gets a fresh image of the same size. The measurement window is
 //! the same for every target with a device: setup runs in one mount; the
@@ -79,6 +79,8 @@ pub enum TargetKind {
         /// Commit interval in seconds (`commit=`); `None`: the library's
         /// default.
         commit_s: Option<u64>,
+        /// The I/O scheduler (`sched=`); `None`: plans issued in order.
+        sched: Option<ordo_dev::Policy>,
     },
 }
 
@@ -97,7 +99,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf] (MODE: {})",
         modes.join(", ")
     )
 }
@@ -134,6 +136,7 @@ impl std::str::FromStr for TargetSpec {
                     .map_err(bad)?;
                 let mut data = DataMode::default();
                 let mut commit_s = None;
+                let mut sched = None;
                 for opt in parts {
                     match opt.split_once('=') {
                         Some(("data", d)) => data = d.parse::<DataMode>().map_err(bad)?,
@@ -143,9 +146,12 @@ impl std::str::FromStr for TargetSpec {
                                     bad(format!("commit={c}: not a positive number of seconds"))
                                 })?)
                         }
+                        Some(("sched", p)) => {
+                            sched = Some(p.parse::<ordo_dev::Policy>().map_err(bad)?)
+                        }
                         _ => {
                             return Err(bad(format!(
-                                "unknown option '{opt}' (ordo-lib takes data= and commit=)"
+                                "unknown option '{opt}' (ordo-lib takes data=, commit= and sched=)"
                             )))
                         }
                     }
@@ -154,6 +160,7 @@ impl std::str::FromStr for TargetSpec {
                     mode,
                     data,
                     commit_s,
+                    sched,
                 }
             }
             _ => return Err(bad("unknown target".into())),
@@ -200,6 +207,9 @@ pub enum DeviceKind {
 pub enum DiskName {
     /// 7200-rpm disk with a write cache (8.5 ms seek, 150 MB/s).
     Hdd,
+    /// The HP C2447 of Ganger & Patt (OSDI '94): 5400 rpm, 10 ms seek,
+    /// 3.5 MB/s, write cache off.
+    HpC2447,
     /// SATA flash (30 µs write, 1 ms flush, 500 MB/s).
     Ssd,
     /// Provisioned cloud volume (3000 IOPS, 125 MB/s).
@@ -211,9 +221,91 @@ impl DiskName {
     pub fn model(self) -> DiskModel {
         match self {
             DiskName::Hdd => DiskModel::hdd_7200(),
+            DiskName::HpC2447 => DiskModel::hp_c2447(),
             DiskName::Ssd => DiskModel::ssd_sata(),
             DiskName::Cloud => DiskModel::cloud_gp3(),
         }
+    }
+}
+
+impl DiskName {
+    /// The `--disk` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskName::Hdd => "hdd",
+            DiskName::HpC2447 => "hp-c2447",
+            DiskName::Ssd => "ssd",
+            DiskName::Cloud => "cloud",
+        }
+    }
+}
+
+/// A `--disk` argument: a model, and for the rotating ones whether their
+/// write cache is on (`NAME[,wce=on|off]`: `hdd,wce=off` is the 7200-rpm
+/// disk written through, `hp-c2447,wce=on` the 1994 disk with a cache it
+/// did not use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSpec {
+    /// The model.
+    pub name: DiskName,
+    /// `wce=`: the write cache on or off; `None`, the model's own setting.
+    pub wce: Option<bool>,
+}
+
+impl From<DiskName> for DiskSpec {
+    fn from(name: DiskName) -> Self {
+        DiskSpec { name, wce: None }
+    }
+}
+
+impl DiskSpec {
+    /// The model's parameters.
+    pub fn model(self) -> DiskModel {
+        let m = self.name.model();
+        match self.wce {
+            Some(on) => m.with_write_cache(on).unwrap_or(m),
+            None => m,
+        }
+    }
+}
+
+impl std::fmt::Display for DiskSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name.name())?;
+        match self.wce {
+            Some(true) => f.write_str(",wce=on"),
+            Some(false) => f.write_str(",wce=off"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::str::FromStr for DiskSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let mut parts = s.split(',');
+        let first = parts.next().unwrap_or_default();
+        let name = <DiskName as clap::ValueEnum>::from_str(first, true)
+            .map_err(|_| format!("unknown disk '{first}' (known: hdd, hp-c2447, ssd, cloud)"))?;
+        let mut spec = DiskSpec::from(name);
+        for opt in parts {
+            let on = match opt {
+                "wce=on" => true,
+                "wce=off" => false,
+                _ => {
+                    return Err(format!(
+                        "unknown disk option '{opt}' (known: wce=on, wce=off)"
+                    ))
+                }
+            };
+            if name.model().with_write_cache(on).is_none() {
+                return Err(format!(
+                    "{opt}: only the rotating disks (hdd, hp-c2447) have a write-cache switch"
+                ));
+            }
+            spec.wce = Some(on);
+        }
+        Ok(spec)
     }
 }
 
@@ -227,7 +319,7 @@ pub struct TargetConfig {
     /// Loop device or plain file, for ordo targets.
     pub device: DeviceKind,
     /// Timing model for `ordo-lib` targets.
-    pub disk: Option<DiskName>,
+    pub disk: Option<DiskSpec>,
     /// The `ordo` binary (found automatically when `None`).
     pub ordo_bin: Option<PathBuf>,
 }
@@ -319,6 +411,9 @@ pub struct Measurement {
     /// Why the commit counts are missing, when they are for a target that
     /// commits.
     pub commits_note: Option<String>,
+    /// The I/O scheduler's statistics over the window, before the unmount
+    /// (`ordo-lib:MODE,sched=P`).
+    pub sched: Option<ordo_dev::SchedStats>,
 }
 
 /// What is mounted now.
@@ -556,6 +651,7 @@ impl Instance {
                 mode,
                 data,
                 commit_s,
+                sched,
             } => {
                 let path = self.device_path().to_path_buf();
                 let bs = ext4_block_size(&path)?;
@@ -578,6 +674,7 @@ impl Instance {
                         .map_or(defaults.commit_interval_ms, |s| s.saturating_mul(1000)),
                     // Virtual time must not depend on a timer thread.
                     background: timed.is_none(),
+                    sched: *sched,
                     ..defaults
                 };
                 let fs = Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
@@ -705,6 +802,7 @@ impl Instance {
                 // Before the unmount's own commit, as for the other targets.
                 let (mode, stats) = fs.protocol_stats();
                 m.commits = ProtocolStats::from_pair(&mode, &stats).commit_counts();
+                m.sched = fs.sched_stats();
                 fs.unmount()
                     .map_err(|e| self.err(format!("unmount: {e}")))?;
                 m.ordo = Some(OrdoCounters::from(&dev.counters()));
@@ -845,6 +943,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn disks_parse_with_their_write_cache_switch() {
+        let d: DiskSpec = "hp-c2447".parse().unwrap();
+        assert_eq!(d.model(), DiskModel::hp_c2447());
+        assert_eq!(d.to_string(), "hp-c2447");
+        let d: DiskSpec = "hdd,wce=off".parse().unwrap();
+        assert!(matches!(
+            d.model(),
+            DiskModel::Hdd {
+                cache: false,
+                rpm: 7200,
+                ..
+            }
+        ));
+        assert_eq!(d.to_string(), "hdd,wce=off");
+        let d: DiskSpec = "hp-c2447,wce=on".parse().unwrap();
+        assert!(matches!(
+            d.model(),
+            DiskModel::Hdd {
+                cache: true,
+                rpm: 5400,
+                ..
+            }
+        ));
+        assert_eq!(
+            "hdd".parse::<DiskSpec>().unwrap().model(),
+            DiskModel::hdd_7200()
+        );
+        assert!("ssd,wce=off"
+            .parse::<DiskSpec>()
+            .unwrap_err()
+            .contains("rotating"));
+        assert!("hdd,wce=maybe".parse::<DiskSpec>().is_err());
+        assert!("floppy"
+            .parse::<DiskSpec>()
+            .unwrap_err()
+            .contains("unknown disk"));
+    }
+
+    #[test]
     fn parses_every_target_name() {
         let t: TargetSpec = "ext4:fast_commit".parse().unwrap();
         assert_eq!(t.kind, TargetKind::Ext4(Ext4Mode::FastCommit));
@@ -867,6 +1004,7 @@ mod tests {
                 mode: ProtocolKind::named("sync"),
                 data: DataMode::Ordered,
                 commit_s: None,
+                sched: None,
             }
         );
         let t: TargetSpec = "ordo-lib:fast_commit,commit=600".parse().unwrap();
@@ -876,8 +1014,17 @@ mod tests {
                 mode: ProtocolKind::named("fast_commit"),
                 data: DataMode::Ordered,
                 commit_s: Some(600),
+                sched: None,
             }
         );
+        let t: TargetSpec = "ordo-lib:sync,sched=sptf".parse().unwrap();
+        assert!(matches!(
+            t.kind,
+            TargetKind::OrdoLib {
+                sched: Some(ordo_dev::Policy::Sptf),
+                ..
+            }
+        ));
         for bad in [
             "ext4:foo",
             "ordo:nope",
@@ -885,6 +1032,7 @@ mod tests {
             "ordo-lib:async,cache=1",
             "ordo-lib:async,commit=0",
             "ordo-lib:async,commit=x",
+            "ordo-lib:async,sched=elevator",
             "",
         ] {
             let e = bad.parse::<TargetSpec>().unwrap_err();

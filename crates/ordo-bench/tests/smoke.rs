@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use ordo_bench::report::Row;
 use ordo_bench::runner::{run_plan, Plan};
-use ordo_bench::target::{DeviceKind, DiskName, TargetConfig, TargetSpec};
+use ordo_bench::target::{DeviceKind, DiskName, DiskSpec, TargetConfig, TargetSpec};
 use ordo_bench::workload::{self, Overrides, Scale, WorkloadName};
 
 /// Workloads that run a program and so need a mounted target.
@@ -33,7 +33,7 @@ fn require_root() {
     );
 }
 
-fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskName>) -> Plan {
+fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskSpec>) -> Plan {
     Plan {
         workloads: workloads.to_vec(),
         targets: targets
@@ -293,10 +293,10 @@ fn timing_models_charge_virtual_time() {
     let mut p = plan(
         &["ordo-lib:sync"],
         &[WorkloadName::Fcmicro],
-        Some(DiskName::Hdd),
+        Some(DiskName::Hdd.into()),
     );
     let hdd = run(&p).remove(0);
-    p.config.disk = Some(DiskName::Ssd);
+    p.config.disk = Some(DiskName::Ssd.into());
     let ssd = run(&p).remove(0);
     for r in [&hdd, &ssd] {
         check_ok(r, true);

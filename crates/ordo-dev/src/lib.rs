@@ -21,6 +21,10 @@
 //! | [`OverlayDevice`] | copy-on-write view of a shared base: crash states without copies |
 //! | [`TimedDevice`] | charges deterministic virtual time (HDD, SSD, cloud volume) |
 //!
+//! Above them, the I/O scheduler ([`Scheduler`]) holds a queue of
+//! outstanding requests with their ordering constraints and chooses which
+//! eligible one reaches the device next (FIFO, C-LOOK, SPTF).
+//!
 //! Every backend that owns a medium counts its own requests
 //! ([`AtomicCounters`]) and derives `durable()` from the same
 //! [`TicketTracker`]; pure forwarders ([`RecordingDevice`], [`TimedDevice`])
@@ -35,6 +39,7 @@ pub mod file;
 pub mod mem;
 pub mod overlay;
 pub mod record;
+pub mod sched;
 pub mod size;
 pub mod timing;
 
@@ -44,8 +49,9 @@ pub use file::{FileDevice, OpenOptions};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
 pub use record::{Event, EventKind, RecordingDevice};
+pub use sched::{Policy, SchedConfig, SchedStats, Scheduler};
 pub use size::parse_size_bytes;
-pub use timing::{DiskModel, TimedDevice};
+pub use timing::{DiskModel, TimedDevice, Timing};
 
 /// A monotonically increasing number handed out for every write; see
 /// [`BlockDevice::durable`].
@@ -211,6 +217,12 @@ pub trait BlockDevice: Send + Sync {
     fn durable(&self) -> Ticket;
     /// A snapshot of the counters.
     fn counters(&self) -> Counters;
+    /// The timing model this device charges virtual time with, if it is
+    /// one ([`TimedDevice`]): the I/O scheduler then simulates queueing in
+    /// virtual time and asks it for positioning costs.
+    fn timing(&self) -> Option<&dyn Timing> {
+        None
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -235,6 +247,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn counters(&self) -> Counters {
         (**self).counters()
     }
+    fn timing(&self) -> Option<&dyn Timing> {
+        (**self).timing()
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
@@ -258,6 +273,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
     }
     fn counters(&self) -> Counters {
         (**self).counters()
+    }
+    fn timing(&self) -> Option<&dyn Timing> {
+        (**self).timing()
     }
 }
 

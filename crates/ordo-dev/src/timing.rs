@@ -7,7 +7,10 @@
 //! goes to the inner device.
 //!
 //! Requests are served one at a time in arrival order (no queueing model, no
-//! overlap): the virtual clock is the sum of service times. The models are
+//! overlap): the virtual clock is the sum of service times. Queueing, and the
+//! order requests reach the disk in, is the I/O scheduler's
+//! ([`crate::sched`]), which asks the model for its clock and, on an HDD,
+//! for the positioning cost of each candidate ([`Timing`]). The models are
 //! deliberately simple and are documented on each [`DiskModel`] variant;
 //! they capture what the crash-consistency papers' results depend on
 //! (seeks and rotations for scattered synchronous writes, the cost of a
@@ -50,7 +53,11 @@ pub enum DiskModel {
         rpm: u32,
         /// Sustained media transfer rate, MB/s (10^6 bytes per second).
         transfer_mb_s: f64,
-        /// The disk has a volatile write cache (write-back).
+        /// The disk has a volatile write cache (write-back, `wce=on`).
+        /// `false` is `wce=off`, write-through, the 1994 disk: a write
+        /// completes when it is on the medium, so completion is durability
+        /// ([`TimedDevice`] then reports every write it acknowledged as
+        /// durable).
         cache: bool,
     },
     /// A flash disk with a volatile (DRAM) write cache.
@@ -91,6 +98,47 @@ impl DiskModel {
             rpm: 7200,
             transfer_mb_s: 150.0,
             cache: true,
+        }
+    }
+
+    /// A disk of the class Ganger & Patt measured (OSDI '94): the HP C2447,
+    /// a 3.5-inch, 1 GB SCSI-2 disk of the HP C2244/45/46/47 family
+    /// (1992), with its write cache off, as their driver used it
+    /// (completion = durable).
+    ///
+    /// The paper names the disk and its manual ([HP92], "HP C2244/45/46/47
+    /// 3.5-inch SCSI-2 Disk Drive Technical Reference Manual") but quotes
+    /// none of its figures; the values are the family's published ones:
+    /// 5400 rpm (11.1 ms per revolution, 5.56 ms average rotational
+    /// latency), 10 ms average seek, and a media rate of 3.5 MB/s, the
+    /// middle of the zoned surface's range (about 2.6 MB/s on the inner
+    /// zones to 4.4 MB/s on the outer ones; the model has one rate for the
+    /// whole surface).
+    pub fn hp_c2447() -> Self {
+        DiskModel::Hdd {
+            seek_ms: 10.0,
+            rpm: 5400,
+            transfer_mb_s: 3.5,
+            cache: false,
+        }
+    }
+
+    /// This model with its write cache on or off (`wce=on|off`); `None`
+    /// for models that have no such switch (flash, cloud).
+    pub fn with_write_cache(self, on: bool) -> Option<Self> {
+        match self {
+            DiskModel::Hdd {
+                seek_ms,
+                rpm,
+                transfer_mb_s,
+                ..
+            } => Some(DiskModel::Hdd {
+                seek_ms,
+                rpm,
+                transfer_mb_s,
+                cache: on,
+            }),
+            _ => None,
         }
     }
 
@@ -168,6 +216,21 @@ struct TimeState {
     hdd_cached: Vec<(u64, u64)>,
     /// SSD: a write is cached since the last flush.
     ssd_dirty: bool,
+    /// HDD without cache: the highest ticket acknowledged (durable, since a
+    /// write-through disk completes a write when it is on the medium).
+    written_through: Ticket,
+}
+
+/// What the I/O scheduler ([`crate::sched`]) asks of a timing model.
+pub trait Timing: Send + Sync {
+    /// The virtual clock, nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// Seek plus rotation to reach `block` from where the head is now, in
+    /// nanoseconds; `None` for a model without positioning (flash, cloud).
+    fn positioning_ns(&self, block: u64) -> Option<f64>;
+    /// The block after the last medium access (an HDD's head), if the
+    /// model has one.
+    fn head_block(&self) -> Option<u64>;
 }
 
 /// A device wrapper that charges virtual time per request.
@@ -189,6 +252,7 @@ impl<D: BlockDevice> TimedDevice<D> {
                 head_block: 0,
                 hdd_cached: Vec::new(),
                 ssd_dirty: false,
+                written_through: 0,
             }),
         })
     }
@@ -214,24 +278,31 @@ impl<D: BlockDevice> TimedDevice<D> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Seek plus rotation from `head` to `block` on an HDD model (`None`
+    /// on another model): nothing for the next block, otherwise the
+    /// square-root seek curve and half a revolution.
+    fn hdd_positioning_ns(&self, head: u64, block: u64) -> Option<f64> {
+        let DiskModel::Hdd { seek_ms, rpm, .. } = self.model else {
+            return None;
+        };
+        if block == head {
+            return Some(0.0);
+        }
+        let distance = block.abs_diff(head) as f64 / self.inner.block_count().max(1) as f64;
+        Some(
+            ms_to_ns(seek_ms) * distance.min(1.0).sqrt() / MEAN_SQRT_DISTANCE
+                + ms_to_ns(30_000.0 / rpm as f64), // half a revolution
+        )
+    }
+
     /// Cost of one HDD medium access, moving the head.
     fn hdd_access_ns(&self, s: &mut TimeState, block: u64, blocks: u64) -> f64 {
-        let DiskModel::Hdd {
-            seek_ms,
-            rpm,
-            transfer_mb_s,
-            ..
-        } = self.model
-        else {
+        let DiskModel::Hdd { transfer_mb_s, .. } = self.model else {
             unreachable!("HDD cost asked of another model")
         };
-        let mut ns = 0.0;
-        if block != s.head_block {
-            let distance =
-                block.abs_diff(s.head_block) as f64 / self.inner.block_count().max(1) as f64;
-            ns += ms_to_ns(seek_ms) * distance.min(1.0).sqrt() / MEAN_SQRT_DISTANCE;
-            ns += ms_to_ns(30_000.0 / rpm as f64); // half a revolution
-        }
+        let mut ns = self
+            .hdd_positioning_ns(s.head_block, block)
+            .expect("an HDD model");
         ns += transfer_ns(blocks * self.inner.block_size() as u64, transfer_mb_s);
         s.head_block = block + blocks;
         ns
@@ -338,6 +409,9 @@ impl<D: BlockDevice> BlockDevice for TimedDevice<D> {
         let ticket = self.inner.write(block, data, flags)?;
         let blocks = (data.len() / self.inner.block_size() as usize) as u64;
         self.charge_write(&mut s, block, blocks, flags.fua);
+        if matches!(self.model, DiskModel::Hdd { cache: false, .. }) {
+            s.written_through = s.written_through.max(ticket);
+        }
         Ok(ticket)
     }
 
@@ -349,11 +423,34 @@ impl<D: BlockDevice> BlockDevice for TimedDevice<D> {
     }
 
     fn durable(&self) -> Ticket {
-        self.inner.durable()
+        // Write-through (`wce=off`): a completed write is on the medium.
+        self.inner.durable().max(self.lock().written_through)
     }
 
     fn counters(&self) -> Counters {
         self.inner.counters()
+    }
+
+    fn timing(&self) -> Option<&dyn Timing> {
+        Some(self)
+    }
+}
+
+impl<D: BlockDevice> Timing for TimedDevice<D> {
+    fn now_ns(&self) -> u64 {
+        self.virtual_time_ns()
+    }
+
+    fn positioning_ns(&self, block: u64) -> Option<f64> {
+        let head = self.lock().head_block;
+        self.hdd_positioning_ns(head, block)
+    }
+
+    fn head_block(&self) -> Option<u64> {
+        match self.model {
+            DiskModel::Hdd { .. } => Some(self.lock().head_block),
+            _ => None,
+        }
     }
 }
 
@@ -479,6 +576,54 @@ mod tests {
             d.virtual_time_ns()
         };
         assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn hp_c2447_parameters_validate() {
+        let m = DiskModel::hp_c2447();
+        m.validate().unwrap();
+        assert_eq!(
+            m,
+            DiskModel::Hdd {
+                seek_ms: 10.0,
+                rpm: 5400,
+                transfer_mb_s: 3.5,
+                cache: false
+            }
+        );
+        assert_eq!(m.with_write_cache(false), Some(m));
+        assert!(matches!(
+            m.with_write_cache(true),
+            Some(DiskModel::Hdd { cache: true, .. })
+        ));
+        assert_eq!(DiskModel::ssd_sata().with_write_cache(false), None);
+        // A random 4 KiB write: 10 ms seek on average, 5.56 ms of rotation,
+        // 1.17 ms of transfer.
+        let d = timed(m);
+        for i in 0..200 {
+            w(&d, scattered(i), false);
+        }
+        let per = d.virtual_time_ns() / 200;
+        assert!((14_000_000..19_000_000).contains(&per), "{per}");
+        // Write-through: every acknowledged write is durable.
+        let t = d
+            .write(3, &[0u8; 4096], WriteFlags::new(BlockClass::Data))
+            .unwrap();
+        assert!(d.durable() >= t);
+        let cached = TimedDevice::new(
+            crate::WriteCacheDevice::new(MemDevice::new(4096, BLOCKS).unwrap()),
+            DiskModel::hdd_7200(),
+        )
+        .unwrap();
+        let t = cached
+            .write(3, &[0u8; 4096], WriteFlags::new(BlockClass::Data))
+            .unwrap();
+        assert!(
+            cached.durable() < t,
+            "write-back: durable only after a flush"
+        );
+        cached.flush().unwrap();
+        assert!(cached.durable() >= t);
     }
 
     #[test]

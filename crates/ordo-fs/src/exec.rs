@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ordo_dev::BlockDevice;
 
 use crate::error::{errno, FsError, Result};
-use crate::protocol::{self, IoPlan, WriteBackReason};
+use crate::protocol::{IoPlan, WriteBackReason};
 use crate::state::Core;
 use crate::stream::{Caller, StreamId, Streams};
 use crate::update::OpKind;
@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     /// Stream names and the stream of each caller (see [`crate::stream`]).
     pub(crate) streams: Mutex<Streams>,
+    /// The I/O scheduler plans run through (`sched=`); `None`: in order.
+    pub(crate) sched: Option<Mutex<ordo_dev::Scheduler>>,
 }
 
 impl Shared {
@@ -90,7 +92,8 @@ impl Shared {
                         seq = self.turn.wait(seq).unwrap_or_else(|e| e.into_inner());
                     }
                 }
-                let (done, r) = protocol::execute_plan(&plan, self.dev.as_ref());
+                let (done, r) =
+                    crate::sched::execute(&plan, self.dev.as_ref(), self.sched.as_ref());
                 if let Err(e) = r {
                     first_err.get_or_insert(e);
                 }

@@ -26,6 +26,7 @@ mod mount;
 mod ops;
 pub mod protocol;
 pub mod random;
+pub mod sched;
 mod state;
 pub mod stream;
 pub mod types;

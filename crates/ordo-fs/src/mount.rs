@@ -448,6 +448,9 @@ impl Fs {
             dev,
             stop: AtomicBool::new(false),
             streams: Mutex::new(Streams::default()),
+            sched: opts
+                .sched
+                .map(|p| Mutex::new(ordo_dev::Scheduler::new(ordo_dev::SchedConfig::new(p), bs))),
         });
         // As the kernel (`ext4_setup_super`): a mount clears the "cleanly
         // unmounted" bit only when no journal protects the image; under

@@ -193,6 +193,9 @@ pub struct MountOptions {
     /// Seed of the mount's random source (inode generations). `None`: drawn
     /// from the operating system, so two mounts differ.
     pub seed: Option<u64>,
+    /// The I/O scheduler plans run through (`sched=fifo|clook|sptf`).
+    /// `None`, the default: each plan's steps are issued in order.
+    pub sched: Option<ordo_dev::Policy>,
 }
 
 impl MountOptions {
@@ -213,6 +216,7 @@ impl Default for MountOptions {
             background: false,
             clock: None,
             seed: None,
+            sched: None,
         }
     }
 }

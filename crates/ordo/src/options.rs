@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use ordo_fs::sched::Policy;
 use ordo_fs::{DataMode, MountOptions, ProtocolKind};
 
 /// A parsed `-o` list: the library's mount options and how the kernel
@@ -74,7 +75,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}, data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf",
         modes.join("|")
     )
 }
@@ -176,6 +177,15 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     return Err(format!("threads={n}: must be 1..64"));
                 }
                 threads = n;
+            }
+            "sched" => {
+                let p: Policy = need(value)?.parse()?;
+                if fs.sched.is_some_and(|q| q != p) {
+                    return Err(
+                        "conflicting options: sched= given twice with different values".to_string(),
+                    );
+                }
+                fs.sched = Some(p);
             }
             "attr_timeout" => {
                 let secs: f64 = need(value)?
@@ -290,6 +300,21 @@ mod tests {
         assert!(parse("commit").is_err());
         assert!(parse("ro=1").is_err());
         assert!(parse("cache=12").is_err());
+    }
+
+    #[test]
+    fn sched_names_a_policy_and_defaults_to_in_order() {
+        assert_eq!(parse("").unwrap().fs.sched, None);
+        for p in Policy::ALL {
+            let o = parse(&format!("mode=sync,sched={p}")).unwrap();
+            assert_eq!(o.fs.sched, Some(p));
+        }
+        let e = parse("sched=elevator").unwrap_err();
+        assert!(e.contains("unknown I/O scheduler 'elevator'"), "{e}");
+        assert!(parse("sched").unwrap_err().contains("needs a value"));
+        assert!(parse("sched=fifo,sched=sptf")
+            .unwrap_err()
+            .contains("conflicting"));
     }
 
     #[test]
