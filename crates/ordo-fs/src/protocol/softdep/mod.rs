@@ -581,8 +581,9 @@ impl SoftdepProtocol {
         }
         // `i_size` and `i_blocks` rise before a mapping is set and fall
         // after it is cleared, in the inode's own block too (the ordering
-        // graph leaves same-block pairs to one synchronous write): a held
-        // mapping holds the size and count that go with it.
+        // graph leaves same-block pairs to one synchronous write), whatever
+        // order the handle made them in: a held mapping holds the size and
+        // count that go with it.
         let mut moves: HashMap<Ino, Vec<(usize, bool)>> = HashMap::new();
         for (i, u) in ups.iter().enumerate() {
             for field in [InodeField::Size, InodeField::BlockCount] {
@@ -595,10 +596,17 @@ impl SoftdepProtocol {
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
                 match op {
+                    // The core may raise the size and count after it sets
+                    // the mapping, in the same handle: that raise counts too.
                     MapOp::Set if len > 0 => {
                         if let Some(v) = moves.get(&ino) {
-                            g.preds[i]
-                                .extend(v.iter().filter(|&&(j, up)| up && j < i).map(|&(j, _)| j));
+                            g.preds[i].extend(
+                                v.iter()
+                                    .filter(|&&(j, up)| {
+                                        up && (j < i || handle_of(j) == handle_of(i))
+                                    })
+                                    .map(|&(j, _)| j),
+                            );
                         }
                     }
                     MapOp::Clear => clears_of.entry(ino).or_default().push(i),
@@ -610,7 +618,11 @@ impl SoftdepProtocol {
             if let Some(c) = clears_of.get(ino) {
                 for &(i, up) in v {
                     if !up {
-                        g.preds[i].extend(c.iter().copied().filter(|&j| j < i));
+                        g.preds[i].extend(
+                            c.iter()
+                                .copied()
+                                .filter(|&j| j < i || handle_of(j) == handle_of(i)),
+                        );
                     }
                 }
             }
