@@ -333,6 +333,34 @@ impl Core {
         img
     }
 
+    /// Give directory `dir`, which maps no block yet, its first block
+    /// (`.` and `..` naming `parent`), as mkdir does: allocated near the
+    /// inode, mapped at 0, counted in `i_blocks`, `i_size` one block.
+    pub fn dir_make_first_block(&mut self, dir: Ino, parent: Ino) -> Result<u64> {
+        let i = self.read_inode(dir)?;
+        let (blk, _) = self.alloc_blocks(self.inode_goal(dir), 1)?;
+        self.seal.owners.insert(
+            blk,
+            Owner::Dir {
+                ino: dir,
+                generation: i.generation,
+            },
+        );
+        let img = self.new_dir_block(dir, parent);
+        self.init_block(
+            blk,
+            BlockClass::Directory,
+            &img,
+            UpdateKind::DirBlockInit { dir },
+        );
+        self.csum_dir_block(blk);
+        extent::insert(&mut self.tree(dir)?, 0, blk, 1, false)?;
+        self.add_iblocks(dir, 1)?;
+        self.set_size(dir, self.bs as u64);
+        self.dirs.remove(&dir);
+        Ok(blk)
+    }
+
     /// Validate an htree root (`lblk` 0) or interior node of `dir`: its
     /// structure, and its `dx_tail` checksum when the block is as on disk.
     fn check_dx_block(
