@@ -23,6 +23,26 @@
 //!    links are marked used and inodes left without any are freed; group
 //!    and superblock counts and bitmap checksums follow. Steps 3 and 4 run
 //!    in memory: nothing is written yet.
+//!
+//! # Through the core
+//!
+//! Steps 3 and 4 are ordo's core at work, not a replayer of their own: a
+//! `Core` is opened over the image JBD2 recovery left, under a protocol
+//! that writes nothing (`ReplayProtocol`), and the whole replay is one
+//! internal handle. Inodes are read and written, blocks and inodes marked
+//! in the bitmaps (with group counters and the unused-table mark),
+//! extents mapped and unmapped, entries looked up, added and removed
+//! (appending a directory block when every block is full, as
+//! `ext4_add_entry` does), and checksums sealed when the handle ends, by
+//! the code every mount runs. The blocks the core leaves dirty are the
+//! result, which step 5 writes. What the replay adds to the core is only
+//! the rules above: where a tag's result comes from, which blocks an
+//! inode gave up, the link counts of directories recounted from their
+//! entries. The core's allocations never take a block any ADD_RANGE of
+//! the log claims (the protocol's reuse rule, as the kernel's
+//! `fc_regions`), and the protocol notes each block the core gives an
+//! inode (tree nodes, directory blocks) so that the rebuild frees it
+//! again if the inode ends up not mapping it.
 //! 5. **Write the result** through the journal: the changed blocks become
 //!    JBD2 transaction `end_tid` (descriptors and copies after the live
 //!    log, a flush, the commit block, a flush), then go home, flush. The
@@ -61,12 +81,15 @@
 //!
 //! Blocks the replay itself must allocate (extent-tree nodes, directory
 //! blocks) are never taken from a range any ADD_RANGE of the log claims,
-//! as the kernel's `fc_regions` ensures.
+//! as the kernel's `fc_regions` ensures, nor from a block the replay
+//! freed (the core never hands out a block its own handle freed).
 //!
 //! # Hashed (htree) directories
 //!
 //! A LINK, CREAT or UNLINK into a directory the kernel indexed does what
-//! ordo's core does on a directory's first change: it drops the index.
+//! ordo's core does on a directory's first change: it drops the index
+//! (the replay does it itself, before the core's entry code sees the
+//! directory, only to also take the leftovers below).
 //! `EXT4_INDEX_FL` is cleared and the dx root and interior nodes are
 //! rewritten as valid empty linear blocks (the root keeps "." and ".."),
 //! with dirent tails; the leaves already are linear blocks. Entries are
@@ -94,8 +117,9 @@
 //! the slot starts without it. (The kernel copies the flag, and its own
 //! replay of such a log fails: Linux 6.18 refuses the mount, "Structure
 //! needs cleaning", its JBD2 recovery failed.) For the same reason a
-//! directory's `i_size` is set from the blocks it maps once the tags are
-//! replayed, as e2fsck requires.
+//! directory's `i_size` is set from the blocks it maps, before each entry
+//! change (the core's view of a directory covers `i_size`) and once the
+//! tags are replayed, as e2fsck requires.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{mpsc, Arc, Mutex};
