@@ -194,6 +194,9 @@ impl Core {
     /// uid or gid, operations that free space), the last
     /// `s_r_blocks_count` free blocks are not handed out, as ext4's
     /// `ext4_has_free_clusters`.
+    ///
+    /// With [`Core::alloc_from_group_start`] the search starts at the
+    /// first block of the goal's group instead of the goal.
     pub fn alloc_blocks(&mut self, goal: u64, max: u32) -> Result<(u64, u32)> {
         assert!(max > 0);
         let mut max = max;
@@ -212,6 +215,11 @@ impl Core {
             goal
         };
         let g0 = self.group_of_block(goal);
+        let goal = if self.alloc_from_group_start {
+            self.sbi.group_first_block(g0 as u64)
+        } else {
+            goal
+        };
         for i in 0..=ngroups {
             let g = (g0 + i) % ngroups;
             if self.group_free_blocks(g)? == 0 {

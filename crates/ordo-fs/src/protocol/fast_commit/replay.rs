@@ -530,10 +530,16 @@ fn replay_image(
             linear: BTreeSet::new(),
             subdir_parents: BTreeSet::new(),
         };
-        r.core.begin(OpKind::Internal, 0);
+        r.core.alloc_from_group_start = true;
+        // One internal handle per tag, and one for the rebuild: a block a
+        // tag freed (a tree node) may be allocated again by a later one,
+        // as in the kernel's replay.
         for t in tags {
+            r.core.begin(OpKind::Internal, 0);
             r.apply(t)?;
+            r.core.end()?;
         }
+        r.core.begin(OpKind::Internal, 0);
         r.rebuild()?;
         r.core.end()?;
         let mut blocks = BTreeMap::new();
