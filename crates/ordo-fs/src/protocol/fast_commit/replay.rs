@@ -28,8 +28,8 @@
 //!
 //! Steps 3 and 4 are ordo's core at work, not a replayer of their own: a
 //! `Core` is opened over the image JBD2 recovery left, under a protocol
-//! that writes nothing (`ReplayProtocol`), and the whole replay is one
-//! internal handle. Inodes are read and written, blocks and inodes marked
+//! that writes nothing (`ReplayProtocol`), each tag in an internal handle
+//! of its own and the rebuild in a last one. Inodes are read and written, blocks and inodes marked
 //! in the bitmaps (with group counters and the unused-table mark),
 //! extents mapped and unmapped, entries looked up, added and removed
 //! (appending a directory block when every block is full, as
@@ -81,8 +81,11 @@
 //!
 //! Blocks the replay itself must allocate (extent-tree nodes, directory
 //! blocks) are never taken from a range any ADD_RANGE of the log claims,
-//! as the kernel's `fc_regions` ensures, nor from a block the replay
-//! freed (the core never hands out a block its own handle freed).
+//! as the kernel's `fc_regions` ensures, nor from a block the same tag
+//! freed (the core never hands out a block its own handle freed). They
+//! are taken first-fit from the start of the goal's group, as the
+//! kernel's replay allocator does, so that both recoveries place a new
+//! tree node alike.
 //!
 //! # Hashed (htree) directories
 //!
