@@ -91,8 +91,8 @@
 //!
 //! A LINK, CREAT or UNLINK into a directory the kernel indexed does what
 //! ordo's core does on a directory's first change: it drops the index
-//! (the replay does it itself, before the core's entry code sees the
-//! directory, only to also take the leftovers below).
+//! (through `Core::dir_linearize`, which, unlike the conversion on a
+//! first change, also takes the leftovers below).
 //! `EXT4_INDEX_FL` is cleared and the dx root and interior nodes are
 //! rewritten as valid empty linear blocks (the root keeps "." and ".."),
 //! with dirent tails; the leaves already are linear blocks. Entries are
@@ -141,7 +141,7 @@ use crate::layout::{ino as io, le16, le32, put32};
 use crate::mount::{CoreImage, CoreOptions};
 use crate::protocol::{jbd2 as journal, Io, Protocol, ProtocolEnv, Recovered, WriteBackReason};
 use crate::recovery::{self, JournalMap};
-use crate::state::{Core, Owner};
+use crate::state::Core;
 use crate::types::{FileType, Timespec};
 use crate::update::{CounterKind, HandleInfo, Ino, InodeField, OpKind, Update, UpdateKind};
 
@@ -909,53 +909,17 @@ impl Replay {
         Ok(())
     }
 
-    /// Make `dir` a linear directory before its entries change, as the
-    /// core does on a directory's first change, but also from any mix of
-    /// converted and unconverted blocks a crashed replay that wrote home
-    /// directly left: clear `EXT4_INDEX_FL` and rewrite whatever has the
-    /// shape of a dx root or node as an empty linear block (see the module
-    /// header).
+    /// Make `dir` a linear directory before its entries change (see the
+    /// module header), from whatever a crashed replay that wrote home
+    /// directly left ([`Core::dir_linearize`]).
     fn ensure_linear(&mut self, dir: Ino) -> Result<()> {
         if self.linear.contains(&dir) {
             return Ok(());
         }
-        let raw = self.raw(dir)?;
-        let fl = le32(&raw, io::FLAGS);
-        let indexed = fl & io::FL_INDEX != 0;
-        let csum = self.core.seal.csum;
-        if indexed || csum {
-            if indexed {
-                self.touch(dir)?;
-                self.core.set_flags(dir, fl & !io::FL_INDEX);
-            }
-            let layout = fdir::DirBlockLayout {
-                block_size: self.core.bs as usize,
-                has_tail: csum,
-            };
-            let generation = le32(&raw, io::GENERATION);
-            for (l, b) in self.dir_blocks(dir)? {
-                let img = self.core.read_block(b, BlockClass::Directory)?;
-                let kind = if l == 0 && fdir::looks_like_dx_root(&img) {
-                    fdir::DxKind::Root
-                } else if l > 0 && fdir::looks_like_dx_node(&img) {
-                    fdir::DxKind::Node
-                } else {
-                    continue;
-                };
-                let mut new = img.to_vec();
-                drop(img);
-                fdir::linearize_dx_block(&mut new, layout, kind);
-                let owner = Owner::Dir {
-                    ino: dir,
-                    generation,
-                };
-                self.core.seal.owners.insert(b, owner);
-                self.core
-                    .modify(b, 0, &new, UpdateKind::DirBlockInit { dir });
-                self.core.csum_dir_block(b);
-            }
-            self.core.dirs.remove(&dir);
+        if le32(&self.raw(dir)?, io::FLAGS) & io::FL_INDEX != 0 {
+            self.touch(dir)?;
         }
+        self.core.dir_linearize(dir)?;
         self.linear.insert(dir);
         Ok(())
     }
