@@ -169,7 +169,8 @@ impl Core {
         self.gd_count(g, gd::FREE_INODES_LO, gd::FREE_INODES_HI)
     }
 
-    fn add_group_counter(&mut self, g: u32, what: CounterKind, delta: i64) -> Result<()> {
+    /// Add `delta` to counter `what` of group `g` (never below 0).
+    pub fn add_group_counter(&mut self, g: u32, what: CounterKind, delta: i64) -> Result<()> {
         let (lo, hi) = match what {
             CounterKind::FreeBlocks => (gd::FREE_BLOCKS_LO, gd::FREE_BLOCKS_HI),
             CounterKind::FreeInodes => (gd::FREE_INODES_LO, gd::FREE_INODES_HI),
@@ -193,6 +194,9 @@ impl Core {
     /// uid or gid, operations that free space), the last
     /// `s_r_blocks_count` free blocks are not handed out, as ext4's
     /// `ext4_has_free_clusters`.
+    ///
+    /// With [`Core::alloc_from_group_start`] the search starts at the
+    /// first block of the goal's group instead of the goal.
     pub fn alloc_blocks(&mut self, goal: u64, max: u32) -> Result<(u64, u32)> {
         assert!(max > 0);
         let mut max = max;
@@ -211,6 +215,11 @@ impl Core {
             goal
         };
         let g0 = self.group_of_block(goal);
+        let goal = if self.alloc_from_group_start {
+            self.sbi.group_first_block(g0 as u64)
+        } else {
+            goal
+        };
         for i in 0..=ngroups {
             let g = (g0 + i) % ngroups;
             if self.group_free_blocks(g)? == 0 {
@@ -341,6 +350,98 @@ impl Core {
                 self.note_block_freed(x);
             }
             b += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Whether block `b` is in use in its group's bitmap.
+    pub fn block_in_use(&mut self, b: u64) -> Result<bool> {
+        let g = self.group_of_block(b);
+        let bb = self.block_bitmap(g)?;
+        let img = self.read_block(bb, BlockClass::GroupMeta)?;
+        let i = self.sbi.block_index_in_group(b) as usize;
+        Ok(img[i / 8] & (1 << (i % 8)) != 0)
+    }
+
+    /// Bring the bits of blocks `first..first+len` (may span groups) to
+    /// `used`, changing only those that differ, with the groups' free
+    /// counts. Unlike [`Core::free_blocks`], a block already in the
+    /// wanted state is no error, and a cleared block is not reported as
+    /// freed by the handle: this states where blocks are, for a caller
+    /// that rebuilds allocation state (fast-commit replay).
+    pub fn set_blocks_in_use(&mut self, first: u64, len: u64, used: bool) -> Result<()> {
+        let end = first + len;
+        let mut b = first;
+        while b < end {
+            if self.block_in_use(b)? == used {
+                b += 1;
+                continue;
+            }
+            let g = self.group_of_block(b);
+            let gend =
+                self.sbi.group_first_block(g as u64) + self.sbi.blocks_in_group(g as u64) as u64;
+            let mut n = 1u64;
+            while b + n < end.min(gend) && self.block_in_use(b + n)? != used {
+                n += 1;
+            }
+            self.mark_blocks(b, n as u32, used)?;
+            b += n;
+        }
+        Ok(())
+    }
+
+    /// Whether inode `ino` is in use in its group's bitmap.
+    pub fn inode_in_use(&mut self, ino: Ino) -> Result<bool> {
+        self.check_ino(ino)?;
+        let ipg = self.sbi.inodes_per_group;
+        let idx = ((ino - 1) % ipg) as usize;
+        let ib = self.inode_bitmap((ino - 1) / ipg)?;
+        let img = self.read_block(ib, BlockClass::GroupMeta)?;
+        Ok(img[idx / 8] & (1 << (idx % 8)) != 0)
+    }
+
+    /// Bring inode `ino`'s bit to `used`, with the group's free count and,
+    /// for an inode marked used past it, its unused-table mark (as
+    /// [`Core::alloc_inode`]); nothing when the bit already says so.
+    /// The caller keeps `bg_used_dirs_count` ([`Core::add_group_counter`]).
+    pub fn set_inode_in_use(&mut self, ino: Ino, used: bool) -> Result<()> {
+        self.check_ino(ino)?;
+        let ipg = self.sbi.inodes_per_group;
+        let g = (ino - 1) / ipg;
+        let idx = ((ino - 1) % ipg) as usize;
+        let ib = self.inode_bitmap(g)?;
+        let img = self.read_block(ib, BlockClass::GroupMeta)?;
+        let cur = img[idx / 8];
+        drop(img);
+        if (cur & (1 << (idx % 8)) != 0) != used {
+            let v = if used {
+                cur | (1 << (idx % 8))
+            } else {
+                cur & !(1 << (idx % 8))
+            };
+            self.modify(
+                ib,
+                idx / 8,
+                &[v],
+                UpdateKind::Bitmap {
+                    what: BitmapKind::Inode,
+                    index: ino as u64,
+                    set: used,
+                },
+            );
+            self.csum_inode_bitmap(g);
+            self.add_group_counter(g, CounterKind::FreeInodes, if used { -1 } else { 1 })?;
+        }
+        if used && self.sbi.has_group_csum() {
+            let unused = self.gd_count(g, gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI)?;
+            if idx as u32 >= ipg - unused {
+                let new_unused = ipg - (idx as u32 + 1);
+                self.add_group_counter(
+                    g,
+                    CounterKind::ItableUnused,
+                    new_unused as i64 - unused as i64,
+                )?;
+            }
         }
         Ok(())
     }

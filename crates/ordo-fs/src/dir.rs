@@ -333,6 +333,86 @@ impl Core {
         img
     }
 
+    /// Give directory `dir`, which maps no block yet, its first block
+    /// (`.` and `..` naming `parent`), as mkdir does: allocated near the
+    /// inode, mapped at 0, counted in `i_blocks`, `i_size` one block.
+    pub fn dir_make_first_block(&mut self, dir: Ino, parent: Ino) -> Result<u64> {
+        let i = self.read_inode(dir)?;
+        let (blk, _) = self.alloc_blocks(self.inode_goal(dir), 1)?;
+        self.seal.owners.insert(
+            blk,
+            Owner::Dir {
+                ino: dir,
+                generation: i.generation,
+            },
+        );
+        let img = self.new_dir_block(dir, parent);
+        self.init_block(
+            blk,
+            BlockClass::Directory,
+            &img,
+            UpdateKind::DirBlockInit { dir },
+        );
+        self.csum_dir_block(blk);
+        extent::insert(&mut self.tree(dir)?, 0, blk, 1, false)?;
+        self.add_iblocks(dir, 1)?;
+        self.set_size(dir, self.bs as u64);
+        self.dirs.remove(&dir);
+        Ok(blk)
+    }
+
+    /// Make `dir` linear from any mix of indexed and already converted
+    /// blocks: clear `EXT4_INDEX_FL` and rewrite every block shaped like a
+    /// dx root (block 0) or node as an empty linear block (the root keeps
+    /// `.` and `..`). Unlike the conversion of a directory's first change,
+    /// which expects an intact index, it is idempotent whatever part of an
+    /// earlier conversion reached the disk: under `metadata_csum` no
+    /// linear block has a dx block's shape (a dx block's records run to
+    /// the block's end, where a linear block has its checksum tail), and
+    /// without it a dx block with the flag clear already is a valid linear
+    /// block. (Fast-commit replay that writes home directly relies on it.)
+    pub fn dir_linearize(&mut self, dir: Ino) -> Result<()> {
+        let i = self.read_inode(dir)?;
+        let indexed = i.flags & io::FL_INDEX != 0;
+        let csum = self.seal.csum;
+        if !indexed && !csum {
+            return Ok(());
+        }
+        if indexed {
+            self.set_flags(dir, i.flags & !io::FL_INDEX);
+        }
+        let layout = fdir::DirBlockLayout {
+            block_size: self.bs as usize,
+            has_tail: csum,
+        };
+        let maps = extent::extents(&mut self.tree(dir)?, 0..extent::LBLK_END)?;
+        for m in maps {
+            for k in 0..m.len {
+                let (l, p) = (m.lblk + k, m.pblk + k as u64);
+                let img = self.read_block(p, BlockClass::Directory)?;
+                let kind = if l == 0 && fdir::looks_like_dx_root(&img) {
+                    fdir::DxKind::Root
+                } else if l > 0 && fdir::looks_like_dx_node(&img) {
+                    fdir::DxKind::Node
+                } else {
+                    continue;
+                };
+                let mut new = img.to_vec();
+                drop(img);
+                fdir::linearize_dx_block(&mut new, layout, kind);
+                let owner = Owner::Dir {
+                    ino: dir,
+                    generation: i.generation,
+                };
+                self.seal.owners.insert(p, owner);
+                self.modify(p, 0, &new, UpdateKind::DirBlockInit { dir });
+                self.csum_dir_block(p);
+            }
+        }
+        self.dirs.remove(&dir);
+        Ok(())
+    }
+
     /// Validate an htree root (`lblk` 0) or interior node of `dir`: its
     /// structure, and its `dx_tail` checksum when the block is as on disk.
     fn check_dx_block(

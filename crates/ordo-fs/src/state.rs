@@ -376,6 +376,10 @@ pub(crate) struct Core {
     /// bytes it wrote): with frees pending, the handle is rolled back and
     /// retried whole after a commit rather than committed half done.
     pub short_for_space: bool,
+    /// Allocate blocks first-fit from the start of the goal's group
+    /// rather than from the goal, as the kernel's fast-commit replay
+    /// allocator does (fast-commit replay runs on a core with this set).
+    pub alloc_from_group_start: bool,
 }
 
 impl Core {
@@ -425,6 +429,7 @@ impl Core {
             freed_set: HashSet::new(),
             use_reserve: true,
             short_for_space: false,
+            alloc_from_group_start: false,
         }
     }
 
