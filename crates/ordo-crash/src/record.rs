@@ -308,6 +308,7 @@ fn run_on_ordo(
             let flags = FallocFlags {
                 keep_size: *keep_size,
                 punch_hole: false,
+                zero_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("fallocate", e))?;
@@ -317,6 +318,7 @@ fn run_on_ordo(
             let flags = FallocFlags {
                 keep_size: true,
                 punch_hole: true,
+                zero_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("punch", e))?;

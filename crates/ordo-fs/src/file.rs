@@ -501,6 +501,31 @@ impl Core {
         if end > self.max_file_bytes() {
             return Err(errno(libc::EFBIG));
         }
+        if flags.zero_range {
+            // As ext4: the partial blocks at the edges are zeroed in place
+            // (written blocks only: holes and unwritten extents read as
+            // zeros already); the whole blocks are unmapped and then allocated again below
+            // as unwritten extents, so the range reads as zeros and stays
+            // allocated. One handle: a crash or ENOSPC undoes all of it.
+            let first_full = off.div_ceil(bs);
+            let end_full = end / bs;
+            let zero = |c: &mut Self, lblk: u64, from: u64, to: u64| -> Result<()> {
+                c.zero_partial(ino, lblk, from as usize, to as usize)
+            };
+            if first_full > end_full {
+                zero(self, off / bs, off % bs, end - off / bs * bs)?;
+            } else {
+                if !off.is_multiple_of(bs) {
+                    zero(self, off / bs, off % bs, bs)?;
+                }
+                if end % bs != 0 {
+                    zero(self, end / bs, 0, end % bs)?;
+                }
+                if end_full > first_full {
+                    self.unmap(ino, first_full, end_full - first_full)?;
+                }
+            }
+        }
         let first = off / bs;
         let last = (end - 1) / bs;
         let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;

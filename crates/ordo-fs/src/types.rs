@@ -136,6 +136,10 @@ pub struct FallocFlags {
     pub keep_size: bool,
     /// FALLOC_FL_PUNCH_HOLE (requires keep_size, as in Linux).
     pub punch_hole: bool,
+    /// FALLOC_FL_ZERO_RANGE: the range reads as zeros afterwards, its whole
+    /// blocks allocated as unwritten extents (as ext4); the size grows to
+    /// the range's end unless keep_size.
+    pub zero_range: bool,
 }
 
 /// lseek(2) whence for data/hole searches.

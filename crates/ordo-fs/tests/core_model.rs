@@ -569,6 +569,7 @@ impl Runner {
                     FallocFlags {
                         keep_size: keep,
                         punch_hole: punch,
+                        zero_range: false,
                     },
                 );
                 if len == 0 {

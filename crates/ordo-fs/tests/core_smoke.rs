@@ -207,6 +207,7 @@ fn paths_access_statfs_and_attributes() {
         ordo_fs::FallocFlags {
             keep_size: true,
             punch_hole: true,
+            zero_range: false,
         },
     )
     .unwrap();

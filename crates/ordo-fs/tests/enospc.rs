@@ -552,6 +552,7 @@ fn punch_hole_needing_a_split() {
     let punch = FallocFlags {
         keep_size: true,
         punch_hole: true,
+        zero_range: false,
     };
     check_op(Fill::Blocks, "punch hole", move |fs, fx, _| {
         fs.fallocate(fx.frag3, BS as u64, BS as u64, punch)
@@ -786,4 +787,18 @@ fn a_full_journal_is_not_enospc() {
         fs.unmount().unwrap();
         assert_fsck_clean(&img);
     }
+}
+
+/// ZERO_RANGE over a range with holes on a full file system: the blocks it
+/// must allocate are not there, and the file keeps its contents (the range
+/// was unmapped first in the same handle, which the failure undoes).
+#[test]
+fn zero_range_full_of_blocks() {
+    let zero = FallocFlags {
+        zero_range: true,
+        ..FallocFlags::default()
+    };
+    check_op(Fill::Blocks, "fallocate zero_range", move |fs, fx, _| {
+        fs.fallocate(fx.frag3, 0, 64 * BS as u64, zero)
+    });
 }

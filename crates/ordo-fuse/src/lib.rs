@@ -290,18 +290,22 @@ pub fn rename_flags(flags: fuser::RenameFlags) -> Option<RenameFlags> {
 
 /// `fallocate(2)` mode -> the core's flags, or the errno Linux gives for the
 /// mode: punching a hole requires KEEP_SIZE (EOPNOTSUPP otherwise, as in
-/// `vfs_fallocate`), and the other modes (collapse, zero, insert, unshare)
-/// are not served.
+/// `vfs_fallocate`), punching and zeroing exclude each other (EOPNOTSUPP),
+/// and the other modes (collapse, insert, unshare) are not served.
 pub fn falloc_flags(mode: i32) -> Result<FallocFlags, Errno> {
-    let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+    let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
     if mode & !known != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
     let flags = FallocFlags {
         keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
         punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+        zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
     };
     if flags.punch_hole && !flags.keep_size {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if flags.punch_hole && flags.zero_range {
         return Err(Errno::EOPNOTSUPP);
     }
     Ok(flags)
@@ -1146,8 +1150,11 @@ mod tests {
             falloc_flags(libc::FALLOC_FL_PUNCH_HOLE),
             Err(Errno::EOPNOTSUPP)
         );
+        assert!(falloc_flags(libc::FALLOC_FL_ZERO_RANGE).unwrap().zero_range);
         assert_eq!(
-            falloc_flags(libc::FALLOC_FL_ZERO_RANGE),
+            falloc_flags(
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+            ),
             Err(Errno::EOPNOTSUPP)
         );
         assert_eq!(

@@ -269,6 +269,8 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
                 0,
                 libc::FALLOC_FL_KEEP_SIZE,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                libc::FALLOC_FL_ZERO_RANGE,
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
             ]);
             Op::Fallocate(p(rng), mode, off(rng), len(rng) as i64)
         }
