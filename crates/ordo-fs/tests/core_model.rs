@@ -524,11 +524,14 @@ impl Runner {
                 let r = fs.write(f, off, &data).unwrap();
                 assert_eq!(r as usize, len, "op {n}: write count");
                 if let Content::File(d) = &mut self.m.inodes.get_mut(&f).unwrap().content {
+                    // A write of nothing changes nothing, even past the end.
                     let end = off as usize + len;
-                    if len > 0 && d.len() < end {
-                        d.resize(end, 0);
+                    if len > 0 {
+                        if d.len() < end {
+                            d.resize(end, 0);
+                        }
+                        d[off as usize..end].copy_from_slice(&data);
                     }
-                    d[off as usize..off as usize + len].copy_from_slice(&data);
                 }
                 ("write".into(), vec![f])
             }
