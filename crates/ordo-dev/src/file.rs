@@ -236,22 +236,39 @@ impl FileDevice {
             // EBUSY if it is mounted or opened exclusively by someone else".
             flags |= libc::O_EXCL;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(!opts.read_only)
-            .create(existing.is_none())
-            .custom_flags(flags)
-            .mode(0o644)
-            .open(path)
-            .map_err(|e| {
-                if is_block_device && e.raw_os_error() == Some(libc::EBUSY) {
-                    DevError::InUse {
-                        path: path.to_path_buf(),
-                    }
-                } else {
-                    io_err(path, "open", e)
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(!opts.read_only)
+                .create(existing.is_none())
+                .custom_flags(flags)
+                .mode(0o644)
+                .open(path)
+        };
+        // A block device just released (a loop device reused right after a
+        // kernel unmount, or probed by udev as it is attached) can answer
+        // EBUSY for an instant: retry briefly before calling it in use.
+        let mut tries = 0;
+        let file = loop {
+            match open() {
+                Err(e)
+                    if is_block_device && e.raw_os_error() == Some(libc::EBUSY) && tries < 25 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(40));
                 }
-            })?;
+                r => break r,
+            }
+        }
+        .map_err(|e| {
+            if is_block_device && e.raw_os_error() == Some(libc::EBUSY) {
+                DevError::InUse {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io_err(path, "open", e)
+            }
+        })?;
         if opts.exclusive {
             let op = if opts.read_only {
                 libc::LOCK_SH
