@@ -15,6 +15,7 @@ pub mod inode;
 pub mod jbd2;
 pub mod le;
 pub mod superblock;
+pub mod xattr;
 
 pub use features::FeatureSet;
 pub use fuzzing::decode_any;

@@ -88,6 +88,24 @@ fn populate(mnt: &Path) {
         )
     };
     assert_eq!(rc, 0, "setxattr failed");
+    // Attributes too large for the inode live in a block; two files with
+    // the same ones share it.
+    let value = vec![b'v'; 700];
+    for f in ["a/b/c/deep", "big"] {
+        let path = std::ffi::CString::new(mnt.join(f).as_os_str().as_bytes()).unwrap();
+        for (n, v) in [
+            ("user.block-resident", &value[..]),
+            ("user.zz", &value[..200]),
+            ("user.in", &b"1"[..]),
+        ] {
+            let name = std::ffi::CString::new(n).unwrap();
+            // SAFETY: as above.
+            let rc = unsafe {
+                libc_setxattr(path.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0)
+            };
+            assert_eq!(rc, 0, "setxattr {n} on {f} failed");
+        }
+    }
 }
 
 extern "C" {
@@ -246,4 +264,55 @@ fn kernel_written_tree_decodes_as_stat_sees_it() {
         "in-inode xattr magic"
     );
     assert_eq!(img.read_file(&img.inode(small)), b"hello, ext4");
+    // ordo-format's attribute codec reads what the kernel wrote, and lays
+    // out the same entries with the same hashes.
+    use ordo_format::xattr;
+    let attrs = xattr::decode_ibody(raw.raw(), raw.extra_isize).unwrap();
+    assert_eq!(attrs.len(), 1);
+    assert_eq!(
+        (attrs[0].index, &attrs[0].name[..]),
+        (xattr::index::USER, &b"ordo"[..])
+    );
+    assert_eq!(attrs[0].value, b"in-inode value");
+    let mut ibody = raw.raw().to_vec();
+    xattr::encode_ibody(&mut ibody, raw.extra_isize, &attrs);
+    let start = 128 + usize::from(raw.extra_isize);
+    let used = 4 + xattr::space_needed(&attrs) - attrs[0].value_len();
+    assert_eq!(
+        &ibody[start..start + used],
+        &raw.raw()[start..start + used],
+        "in-inode entries as the kernel lays them out"
+    );
+    let (deep, _) = tree[Path::new("a/b/c/deep")];
+    let (big, _) = tree[Path::new("big")];
+    let blk = img.inode(deep).file_acl;
+    assert_ne!(blk, 0, "a 700-byte value goes to a block");
+    assert_eq!(
+        img.inode(big).file_acl,
+        blk,
+        "the kernel shares identical attribute blocks"
+    );
+    let on_disk = img.block(blk).to_vec();
+    let b = xattr::decode_block(&on_disk).unwrap();
+    assert_eq!(b.refcount, 2);
+    let names: Vec<&[u8]> = b.attrs.iter().map(|a| &a.name[..]).collect();
+    assert_eq!(
+        names,
+        [&b"zz"[..], &b"block-resident"[..]],
+        "sorted by name length, then name"
+    );
+    let ours = xattr::encode_block(img.bs(), 2, &b.attrs);
+    assert_eq!(&ours[..12], &on_disk[..12]);
+    assert_eq!(
+        xattr::decode_block(&ours).unwrap().hash,
+        b.hash,
+        "h_hash as the kernel computes it"
+    );
+    for (i, a) in b.attrs.iter().enumerate() {
+        let at = xattr::BLOCK_HEADER + b.attrs[..i].iter().map(|x| x.entry_len()).sum::<usize>();
+        assert_eq!(
+            u32::from_le_bytes(on_disk[at + 12..at + 16].try_into().unwrap()),
+            xattr::entry_hash(&a.name, &a.value)
+        );
+    }
 }
