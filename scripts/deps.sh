@@ -40,6 +40,11 @@ declare -A provider=(
   [truncate]=coreutils
   [mkfifo]=coreutils
   [mknod]=coreutils
+  # extended attributes and POSIX ACLs (the differential test)
+  [setfattr]=attr
+  [getfattr]=attr
+  [setfacl]=acl
+  [getfacl]=acl
   # benchmark workloads (ordo bench postmark / fsmark / fio / dbench)
   [postmark]=postmark
   [fs_mark]=fsmark

@@ -140,6 +140,46 @@ impl Fs {
             })
     }
 
+    /// The value of extended attribute `name` (full name, `user.x`) of
+    /// `ino`; ACLs in the VFS's form. ENODATA when absent.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        self.shared.read(|c| c.op_getxattr(ino, name))
+    }
+
+    /// The NUL-terminated names of `ino`'s attributes (`trusted.` ones only
+    /// for a `privileged` caller).
+    pub fn listxattr(&self, ino: Ino, privileged: bool) -> Result<Vec<u8>> {
+        self.shared.read(|c| c.op_listxattr(ino, privileged))
+    }
+
+    /// Set extended attribute `name` of `ino` to `value`; `flags` are
+    /// `XATTR_CREATE` (1) and `XATTR_REPLACE` (2). One handle: the value,
+    /// a mode change an access ACL implies and ctime are one atomic
+    /// change. `creds`: the caller (an access ACL set by one outside the
+    /// file's group drops S_ISGID).
+    pub fn setxattr(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+        creds: &Creds,
+    ) -> Result<()> {
+        self.mutating()?;
+        let reserve = self.may_use_reserve(creds);
+        self.shared.with_handle_as(OpKind::SetXattr, reserve, |c| {
+            c.op_setxattr(ino, name, Some(value), flags, Some(creds))
+        })
+    }
+
+    /// Remove extended attribute `name` of `ino` (ENODATA when absent).
+    pub fn removexattr(&self, ino: Ino, name: &[u8], creds: &Creds) -> Result<()> {
+        self.mutating()?;
+        self.shared.with_handle_as(OpKind::SetXattr, true, |c| {
+            c.op_setxattr(ino, name, None, 0, Some(creds))
+        })
+    }
+
     /// Whether `creds` may allocate the blocks reserved for root.
     fn may_use_reserve(&self, creds: &Creds) -> bool {
         may_use_reserve(&self.shared.lock().sbi, creds)

@@ -69,11 +69,6 @@ impl Inode {
     }
 }
 
-/// `h_magic` of an extended-attribute block.
-const XATTR_MAGIC: u32 = 0xEA02_0000;
-/// Offset of `h_checksum` in an extended-attribute block.
-const XATTR_CHECKSUM: usize = 0x10;
-
 /// Linux `new_encode_dev` of (major, minor).
 pub fn new_encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
@@ -395,53 +390,6 @@ impl Core {
         self.set_size(i.ino, 0);
         self.free_inode_bit(i.ino, i.is_dir())?;
         self.dirs.remove(&i.ino);
-        Ok(())
-    }
-
-    /// Drop inode `ino`'s reference to its extended-attribute block (when
-    /// the inode is released): the block is freed with its last user.
-    /// In-inode attributes go with the inode.
-    pub fn release_xattr_block(&mut self, ino: Ino) -> Result<()> {
-        let raw = self.inode_raw(ino)?;
-        let blk = le32(&raw, io::FILE_ACL_LO) as u64 | (le16(&raw, io::FILE_ACL_HI) as u64) << 32;
-        if blk == 0 {
-            return Ok(());
-        }
-        let (iblock, _) = self.inode_loc(ino);
-        if blk <= self.sbi.first_data_block as u64 || blk >= self.sbi.blocks_count {
-            return Err(FsError::corrupt(
-                iblock,
-                format!("inode {ino} i_file_acl"),
-                format!("block {blk} outside the file system"),
-            ));
-        }
-        let img = self.read_block(blk, BlockClass::Other)?;
-        if le32(&img, 0) != XATTR_MAGIC {
-            return Err(FsError::corrupt(
-                blk,
-                "xattr block h_magic",
-                format!("{:#010x}", le32(&img, 0)),
-            ));
-        }
-        let refcount = le32(&img, 4);
-        drop(img);
-        if refcount > 1 {
-            self.modify(blk, 4, &(refcount - 1).to_le_bytes(), UpdateKind::Other);
-            if self.seal.csum {
-                let img = self.cache.snapshot(blk).expect("cached");
-                let mut c = layout::ext4_crc(self.seal.csum_seed, &blk.to_le_bytes());
-                c = layout::ext4_crc(c, &img[..XATTR_CHECKSUM]);
-                c = layout::ext4_crc(c, &[0; 4]);
-                c = layout::ext4_crc(c, &img[XATTR_CHECKSUM + 4..]);
-                drop(img);
-                self.modify(blk, XATTR_CHECKSUM, &c.to_le_bytes(), UpdateKind::Checksum);
-            }
-        } else {
-            self.free_blocks(blk, 1)?;
-            self.add_iblocks(ino, -1)?;
-        }
-        self.set_inode_bytes(ino, io::FILE_ACL_LO, &0u32.to_le_bytes(), InodeField::Other);
-        self.set_inode_bytes(ino, io::FILE_ACL_HI, &0u16.to_le_bytes(), InodeField::Other);
         Ok(())
     }
 

@@ -31,6 +31,7 @@ mod state;
 pub mod stream;
 pub mod types;
 pub mod update;
+mod xattr;
 
 pub use error::{FsError, Result};
 pub use fs::Fs;

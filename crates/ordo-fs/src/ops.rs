@@ -134,7 +134,9 @@ impl Core {
             return Err(errno(libc::EINVAL));
         }
         let p = self.check_new_entry(parent, name)?;
-        let (mode, gid) = self.new_owner(&p, kind.mode_bits() | (perm & 0o7777), creds);
+        let (perm, access, default) =
+            self.inherit_acls(parent, perm & 0o7777, creds.umask, false)?;
+        let (mode, gid) = self.new_owner(&p, kind.mode_bits() | perm, creds);
         let ino = self.alloc_inode(parent, false)?;
         let mut block = [0u8; 60];
         let mut flags = 0;
@@ -154,6 +156,7 @@ impl Core {
             _ => {}
         }
         let i = self.init_inode(ino, mode, creds, gid, 1, flags, &block)?;
+        self.store_inherited_acls(ino, access, default)?;
         self.dir_add(parent, name, ino, kind)?;
         self.touch_times(parent, true);
         Ok(self.attr_of(&i))
@@ -194,7 +197,9 @@ impl Core {
     pub fn op_mkdir(&mut self, parent: Ino, name: &[u8], perm: u16, creds: &Creds) -> Result<Attr> {
         let p = self.check_new_entry(parent, name)?;
         self.check_dir_link_room(&p)?;
-        let (mode, gid) = self.new_owner(&p, 0o040000 | (perm & 0o7777), creds);
+        let (perm, access, default) =
+            self.inherit_acls(parent, perm & 0o7777, creds.umask, true)?;
+        let (mode, gid) = self.new_owner(&p, 0o040000 | perm, creds);
         let ino = self.alloc_inode(parent, true)?;
         let goal = self.inode_goal(ino);
         let (blk, _) = match self.alloc_blocks(goal, 1) {
@@ -208,6 +213,7 @@ impl Core {
         let mut root = [0u8; 60];
         root.copy_from_slice(&extent::empty_root());
         let i = self.init_inode(ino, mode, creds, gid, 2, io::FL_EXTENTS, &root)?;
+        self.store_inherited_acls(ino, access, default)?;
         self.seal.owners.insert(
             blk,
             Owner::Dir {
@@ -666,6 +672,9 @@ impl Core {
         }
         if mode != i.mode {
             self.set_mode(ino, mode);
+            if mode & 0o777 != i.mode & 0o777 {
+                self.acl_chmod(ino, mode)?;
+            }
         }
         let now = self.now();
         if let Some(t) = set.atime {

@@ -42,6 +42,8 @@ pub(crate) enum Owner {
     Dir { ino: Ino, generation: u32 },
     /// An extent-tree block of `ino`.
     Extent { ino: Ino, generation: u32 },
+    /// An extended-attribute block (seeded by its block number).
+    Xattr,
 }
 
 /// Static locations of one block group.
@@ -237,6 +239,10 @@ impl Sealer for SealCtx {
                     put32(image, at, c);
                 }
             }
+            Some(Owner::Xattr) => {
+                let c = ordo_format::xattr::block_checksum(self.csum_seed, block, image);
+                put32(image, ordo_format::xattr::BLOCK_CHECKSUM, c);
+            }
             None => {}
         }
     }
@@ -380,6 +386,9 @@ pub(crate) struct Core {
     /// rather than from the goal, as the kernel's fast-commit replay
     /// allocator does (fast-commit replay runs on a core with this set).
     pub alloc_from_group_start: bool,
+    /// Attribute blocks this mount has read or written, by `h_hash`: the
+    /// candidates for sharing (ext4's mbcache).
+    pub xattr_shared: HashMap<u32, Vec<u64>>,
 }
 
 impl Core {
@@ -430,6 +439,7 @@ impl Core {
             use_reserve: true,
             short_for_space: false,
             alloc_from_group_start: false,
+            xattr_shared: HashMap::new(),
         }
     }
 
@@ -883,7 +893,7 @@ impl Core {
                             self.modify(block, at, &v, UpdateKind::Checksum);
                         }
                     }
-                    None => {}
+                    Some(Owner::Xattr) | None => {}
                 }
             }
             for g in p.block_bitmaps {

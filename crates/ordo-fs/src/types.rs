@@ -111,6 +111,10 @@ pub struct Creds {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+    /// The caller's umask, applied to a new inode's permission bits unless
+    /// its directory has a default ACL (then the ACL decides, as
+    /// `posix_acl_create`). 0 for a caller that passes final bits.
+    pub umask: u16,
 }
 
 impl Creds {

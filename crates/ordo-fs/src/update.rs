@@ -30,6 +30,8 @@ pub enum OpKind {
     Fallocate,
     PunchHole,
     SetAttr,
+    /// setxattr / removexattr (ACLs included).
+    SetXattr,
     /// Final close of an unlinked file, or orphan cleanup at mount.
     Evict,
     /// Anything the core does on its own (mount-time bookkeeping, unmount).
@@ -148,10 +150,48 @@ pub enum UpdateKind {
         group: Option<u32>,
         delta: i64,
     },
+    /// The extended attributes of `ino` changed in this block: its in-inode
+    /// attribute area, or an attribute block only it refers to.
+    Xattr { ino: Ino },
+    /// A new attribute block of `ino` was initialized (header, entries,
+    /// values, reference count 1).
+    XattrBlockInit { ino: Ino },
+    /// `ino`'s pointer to attribute block `block` (`i_file_acl`) was set
+    /// or cleared.
+    XattrRef { ino: Ino, block: u64, op: MapOp },
+    /// The reference count of shared attribute block `block` changed by
+    /// `delta`.
+    XattrRefcount { block: u64, delta: i32 },
     /// A checksum field recomputed after other updates to the same structure.
     Checksum,
     /// Anything else (superblock fields, flags, orphan head, ...).
     Other,
+}
+
+impl UpdateKind {
+    /// The blocks this update points at or stops pointing at: a mapping or
+    /// an index entry (`[pblk, pblk + len)`, one block for an index entry),
+    /// or an attribute-block pointer. What rule 1 (initialize before
+    /// pointing) and rule 2 (nullify before reuse) are about.
+    pub fn pointer(&self) -> Option<(Ino, u64, u64, MapOp)> {
+        match *self {
+            UpdateKind::Extent {
+                ino, pblk, len, op, ..
+            } => Some((ino, pblk, pblk + u64::from(len.max(1)), op)),
+            UpdateKind::XattrRef { ino, block, op } => Some((ino, block, block + 1, op)),
+            _ => None,
+        }
+    }
+    /// Whether this is any of the extended-attribute kinds.
+    pub fn is_xattr(&self) -> bool {
+        matches!(
+            self,
+            UpdateKind::Xattr { .. }
+                | UpdateKind::XattrBlockInit { .. }
+                | UpdateKind::XattrRef { .. }
+                | UpdateKind::XattrRefcount { .. }
+        )
+    }
 }
 
 /// One metadata change.

@@ -1050,6 +1050,7 @@ fn run_model(mode: ProtocolKind, block_size: u32, features: &str, default_ops: u
             uid: 1000,
             gid: 1000,
             groups: vec![],
+            umask: 0,
         },
     };
     let mut tally: BTreeMap<String, usize> = BTreeMap::new();

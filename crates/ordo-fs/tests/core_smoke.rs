@@ -102,6 +102,7 @@ fn paths_access_statfs_and_attributes() {
         uid: 1000,
         gid: 1000,
         groups: vec![50],
+        umask: 0,
     };
     let a = fs.mkdir(ROOT_INO, b"a", 0o2775, &root).unwrap();
     fs.setattr(
@@ -134,6 +135,7 @@ fn paths_access_statfs_and_attributes() {
         uid: 2000,
         gid: 2000,
         groups: vec![50],
+        umask: 0,
     };
     fs.access(f.ino, 4, &other).unwrap();
     assert_eq!(
@@ -157,6 +159,7 @@ fn paths_access_statfs_and_attributes() {
                 uid: 1000,
                 gid: 1000,
                 groups: vec![],
+                umask: 0,
             },
         )
         .unwrap();

@@ -660,6 +660,7 @@ fn reserved_blocks_are_for_root() {
             uid: 1000,
             gid: 1000,
             groups: Vec::new(),
+            umask: 0,
         };
         let d = fs.mkdir(ROOT_INO, b"u", 0o777, &root()).unwrap().ino;
         let f = fs

@@ -355,6 +355,29 @@ fn creds(req: &Request) -> Creds {
         uid: req.uid(),
         gid: req.gid(),
         groups: Vec::new(),
+        umask: 0,
+    }
+}
+
+/// The caller of a create, with its umask: the core applies it unless the
+/// directory's default ACL decides the new inode's bits (the mount asks
+/// the kernel for `FUSE_DONT_MASK` so that the mode arrives unmasked).
+fn creds_umask(req: &Request, umask: u32) -> Creds {
+    Creds {
+        umask: (umask & 0o777) as u16,
+        ..creds(req)
+    }
+}
+
+/// Answer a getxattr or listxattr: the size asked for with `size` 0,
+/// ERANGE when the buffer is too small, the bytes otherwise.
+fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32);
+    } else if (size as usize) < v.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(v);
     }
 }
 
@@ -368,10 +391,10 @@ fn name_bytes(name: &OsStr) -> Result<&[u8], Errno> {
     }
 }
 
-/// Permission bits of a new inode: the mode less the umask (the kernel has
-/// usually applied it already; applying it twice changes nothing).
-fn new_perm(mode: u32, umask: u32) -> u16 {
-    (mode & !umask & 0o7777) as u16
+/// Permission bits of a new inode before the umask, which the core
+/// applies (or the directory's default ACL replaces).
+fn new_perm(mode: u32) -> u16 {
+    (mode & 0o7777) as u16
 }
 
 impl OrdoFuse {
@@ -543,6 +566,12 @@ impl fuser::Filesystem for OrdoFuse {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // POSIX ACLs: the kernel checks permissions with the access ACL
+            // it reads through getxattr, and sends the mode of a create
+            // unmasked with the umask beside it, so that the core can let a
+            // directory's default ACL decide (see `creds_umask`).
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
         ] {
             let _ = config.add_capabilities(flag);
         }
@@ -647,9 +676,9 @@ impl fuser::Filesystem for OrdoFuse {
             ino_from_fuse(parent),
             name,
             kind,
-            new_perm(mode, umask),
+            new_perm(mode),
             rdev,
-            &creds(req),
+            &creds_umask(req, umask),
         );
         self.entry(reply, result);
     }
@@ -668,8 +697,8 @@ impl fuser::Filesystem for OrdoFuse {
         let result = self.fs.mkdir(
             ino_from_fuse(parent),
             name,
-            new_perm(mode, umask),
-            &creds(req),
+            new_perm(mode),
+            &creds_umask(req, umask),
         );
         self.entry(reply, result);
     }
@@ -963,41 +992,54 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOTSUP);
+        self.enter(req);
+        let mut who = creds(req);
+        who.groups = groups_of(req.pid());
+        Self::empty(
+            reply,
+            self.fs.setxattr(
+                ino_from_fuse(ino),
+                name.as_bytes(),
+                value,
+                flags as u32,
+                &who,
+            ),
+        );
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        // No attribute can be read through ordo yet: every name is absent,
-        // which is what ext4 answers for a name it does not hold.
-        reply.error(Errno::ENODATA);
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        // An empty list, as ext4 gives for an inode without attributes.
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino_from_fuse(ino), name.as_bytes()) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(errno_of(&e)),
         }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENODATA);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        // `trusted.` names are listed to a privileged caller only, as ext4
+        // lists them.
+        match self.fs.listxattr(ino_from_fuse(ino), req.uid() == 0) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
+        let mut who = creds(req);
+        who.groups = groups_of(req.pid());
+        Self::empty(
+            reply,
+            self.fs
+                .removexattr(ino_from_fuse(ino), name.as_bytes(), &who),
+        );
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1026,9 +1068,9 @@ impl fuser::Filesystem for OrdoFuse {
             parent,
             name,
             FileType::Regular,
-            new_perm(mode, umask),
+            new_perm(mode),
             0,
-            &creds(req),
+            &creds_umask(req, umask),
         );
         let result = match created {
             Ok(attr) => self.fs.open(attr.ino).map(|()| attr),
@@ -1200,10 +1242,10 @@ mod tests {
     }
 
     #[test]
-    fn new_inode_permissions_drop_umask_and_type_bits() {
-        assert_eq!(new_perm(0o100666, 0o022), 0o644);
-        assert_eq!(new_perm(0o42777, 0o002), 0o2775);
-        assert_eq!(new_perm(0o1777, 0), 0o1777);
+    fn new_inode_permissions_drop_type_bits_and_keep_the_umask_apart() {
+        assert_eq!(new_perm(0o100666), 0o666);
+        assert_eq!(new_perm(0o42777), 0o2777);
+        assert_eq!(new_perm(0o1777), 0o1777);
     }
 
     #[test]

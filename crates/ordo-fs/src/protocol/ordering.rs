@@ -136,18 +136,30 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         if let Some((ino, true)) = inode_field_moved(u, InodeField::Size) {
             size_up.entry(ino).or_default().push(i);
         }
-        if let UpdateKind::Extent {
-            ino,
-            op: MapOp::Clear,
-            ..
-        } = u.kind
-        {
+        if let Some((ino, _, _, MapOp::Clear)) = u.kind.pointer() {
             map_clears.entry(ino).or_default().push(i);
         }
         match &u.kind {
-            UpdateKind::DirBlockInit { .. } | UpdateKind::ExtentBlockInit { .. } => {
-                block_ready.entry(u.block).or_default().push(i)
+            UpdateKind::DirBlockInit { .. }
+            | UpdateKind::ExtentBlockInit { .. }
+            | UpdateKind::XattrBlockInit { .. } => block_ready.entry(u.block).or_default().push(i),
+            // A shared attribute block counts a new user before it is
+            // pointed at.
+            UpdateKind::XattrRefcount { block, delta } if *delta > 0 => {
+                block_ready.entry(*block).or_default().push(i)
             }
+            // A new inode's inherited ACLs are part of its initialization.
+            UpdateKind::Xattr { ino }
+            | UpdateKind::XattrRef {
+                ino,
+                op: MapOp::Set,
+                ..
+            } => inode_ready.entry(*ino).or_default().push(i),
+            UpdateKind::XattrRef {
+                block,
+                op: MapOp::Clear,
+                ..
+            } => clears.push((*block, *block + 1, i)),
             UpdateKind::Bitmap {
                 what: BitmapKind::Block,
                 index,
@@ -264,6 +276,11 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         // shrinks only after the mappings beyond it are cleared, so no
         // mapped block ever lies past i_size.
         let other_block = |j: &usize| ups[*j].block != u.block;
+        if let Some((ino, _, _, MapOp::Set)) = u.kind.pointer() {
+            if let Some(v) = count_up.get(&ino) {
+                p.extend(v.iter().copied().filter(other_block));
+            }
+        }
         if let UpdateKind::Extent {
             ino,
             len,
@@ -271,9 +288,6 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             ..
         } = u.kind
         {
-            if let Some(v) = count_up.get(&ino) {
-                p.extend(v.iter().copied().filter(other_block));
-            }
             if len > 0 {
                 if let Some(v) = size_up.get(&ino) {
                     p.extend(v.iter().copied().filter(other_block));
@@ -326,21 +340,24 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
         }
+        if let Some((_, start, end, MapOp::Set)) = u.kind.pointer() {
+            for b in start..end {
+                if let Some(v) = block_ready.get(&b) {
+                    p.extend(
+                        v.iter()
+                            .copied()
+                            .filter(|&j| j < i || ups[j].block != u.block),
+                    );
+                }
+            }
+        }
         match &u.kind {
-            UpdateKind::Extent {
-                pblk,
-                len,
-                op: MapOp::Set,
-                ..
-            } => {
-                let end = *pblk + (*len).max(1) as u64;
-                for b in *pblk..end {
-                    if let Some(v) = block_ready.get(&b) {
-                        p.extend(
-                            v.iter()
-                                .copied()
-                                .filter(|&j| j < i || ups[j].block != u.block),
-                        );
+            // Another user's pointer to a shared attribute block is gone
+            // before the block counts one user fewer.
+            UpdateKind::XattrRefcount { block, delta } if *delta < 0 => {
+                for &(s, e, j) in &clears {
+                    if *block >= s && *block < e && j < i {
+                        p.push(j);
                     }
                 }
             }

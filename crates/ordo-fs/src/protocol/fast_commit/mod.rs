@@ -187,6 +187,9 @@ pub enum Reason {
     /// explorer's kernel/e2fsck judge on the `mix` workload). A full commit
     /// journals the new block instead.
     DirGrow,
+    /// An extended attribute or ACL changed: the log has no tag for
+    /// attributes (the kernel's `EXT4_FC_REASON_XATTR`).
+    Xattr,
 }
 
 impl Reason {
@@ -205,6 +208,7 @@ impl Reason {
             Reason::SpecialInode => "symlink_or_device",
             Reason::HtreeConversion => "htree_conversion",
             Reason::DirGrow => "dir_grow",
+            Reason::Xattr => "xattr",
         }
     }
 }
@@ -783,6 +787,10 @@ impl Protocol for FastCommitProtocol {
                 self.pending.dentries.push(t);
             }
             UpdateKind::DirBlockInit { .. } => self.mark_ineligible(Reason::DirGrow),
+            UpdateKind::Xattr { .. }
+            | UpdateKind::XattrBlockInit { .. }
+            | UpdateKind::XattrRef { .. }
+            | UpdateKind::XattrRefcount { .. } => self.mark_ineligible(Reason::Xattr),
             UpdateKind::ExtentBlockInit { .. }
             | UpdateKind::Bitmap { .. }
             | UpdateKind::Counter { .. }

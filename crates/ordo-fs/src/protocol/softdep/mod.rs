@@ -212,6 +212,7 @@ impl SoftdepProtocol {
     fn is_deferred_work(u: &Update) -> bool {
         match &u.kind {
             UpdateKind::Bitmap { set: false, .. } => true,
+            UpdateKind::XattrRefcount { delta, .. } => *delta < 0,
             UpdateKind::Inode {
                 field: InodeField::Links,
                 ..
@@ -237,14 +238,8 @@ impl SoftdepProtocol {
         }
         let mut clears: Vec<(u64, u64)> = Vec::new();
         for p in &self.pending {
-            if let UpdateKind::Extent {
-                pblk,
-                len,
-                op: MapOp::Clear,
-                ..
-            } = p.u.kind
-            {
-                clears.push((pblk, pblk + u64::from(len.max(1))));
+            if let Some((_, start, end, MapOp::Clear)) = p.u.kind.pointer() {
+                clears.push((start, end));
             }
         }
         let covered = |b: u64| clears.iter().any(|&(s, e)| s <= b && b < e);
@@ -572,7 +567,11 @@ impl SoftdepProtocol {
                 }
                 UpdateKind::Extent { ino, .. }
                 | UpdateKind::ExtentBlockInit { ino }
+                | UpdateKind::Xattr { ino }
+                | UpdateKind::XattrBlockInit { ino }
+                | UpdateKind::XattrRef { ino, .. }
                 | UpdateKind::Inode { ino, .. } => (u.block, ino),
+                UpdateKind::XattrRefcount { block, .. } => (block, 0),
                 _ => continue,
             };
             if let Some(j) = last_of.insert(key, i) {

@@ -188,7 +188,15 @@ fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
         UpdateKind::Extent { .. }
         | UpdateKind::ExtentBlockInit { .. }
         | UpdateKind::Dirent { .. }
-        | UpdateKind::DirBlockInit { .. } => true,
+        | UpdateKind::DirBlockInit { .. }
+        // Attribute blocks are pointed at and shared: initialized before
+        // the pointer, counted before they are shared, freed after.
+        | UpdateKind::XattrBlockInit { .. }
+        | UpdateKind::XattrRef { .. }
+        | UpdateKind::XattrRefcount { .. } => true,
+        // An attribute's value is not a pointer; a new inode's inherited
+        // ACLs are part of its initialization and go with it.
+        UpdateKind::Xattr { .. } => true,
         UpdateKind::Other => tree_blocks.contains(&u.block),
         // The unused-inode mark decides whether e2fsck sees an inode as
         // initialized at all.
