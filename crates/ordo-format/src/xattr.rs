@@ -157,7 +157,7 @@ pub fn entry_len(name_len: usize) -> usize {
 /// The kernel's `ext4_xattr_hash_entry`: the name's bytes, then the value
 /// padded to 4 bytes as little-endian words.
 pub fn entry_hash(name: &[u8], value: &[u8]) -> u32 {
-    entry_hash_with(name, value, |c| u32::from(c))
+    entry_hash_with(name, value, u32::from)
 }
 
 /// The same hash with the name's bytes taken as signed chars, which
@@ -601,7 +601,7 @@ impl Acl {
 
     /// Parse the VFS form (`system.posix_acl_*` as `getfacl` reads it).
     pub fn from_xattr(v: &[u8]) -> Result<Acl> {
-        if v.len() < 4 || (v.len() - 4) % 8 != 0 {
+        if v.len() < 4 || !(v.len() - 4).is_multiple_of(8) {
             return Err(FormatError::new("posix acl", format!("{} bytes", v.len())));
         }
         let ver = u32_at(v, 0);

@@ -31,18 +31,34 @@
 //!   and the `bg_itable_unused` tail, as e2fsck does): checksum, mode,
 //!   flags, extent trees (magic, depth, ordering, overlap, range, tree-block
 //!   checksums, not pointing at metadata, no block claimed twice), i_blocks,
-//!   i_size, symlinks, device inodes, xattr blocks and their refcounts.
-//!   Two shapes here are benign, because a file's block count and its
-//!   extent tree live in different blocks that an in-place file system
-//!   writes one after the other: i_blocks *higher* than the blocks the tree
+//!   i_size, symlinks, device inodes, and extended attributes as e2fsck's
+//!   `check_ea_in_inode` and `check_ext_attr` see them: the in-inode area
+//!   behind a valid `i_extra_isize` and the attribute block (magic,
+//!   h_blocks, checksum), each walked entry by entry (every entry, name,
+//!   value and the end marker inside the area and overlapping nothing
+//!   else, value sizes, `e_value_inum` 0, `e_hash` the entry's hash, in
+//!   the inode unless 0, a block entry's name index not 0), and the
+//!   blocks' refcounts. A block's `h_hash` and the format of ACL values
+//!   are reported as info only: e2fsck checks neither.
+//!   Three shapes here are benign, because the two halves of each live in
+//!   different blocks that an in-place file system writes one after the
+//!   other (a file's block count and its extent tree; a block's refcount
+//!   and the inodes naming it): i_blocks *higher* than the blocks the tree
 //!   maps (counted before a mapping is set, or still counted after it was
 //!   cleared: nothing mapped is lost, the repair lowers it), and an index
 //!   key *lower* than its child's first key but above the previous entry's
 //!   range, in the inode's root or not first in its node (a first key
 //!   would have to be raised in its own parent too) (a child's leading mappings cleared before the key followed:
-//!   lookups in the gap find a hole, the repair raises the key). i_blocks
-//!   too low and a key above its child's first (hidden mappings) stay
-//!   unsafe;
+//!   lookups in the gap find a hole, the repair raises the key), and an
+//!   xattr block's h_refcount *higher* than the inodes naming it (an
+//!   in-place file system raises the count before it sets an inode's
+//!   pointer and lowers it after clearing one: nothing that refers to the
+//!   block is lost, the repair lowers the count and reseals the block's
+//!   checksum). i_blocks or a refcount too low and a key above its child's
+//!   first (hidden mappings) stay unsafe. An xattr block that nothing
+//!   names any more is a leaked block (pass 5, benign), and when the
+//!   repair releases a leaked inode its reference to a shared block is
+//!   dropped (the block freed only when it was the last);
 //! - pass 2: directory blocks (rec_len chain, names, file types, "." and
 //!   "..", checksum tail, htree root/node structure and checksums), entries
 //!   pointing at free or reserved inodes, directories linked twice. One
@@ -67,7 +83,8 @@
 //!
 //! Known gaps (documented in the report and the corpus test): htree hash
 //! values of leaf entries are not recomputed (the tree's own hash ordering
-//! is checked), in-inode xattr entries are not parsed, block-mapped
+//! is checked), values of extended attributes kept in inodes of their own
+//! (`ea_inode`, refused with the feature) are not followed, block-mapped
 //! (non-extent) files are walked without checking indirect-block
 //! ordering, and quota, bigalloc, inline data, encryption, casefold and
 //! meta_bg images are refused as unsupported (exit code 8).
@@ -78,6 +95,7 @@ mod layout;
 mod pass0;
 mod pass1;
 mod pass1_blocks;
+mod pass1_xattr;
 mod pass2;
 mod pass3_4;
 mod pass5;
@@ -95,9 +113,10 @@ use crate::error::FsError;
 #[derive(Clone, Debug)]
 pub struct FsckOptions {
     /// Repair the benign and hazard problems (bitmaps, free counts, leaked inodes,
-    /// link counts and i_blocks that are too high, extent index keys below
-    /// their child's first key, orphan list, the stale second name of a
-    /// directory moved by an interrupted rename) by writing through the
+    /// link counts, i_blocks and xattr block refcounts that are too high,
+    /// extent index keys below their child's first key, orphan list, the
+    /// stale second name of a directory moved by an interrupted rename)
+    /// by writing through the
     /// device, but only when no unsafe problem was found: an image with
     /// anything unsafe is never written.
     pub repair_benign: bool,

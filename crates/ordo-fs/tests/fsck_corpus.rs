@@ -6,7 +6,10 @@
 //! extents, a fragmented file with an extent tree block, and a directory
 //! large enough to be an htree). Each case copies a base image, corrupts it
 //! (targeted, or seeded random byte flips in metadata blocks), and asserts
-//! that both checkers agree on clean versus not clean. Where ordo calls
+//! that both checkers agree on clean versus not clean. A separate set of
+//! images carries extended attributes set by the kernel (in inodes, in
+//! blocks of their own and shared, ACLs in both), damaged entry by entry
+//! and at random with checksums kept valid. Where ordo calls
 //! every problem benign, the benign repair must leave an image that
 //! `e2fsck -fn` passes; where it finds something unsafe, the repair must
 //! not write a byte.
@@ -852,5 +855,474 @@ fn resize_inode_damage_is_found_as_e2fsck_finds_it() {
                 assert!(!o.ordo_clean, "{}: damage not found", o.label);
             }
         }
+    }
+}
+
+// ----- extended attributes -----
+
+/// `setxattr(2)` on a path, which must succeed.
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a live buffer of `value.len()` bytes.
+    let rc = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr {name} on {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// An access ACL with a named user (and so a mask), in the VFS's form.
+fn named_user_acl() -> Vec<u8> {
+    use ordo_format::xattr::{acl_tag, Acl, AclEntry};
+    let e = |tag, perm, id| AclEntry { tag, perm, id };
+    Acl {
+        entries: vec![
+            e(acl_tag::USER_OBJ, 7, u32::MAX),
+            e(acl_tag::USER, 6, 1000),
+            e(acl_tag::GROUP_OBJ, 5, u32::MAX),
+            e(acl_tag::MASK, 7, u32::MAX),
+            e(acl_tag::OTHER, 0, u32::MAX),
+        ],
+    }
+    .to_xattr()
+}
+
+/// Files with attributes in the inode, in blocks of their own, in blocks
+/// shared by several inodes, and ACLs in both places, set by the kernel.
+fn populate_xattrs(mnt: &Path) {
+    let x = mnt.join("x");
+    std::fs::create_dir(&x).unwrap();
+    let f = |name: &str| {
+        let p = x.join(name);
+        std::fs::write(&p, name.as_bytes()).unwrap();
+        p
+    };
+    set_xattr(&f("inode"), "user.small", b"in-inode value");
+    let big = vec![b'v'; 700];
+    // Two files with the same attributes share one block (refcount 2):
+    // "zz" and "block-resident" go to the block, "in" stays in the inode.
+    for name in ["shared1", "shared2"] {
+        let p = f(name);
+        set_xattr(&p, "user.block-resident", &big);
+        set_xattr(&p, "user.zz", &big[..200]);
+        set_xattr(&p, "user.in", b"1");
+    }
+    let own = f("own");
+    set_xattr(&own, "user.mine", &vec![b'o'; 900]);
+    // An ACL small enough for the inode, and one pushed to the block by a
+    // filler that takes the inode's room.
+    let acl = named_user_acl();
+    set_xattr(&f("acl"), "system.posix_acl_access", &acl);
+    let aclblk = f("aclblk");
+    set_xattr(&aclblk, "user.fill", &[b'f'; 56]);
+    set_xattr(&aclblk, "system.posix_acl_access", &acl);
+    let dacl = x.join("dacl");
+    std::fs::create_dir(&dacl).unwrap();
+    set_xattr(&dacl, "system.posix_acl_default", &acl);
+    set_xattr(&dacl, "system.posix_acl_access", &acl);
+    std::fs::write(dacl.join("inherits"), b"i").unwrap();
+    // Many more: small ones in the inode, larger ones in blocks shared
+    // by every third file, trusted and security names too.
+    for i in 0..30 {
+        let p = f(&format!("many{i:02}"));
+        set_xattr(&p, &format!("user.k{i}"), format!("value {i}").as_bytes());
+        set_xattr(&p, "trusted.t", b"trusted value");
+        if i % 2 == 0 {
+            set_xattr(&p, "security.s", &vec![b's'; 40 + i]);
+        }
+        set_xattr(&p, "user.shared", &vec![b'0' + (i % 3) as u8; 300]);
+    }
+}
+
+/// The attribute block of `path` (debugfs `stat`'s "File ACL").
+fn xattr_block_of(img: &Path, path: &str) -> u64 {
+    let out = debugfs_ro(img, &format!("stat {path}"));
+    let at = out.find("File ACL: ").expect("stat prints File ACL") + 10;
+    out[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn super_of(img: &Path) -> ordo_format::superblock::Superblock {
+    ordo_format::superblock::Superblock::decode(&read_at(img, 1024, 1024)).unwrap()
+}
+
+/// Edit the on-disk inode of `path` (`edit` gets the whole inode and the
+/// offset of its attribute area's magic word), keeping its checksum valid
+/// when it was.
+fn edit_inode_of(img: &Path, path: &str, edit: impl FnOnce(&mut [u8], usize)) {
+    use ordo_format::inode::{set_inode_checksum, verify_inode_checksum};
+    let sb = super_of(img);
+    let ino = inode_of(img, path) as u32;
+    let (blk, off) = inode_pos(img, path);
+    let at = blk * block_size(img) + off;
+    let mut raw = read_at(img, at, sb.inode_size() as usize);
+    let sealed = verify_inode_checksum(&raw, sb.csum_seed(), ino).is_ok();
+    let area = 128 + u16::from_le_bytes([raw[128], raw[129]]) as usize;
+    assert_eq!(
+        &raw[area..area + 4],
+        &0xEA02_0000u32.to_le_bytes(),
+        "{path} has in-inode attributes"
+    );
+    edit(&mut raw, area);
+    if sealed {
+        set_inode_checksum(&mut raw, sb.csum_seed(), ino);
+    }
+    patch(img, at, &raw);
+}
+
+/// Edit the attribute block of `path`, keeping its checksum valid when
+/// it was.
+fn edit_xattr_block_of(img: &Path, path: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+    use ordo_format::xattr::block_checksum;
+    let seed = super_of(img).csum_seed();
+    let b = xattr_block_of(img, path);
+    let bs = block_size(img);
+    let mut block = read_at(img, b * bs, bs as usize);
+    let sealed =
+        u32::from_le_bytes(block[16..20].try_into().unwrap()) == block_checksum(seed, b, &block);
+    edit(&mut block);
+    if sealed {
+        let c = block_checksum(seed, b, &block);
+        block[16..20].copy_from_slice(&c.to_le_bytes());
+    }
+    patch(img, b * bs, &block);
+}
+
+fn put16(buf: &mut [u8], at: usize, v: u16) {
+    buf[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
+}
+
+/// Offset of the entry of `name` (without prefix, index `idx`) in an
+/// attribute area whose first entry is at `first`.
+fn entry_at(buf: &[u8], first: usize, idx: u8, name: &[u8]) -> usize {
+    let mut at = first;
+    while get32(buf, at) != 0 {
+        let len = buf[at] as usize;
+        if buf[at + 1] == idx && &buf[at + 16..at + 16 + len] == name {
+            return at;
+        }
+        at += (16 + len + 3) & !3;
+    }
+    panic!("no entry {name:?}");
+}
+
+/// Recompute a block entry's hash and the block's hash after its value
+/// was changed in place.
+fn rehash_block(block: &mut [u8]) {
+    use ordo_format::xattr::{block_hash, entry_hash};
+    let mut hashes = Vec::new();
+    let mut at = 32;
+    while get32(block, at) != 0 {
+        let len = block[at] as usize;
+        let offs = u16::from_le_bytes([block[at + 2], block[at + 3]]) as usize;
+        let size = get32(block, at + 8) as usize;
+        let name = block[at + 16..at + 16 + len].to_vec();
+        let h = entry_hash(&name, &block[offs..offs + ((size + 3) & !3)]);
+        put32(block, at + 12, h);
+        hashes.push(h);
+        at += (16 + len + 3) & !3;
+    }
+    put32(block, 12, block_hash(hashes));
+}
+
+/// Kernel-made images with attributes in inodes and in (shared) blocks:
+/// clean for both checkers as made, and each kind of damage is found (or
+/// passed) by ordo as `e2fsck -fn` finds (or passes) it. A refcount too
+/// high is benign and the repair makes e2fsck pass; one too low is not.
+#[test]
+fn xattr_damage_is_found_as_e2fsck_finds_it() {
+    assert!(is_root(), "this test needs root (loop mounts); run as root");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, opts, size) in [
+        ("xattr-4k", "-b 4096 -O ^has_journal,^resize_inode", "32M"),
+        (
+            "xattr-1k-nocsum",
+            "-b 1024 -O ^has_journal,^resize_inode,^metadata_csum",
+            "16M",
+        ),
+    ] {
+        let base = dir.path().join(format!("{name}.img"));
+        mkfs_ext4(opts, size)(&base);
+        let mnt = dir.path().join(format!("{name}.mnt"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        must(&format!(
+            "mount -o loop {} {}",
+            base.display(),
+            mnt.display()
+        ));
+        let guard = Unmount(mnt.clone());
+        populate(&mnt);
+        populate_xattrs(&mnt);
+        drop(guard);
+        assert_ne!(
+            xattr_block_of(&base, "/x/shared1"),
+            0,
+            "shared1 has an attribute block"
+        );
+        assert_eq!(
+            xattr_block_of(&base, "/x/shared1"),
+            xattr_block_of(&base, "/x/shared2"),
+            "identical attributes share a block"
+        );
+        let bs = block_size(&base) as usize;
+        // (label, damage, e2fsck and ordo should call it clean, ordo
+        // should call it benign and repair it)
+        type Case = (&'static str, Corruption, bool, bool);
+        let cases: Vec<Case> = vec![
+            ("clean", Box::new(|_: &Path| {}), true, false),
+            (
+                "in-inode value offset out of range",
+                Box::new(|img: &Path| {
+                    edit_inode_of(img, "/x/inode", |r, a| put16(r, a + 4 + 2, 0x400))
+                }),
+                false,
+                false,
+            ),
+            (
+                "in-inode value overlapping the entries",
+                Box::new(|img: &Path| {
+                    edit_inode_of(img, "/x/inode", |r, a| put16(r, a + 4 + 2, 0))
+                }),
+                false,
+                false,
+            ),
+            (
+                "in-inode bad e_hash",
+                Box::new(|img: &Path| {
+                    edit_inode_of(img, "/x/inode", |r, a| put32(r, a + 4 + 12, 0xdead_beef))
+                }),
+                false,
+                false,
+            ),
+            (
+                "in-inode e_value_inum set",
+                Box::new(|img: &Path| {
+                    edit_inode_of(img, "/x/inode", |r, a| put32(r, a + 4 + 4, 12))
+                }),
+                false,
+                false,
+            ),
+            (
+                "in-inode name past the inode",
+                Box::new(|img: &Path| edit_inode_of(img, "/x/inode", |r, a| r[a + 4] = 200)),
+                false,
+                false,
+            ),
+            (
+                "in-inode ACL undecodable",
+                Box::new(|img: &Path| {
+                    edit_inode_of(img, "/x/acl", |r, a| {
+                        let e = entry_at(r, a + 4, 2, b"");
+                        let offs = u16::from_le_bytes([r[e + 2], r[e + 3]]) as usize;
+                        // The first ACL entry's tag: no such tag.
+                        put16(r, a + 4 + offs + 4, 0x40);
+                    })
+                }),
+                true,
+                false,
+            ),
+            (
+                "block bad e_hash",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/own", |b| {
+                        let e = entry_at(b, 32, 1, b"mine");
+                        b[e + 12] ^= 0x01;
+                    })
+                }),
+                false,
+                false,
+            ),
+            (
+                "block values overlapping",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/shared1", |b| {
+                        let z = entry_at(b, 32, 1, b"zz");
+                        let r = entry_at(b, 32, 1, b"block-resident");
+                        let offs = [b[r + 2], b[r + 3]];
+                        b[z + 2..z + 4].copy_from_slice(&offs);
+                        rehash_block(b);
+                    })
+                }),
+                false,
+                false,
+            ),
+            (
+                "block value outside the block",
+                Box::new(move |img: &Path| {
+                    edit_xattr_block_of(img, "/x/own", |b| {
+                        let e = entry_at(b, 32, 1, b"mine");
+                        put16(b, e + 2, (bs - 8) as u16);
+                    })
+                }),
+                false,
+                false,
+            ),
+            (
+                "block e_name_index 0",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/own", |b| {
+                        let e = entry_at(b, 32, 1, b"mine");
+                        b[e + 1] = 0;
+                    })
+                }),
+                false,
+                false,
+            ),
+            (
+                "block bad h_hash",
+                Box::new(|img: &Path| edit_xattr_block_of(img, "/x/own", |b| b[12] ^= 0x10)),
+                true,
+                false,
+            ),
+            (
+                "block ACL undecodable",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/aclblk", |b| {
+                        let e = entry_at(b, 32, 2, b"");
+                        let offs = u16::from_le_bytes([b[e + 2], b[e + 3]]) as usize;
+                        put32(b, offs, 7); // a_version
+                        rehash_block(b);
+                    })
+                }),
+                true,
+                false,
+            ),
+            (
+                "refcount too high",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/shared1", |b| {
+                        let r = get32(b, 4);
+                        put32(b, 4, r + 1);
+                    })
+                }),
+                false,
+                true,
+            ),
+            (
+                "refcount too low",
+                Box::new(|img: &Path| {
+                    edit_xattr_block_of(img, "/x/shared1", |b| {
+                        let r = get32(b, 4);
+                        put32(b, 4, r - 1);
+                    })
+                }),
+                false,
+                false,
+            ),
+            (
+                "xattr block leaked (pointer cleared)",
+                Box::new(|img: &Path| {
+                    debugfs(img, "sif /x/own file_acl 0");
+                }),
+                false,
+                true,
+            ),
+            (
+                "inode sharing a block leaked (entry removed)",
+                Box::new(|img: &Path| {
+                    debugfs(img, "unlink /x/shared2");
+                }),
+                false,
+                true,
+            ),
+        ];
+        for (label, corrupt, clean, benign) in cases {
+            let img = dir.path().join(format!("{name}-case.img"));
+            std::fs::copy(&base, &img).unwrap();
+            corrupt(&img);
+            let o = judge(&format!("{name}: {label}"), &img);
+            println!(
+                "{name}: {label}: e2fsck rc {}, ordo: {}",
+                o.e2fsck_rc, o.ordo_summary
+            );
+            assert_eq!(
+                o.ordo_clean, o.e2fsck_clean,
+                "{}: ordo clean={} e2fsck clean={} (rc {})\nordo: {}\ne2fsck: {}",
+                o.label, o.ordo_clean, o.e2fsck_clean, o.e2fsck_rc, o.ordo_summary, o.e2fsck_out
+            );
+            assert_eq!(o.ordo_clean, clean, "{}: {}", o.label, o.ordo_summary);
+            // `judge` repaired a copy when all was benign and required
+            // e2fsck to pass it.
+            assert_eq!(o.repaired, benign, "{}: {}", o.label, o.ordo_summary);
+        }
+        // Seeded random byte changes inside attribute areas (checksums
+        // kept valid, so that the entries' walk is what decides).
+        let seed: u64 = std::env::var("ORDO_FSCK_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x00ea_0200);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n: usize = std::env::var("ORDO_FSCK_RANDOM")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(24);
+        let isz = super_of(&base).inode_size() as usize;
+        // Each has attributes in its inode; some in a block as well.
+        let files = ["/x/inode", "/x/shared1", "/x/acl", "/x/aclblk", "/x/many07"];
+        let mut disagree = Vec::new();
+        for k in 0..n {
+            let img = dir.path().join(format!("{name}-random.img"));
+            std::fs::copy(&base, &img).unwrap();
+            let file = files[rng.gen_range(0..files.len())];
+            let in_block = rng.gen_bool(0.5) && xattr_block_of(&img, file) != 0;
+            let mask: u8 = rng.gen_range(1..=255);
+            let what = if in_block {
+                // Header fields after the magic and the entries, or the
+                // values at the end.
+                let at = if rng.gen_bool(0.6) {
+                    rng.gen_range(4..128)
+                } else {
+                    rng.gen_range(bs - 1024..bs)
+                };
+                edit_xattr_block_of(&img, file, |b| b[at] ^= mask);
+                format!("{file} block byte {at} ^{mask:#04x}")
+            } else {
+                let r: f64 = rng.gen();
+                let mut desc = String::new();
+                edit_inode_of(&img, file, |raw, a| {
+                    let at = a + 4 + ((isz - a - 4) as f64 * r) as usize;
+                    raw[at] ^= mask;
+                    desc = format!("{file} inode byte {at} ^{mask:#04x}");
+                });
+                desc
+            };
+            let o = judge(&format!("{name}: random #{k} ({what})"), &img);
+            println!(
+                "{}: e2fsck rc {}, ordo clean {}: {}",
+                o.label, o.e2fsck_rc, o.ordo_clean, o.ordo_summary
+            );
+            if o.ordo_clean != o.e2fsck_clean {
+                disagree.push(format!(
+                    "{}: ordo clean={} e2fsck rc {}\nordo: {}\ne2fsck: {}",
+                    o.label, o.ordo_clean, o.e2fsck_rc, o.ordo_summary, o.e2fsck_out
+                ));
+            }
+        }
+        assert!(disagree.is_empty(), "{}", disagree.join("\n\n"));
     }
 }

@@ -73,6 +73,9 @@ pub(crate) struct InodeInfo {
     /// Physical blocks this inode claims (data, tree, xattr): freed when a
     /// leaked inode is released.
     pub(crate) claimed: Vec<(u64, u64)>,
+    /// The attribute block this inode's references were counted for
+    /// (the repair must not free a block other inodes still share).
+    pub(crate) xattr_block: Option<u64>,
 }
 
 impl InodeInfo {
@@ -158,7 +161,8 @@ pub(crate) struct Checker<'a> {
     /// Extent index keys lower than their child's first key, for the
     /// benign repair to raise.
     pub(crate) stale_index_keys: Vec<StaleIndexKey>,
-    /// Xattr blocks: references counted, and the refcount on disk.
+    /// Xattr blocks: references counted, and the refcount on disk. A
+    /// refcount above the count is benign: the benign repair lowers it.
     pub(super) xattr: HashMap<u64, (u32, u32)>,
     /// The on-disk bitmaps as libext2fs reads them (uninit groups
     /// emulated), for pass 5 and the repair.

@@ -7,8 +7,7 @@
 //! extents) or its block map (direct, single, double and triple indirect
 //! blocks), and claims every block the inode uses: a block out of range,
 //! inside file-system metadata, or claimed twice is a conflict. The xattr
-//! block is checked here too (header, checksum) and its references are
-//! counted for pass 1's refcount check. Builds the [`Mapping`] that pass 1
+//! block is claimed by `pass1_xattr.rs`, which checks it. Builds the [`Mapping`] that pass 1
 //! compares i_size and i_blocks with, and each directory's block list for
 //! pass 2.
 //!
@@ -491,68 +490,6 @@ impl<'a> Checker<'a> {
             }
             info.dir_blocks.push((lblk, b));
         }
-    }
-
-    pub(super) fn check_xattr_block(
-        &mut self,
-        ino: u32,
-        inode: &Inode,
-        iblock: u64,
-        info: &mut InodeInfo,
-    ) -> Result<u64, FsError> {
-        let b = inode.file_acl;
-        if !self.sb.has_compat(COMPAT_EXT_ATTR) || !self.geo.in_range(b) {
-            problem!(
-                self,
-                Unsafe,
-                Xattr,
-                Some(ino),
-                Some(iblock),
-                "inode {ino} (block {iblock}) i_file_acl {b} is invalid"
-            );
-            return Ok(0);
-        }
-        if let Some(e) = self.xattr.get_mut(&b) {
-            e.0 += 1;
-            return Ok(1);
-        }
-        let clash = self.meta.get(b) || self.used.get(b);
-        self.claim(ino, b, 1, "xattr block", info);
-        if clash {
-            return Ok(1);
-        }
-        let data = self.disk.read_block(b, BlockClass::Other)?;
-        let magic = le32(&data, 0);
-        let refcount = le32(&data, 4);
-        let nblocks = le32(&data, 8);
-        if magic != 0xEA02_0000 || nblocks != 1 {
-            problem!(
-                self,
-                Unsafe,
-                Xattr,
-                Some(ino),
-                Some(b),
-                "inode {ino} xattr block {b} h_magic {magic:#010x} / h_blocks {nblocks} is invalid"
-            );
-        } else if self.sb.metadata_csum() {
-            let mut tmp = data.clone();
-            put_le32(&mut tmp, 0x10, 0);
-            let c = crc32c_raw(self.geo.csum_seed, &b.to_le_bytes());
-            let want = crc32c_raw(c, &tmp);
-            let have = le32(&data, 0x10);
-            if want != have {
-                problem!(
-                    self,
-                    Unsafe,
-                    Xattr,
-                    Some(ino),
-                    Some(b),
-                    "xattr block {b} h_checksum is {have:#010x}, computed {want:#010x}"
-                );
-            }
-        }
-        self.xattr.insert(b, (1, refcount));
-        Ok(1)
     }
 }
 

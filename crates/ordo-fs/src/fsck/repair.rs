@@ -2,9 +2,10 @@
 //!
 //! It rewrites only derivable state, from what the checker found: the
 //! allocation bitmaps and their checksums, group and superblock free
-//! counts, link counts and i_blocks that are too high, extent index keys
-//! below their child's first key, leaked inodes (in use, named by no entry)
-//! and the orphan list; and it removes the stale second name of
+//! counts, link counts, i_blocks and xattr block refcounts that are too
+//! high, extent index keys below their child's first key, leaked inodes
+//! (in use, named by no entry, their references to a shared xattr block
+//! dropped) and the orphan list; and it removes the stale second name of
 //! a directory that an interrupted rename left with two (the name in the
 //! parent its `..` does not name: the directory stays reachable). It never
 //! runs when the check found an unsafe problem (the caller makes sure), so
@@ -12,7 +13,7 @@
 //! nothing that a reachable file depends on. Writes go straight to the
 //! device, then one flush.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use ordo_dev::BlockClass;
 
@@ -154,15 +155,22 @@ pub(crate) fn repair(
     // deleted inodes given a dtime.
     let wanted_links = c.wanted_links();
     let leaked: Vec<u32> = c.leaked.clone();
+    // References to xattr blocks that released inodes drop.
+    let mut xattr_dropped: HashMap<u64, u32> = HashMap::new();
     for &ino in &leaked {
         edit_inode(disk, c, ino, |r| {
             put_le16(r, I_LINKS, 0);
             put_le32(r, I_DTIME, now);
         })?;
         if let Some(info) = c.inodes.remove(&ino) {
+            if let Some(xb) = info.xattr_block {
+                *xattr_dropped.entry(xb).or_default() += 1;
+            }
             for (start, len) in info.claimed {
                 for b in start..start + len {
-                    if !c.meta.get(b) {
+                    // A shared xattr block is freed below, once no
+                    // inode refers to it any more.
+                    if !c.meta.get(b) && Some(b) != info.xattr_block {
                         c.used.clear(b);
                     }
                 }
@@ -170,6 +178,38 @@ pub(crate) fn repair(
         }
         c.inode_used.clear(ino as u64);
         done.push(format!("released leaked inode {ino}"));
+    }
+    // Xattr blocks: a refcount above the inodes that still refer to it
+    // (left so by a crash, or by the inodes just released) lowered to
+    // their number, the block checksum resealed; a block no inode refers
+    // to any more is freed.
+    let mut xblocks: Vec<(u64, (u32, u32))> = c.xattr.iter().map(|(&b, &v)| (b, v)).collect();
+    xblocks.sort();
+    for (b, (counted, on_disk)) in xblocks {
+        let left = counted.saturating_sub(xattr_dropped.get(&b).copied().unwrap_or(0));
+        if left == 0 {
+            if !c.meta.get(b) {
+                c.used.clear(b);
+            }
+            done.push(format!("xattr block {b}: freed, no inode refers to it"));
+            continue;
+        }
+        if on_disk <= left {
+            continue;
+        }
+        let mut block = disk.read_block(b, BlockClass::Other)?;
+        put_le32(&mut block, 4, left);
+        if c.sb.metadata_csum() {
+            put_le32(&mut block, 0x10, 0);
+            let seed = crc32c_raw(c.geo.csum_seed, &b.to_le_bytes());
+            let sum = crc32c_raw(seed, &block);
+            put_le32(&mut block, 0x10, sum);
+        }
+        disk.write_block(b, &block, BlockClass::Other)?;
+        c.xattr.insert(b, (left, left));
+        done.push(format!(
+            "xattr block {b}: h_refcount lowered from {on_disk} to {left}"
+        ));
     }
     let leaked_set: HashSet<u32> = leaked.iter().copied().collect();
     // Extent index keys lower than their child's first key raised to it
