@@ -170,6 +170,21 @@ pub fn run_op(
         Op::Fdatasync(p) => File::open(at(mount, p))
             .and_then(|f| f.sync_data())
             .map_err(e("fdatasync"))?,
+        Op::SetXattr { path, name, len } => {
+            let v = crate::workload::xattr_value(name, *len);
+            set_xattr(&at(mount, path), name.as_bytes(), &v).map_err(e("setxattr"))?
+        }
+        Op::RemoveXattr { path, name } => {
+            remove_xattr(&at(mount, path), name.as_bytes()).map_err(e("removexattr"))?
+        }
+        Op::SetAcl { path, uid } => {
+            let v = crate::workload::acl_value(*uid);
+            let p = at(mount, path);
+            set_xattr(&p, ordo_format::xattr::ACL_ACCESS_NAME, &v).map_err(e("setacl"))?;
+            if p.is_dir() {
+                set_xattr(&p, ordo_format::xattr::ACL_DEFAULT_NAME, &v).map_err(e("setacl -d"))?;
+            }
+        }
         Op::Sync => fs.sync().map_err(|err| format!("ordo sync: {err}"))?,
     }
     if let Applied::Changed { created: Some(id) } = &applied {
@@ -187,4 +202,46 @@ pub fn run_op(
     }
     *tree = next;
     Ok(applied)
+}
+
+fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// lsetxattr(2).
+fn set_xattr(p: &std::path::Path, name: &[u8], value: &[u8]) -> io::Result<()> {
+    let path = c_path(p)?;
+    let name =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: NUL-terminated strings and a live buffer of `value.len()` bytes.
+    let rc = unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// lremovexattr(2).
+fn remove_xattr(p: &std::path::Path, name: &[u8]) -> io::Result<()> {
+    let path = c_path(p)?;
+    let name =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: NUL-terminated strings.
+    let rc = unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

@@ -45,6 +45,8 @@ pub struct Node {
     pub links: u32,
     /// The content.
     pub data: NodeData,
+    /// Extended attributes: full name -> value (ACLs in the VFS's form).
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Node {
@@ -113,6 +115,7 @@ impl Tree {
             nodes: vec![Some(Node {
                 ino: ordo_fs::ROOT_INO,
                 links: 1,
+                xattrs: BTreeMap::new(),
                 data: NodeData::Dir {
                     entries: BTreeMap::new(),
                 },
@@ -174,11 +177,25 @@ impl Tree {
         }
     }
 
+    /// The file or directory at `path`, which may carry attribute `name`
+    /// (`user.` ones only on files and directories, as the VFS allows).
+    fn xattr_target(&self, path: &str, name: &str) -> Result<NodeId, String> {
+        let id = self
+            .resolve(path)
+            .ok_or_else(|| format!("'{path}' does not exist"))?;
+        match self.node(id).map(|n| &n.data) {
+            Some(NodeData::File { .. }) | Some(NodeData::Dir { .. }) => Ok(id),
+            _ if !name.starts_with("user.") => Ok(id),
+            _ => Err(format!("'{path}' takes no user attributes")),
+        }
+    }
+
     fn new_node(&mut self, data: NodeData) -> NodeId {
         self.nodes.push(Some(Node {
             ino: 0,
             links: 1,
             data,
+            xattrs: BTreeMap::new(),
         }));
         self.nodes.len() - 1
     }
@@ -245,7 +262,32 @@ impl Tree {
                     },
                     _ => unreachable!(),
                 };
+                let is_dir = matches!(data, NodeData::Dir { .. });
+                let is_link = matches!(data, NodeData::Symlink { .. });
                 let id = self.new_node(data);
+                // A directory's default ACL is inherited (posix_acl_create),
+                // with the mode the workload creates with (0644, 0755).
+                let default = self
+                    .node(dir)
+                    .and_then(|d| d.xattrs.get(ordo_format::xattr::ACL_DEFAULT_NAME))
+                    .cloned();
+                if let (Some(def), false) = (default, is_link) {
+                    let acl = ordo_format::xattr::Acl::from_xattr(&def)
+                        .map_err(|e| format!("default ACL: {e}"))?;
+                    let (access, _, not_equiv) =
+                        acl.create_masq(if is_dir { 0o755 } else { 0o644 });
+                    let n = self.node_mut(id);
+                    if not_equiv {
+                        n.xattrs.insert(
+                            ordo_format::xattr::ACL_ACCESS_NAME.to_vec(),
+                            access.to_xattr(),
+                        );
+                    }
+                    if is_dir {
+                        n.xattrs
+                            .insert(ordo_format::xattr::ACL_DEFAULT_NAME.to_vec(), def);
+                    }
+                }
                 self.insert(dir, name, id);
                 changed(Some(id))
             }
@@ -393,6 +435,32 @@ impl Tree {
                         path: path.clone(),
                     }),
                 }
+            }
+            Op::SetXattr { path, name, len } => {
+                let id = self.xattr_target(path, name)?;
+                let v = crate::workload::xattr_value(name, *len);
+                self.node_mut(id).xattrs.insert(name.as_bytes().to_vec(), v);
+                changed(None)
+            }
+            Op::RemoveXattr { path, name } => {
+                let id = self.xattr_target(path, name)?;
+                if self.node_mut(id).xattrs.remove(name.as_bytes()).is_none() {
+                    return Err(format!("'{path}' has no attribute {name}"));
+                }
+                changed(None)
+            }
+            Op::SetAcl { path, uid } => {
+                let id = self.xattr_target(path, "user.")?;
+                let v = crate::workload::acl_value(*uid);
+                let is_dir = self.node(id).and_then(|n| n.entries()).is_some();
+                let n = self.node_mut(id);
+                n.xattrs
+                    .insert(ordo_format::xattr::ACL_ACCESS_NAME.to_vec(), v.clone());
+                if is_dir {
+                    n.xattrs
+                        .insert(ordo_format::xattr::ACL_DEFAULT_NAME.to_vec(), v);
+                }
+                changed(None)
             }
             Op::Sync => Ok(Applied::Sync),
         }

@@ -590,6 +590,23 @@ impl<'a> Reader<'a> {
             .clone()
     }
 
+    /// Every extended attribute of `ino` (as a privileged caller sees them).
+    fn xattrs(&mut self, ino: Ino) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, String> {
+        let names = self
+            .fs
+            .listxattr(ino, true)
+            .map_err(|e| format!("listxattr: {e}"))?;
+        let mut out = BTreeMap::new();
+        for n in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let v = self
+                .fs
+                .getxattr(ino, n)
+                .map_err(|e| format!("getxattr {}: {e}", String::from_utf8_lossy(n)))?;
+            out.insert(n.to_vec(), v);
+        }
+        Ok(out)
+    }
+
     fn dir(&mut self, ino: Ino) -> Result<Entries, String> {
         let fs = self.fs;
         self.dirs
@@ -943,6 +960,25 @@ fn check_file(
                 out.push(format!(
                     "{what}: offset {off} holds {} (promised byte {promised:#04x})",
                     describe_bytes(&data, off)
+                ));
+            }
+        }
+    }
+    // Its extended attributes (ACLs included) are those of one version.
+    match reader.xattrs(ino) {
+        Err(e) => out.push(format!("{what}: {e}")),
+        Ok(have) => {
+            if !versions.iter().any(|n| n.xattrs == have) {
+                let names = |m: &BTreeMap<Vec<u8>, Vec<u8>>| {
+                    m.iter()
+                        .map(|(k, v)| format!("{}={}B", String::from_utf8_lossy(k), v.len()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                out.push(format!(
+                    "{what}: attributes [{}] but promised [{}]",
+                    names(&have),
+                    names(&versions[versions.len() - 1].xattrs)
                 ));
             }
         }

@@ -350,6 +350,31 @@ fn run_on_ordo(
             fs.rename(sdir, &sname, ddir, &dname, Default::default())
                 .map_err(|e| fs_err("rename", e))?;
         }
+        Op::SetXattr { path, name, len } => {
+            let ino = ino_of(path)?;
+            let v = crate::workload::xattr_value(name, *len);
+            fs.setxattr(ino, name.as_bytes(), &v, 0, &creds)
+                .map_err(|e| fs_err("setxattr", e))?;
+        }
+        Op::RemoveXattr { path, name } => {
+            let ino = ino_of(path)?;
+            fs.removexattr(ino, name.as_bytes(), &creds)
+                .map_err(|e| fs_err("removexattr", e))?;
+        }
+        Op::SetAcl { path, uid } => {
+            let ino = ino_of(path)?;
+            let v = crate::workload::acl_value(*uid);
+            fs.setxattr(ino, ordo_format::xattr::ACL_ACCESS_NAME, &v, 0, &creds)
+                .map_err(|e| fs_err("setacl", e))?;
+            if fs
+                .getattr(ino)
+                .map(|a| a.kind == FileType::Directory)
+                .unwrap_or(false)
+            {
+                fs.setxattr(ino, ordo_format::xattr::ACL_DEFAULT_NAME, &v, 0, &creds)
+                    .map_err(|e| fs_err("setacl -d", e))?;
+            }
+        }
         Op::Fsync(p) | Op::Fdatasync(p) => {
             let ino = ino_of(p)?;
             fs.fsync(ino, matches!(op, Op::Fdatasync(_)))

@@ -53,6 +53,20 @@ pub enum Op {
     Rmdir(String),
     /// Symbolic link at `path` pointing to `target`.
     Symlink { target: String, path: String },
+    /// setxattr(2) of `name` to `len` bytes that depend on the name and
+    /// length only (so that equal attributes on two files are equal and
+    /// ext4 may share their block).
+    SetXattr {
+        path: String,
+        name: String,
+        len: u64,
+    },
+    /// removexattr(2).
+    RemoveXattr { path: String, name: String },
+    /// An access ACL granting user `uid` read and write (and, on a
+    /// directory, the same default ACL), as `setfacl -m u:UID:rw` (and
+    /// `-d`) sets it.
+    SetAcl { path: String, uid: u32 },
     /// fsync(2) of a file or directory: a promise.
     Fsync(String),
     /// fdatasync(2) of a file: a promise.
@@ -96,6 +110,9 @@ impl fmt::Display for Op {
             Op::Rename { src, dst } => write!(f, "rename {src} {dst}"),
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
             Op::Symlink { target, path } => write!(f, "symlink {target} {path}"),
+            Op::SetXattr { path, name, len } => write!(f, "setxattr {path} {name} {len}"),
+            Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::SetAcl { path, uid } => write!(f, "setacl {path} {uid}"),
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),
             Op::Sync => write!(f, "sync"),
@@ -264,7 +281,45 @@ pub fn preset() -> Vec<Op> {
             target: "/A/foo".into(),
             path: "/B/lnk".into(),
         },
+        // Attributes: one in /A/foo's inode, and one too large for it that
+        // /A/foo and /A/bar share a block for.
+        xa("/A/foo", "user.tag", 16),
+        xa("/A/foo", "user.big", 600),
+        xa("/A/bar", "user.big", 600),
     ]
+}
+
+fn xa(path: &str, name: &str, len: u64) -> Op {
+    Op::SetXattr {
+        path: path.into(),
+        name: name.into(),
+        len,
+    }
+}
+
+/// The value [`Op::SetXattr`] sets.
+pub fn xattr_value(name: &str, len: u64) -> Vec<u8> {
+    let seed = name
+        .bytes()
+        .fold(len as u8, |a, b| a.wrapping_mul(31).wrapping_add(b));
+    (0..len).map(|i| seed.wrapping_add(i as u8) | 1).collect()
+}
+
+/// The ACL [`Op::SetAcl`] sets, in the VFS's form (`system.posix_acl_*`).
+pub fn acl_value(uid: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 6, uid),
+        (0x04, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
 }
 
 /// One core operation of seq-1 with the objects a persistence point after
@@ -454,6 +509,70 @@ fn core_ops() -> Vec<CoreOp> {
             &["/", "/B"],
         ),
         c("rmdir", Op::Rmdir(s("/C")), None, false, &["/"]),
+        c(
+            "setxattr-inode",
+            xa("/A/empty", "user.s", 24),
+            Some("/A/empty"),
+            true,
+            &[],
+        ),
+        // /A/bar's shared block is copied before it changes.
+        c(
+            "setxattr-cow",
+            xa("/A/bar", "user.other", 900),
+            Some("/A/bar"),
+            true,
+            &[],
+        ),
+        // /A/bar's attribute block: /A/foo's again, shared.
+        c(
+            "setxattr-share",
+            xa("/A/empty", "user.big", 600),
+            Some("/A/empty"),
+            true,
+            &[],
+        ),
+        c(
+            "removexattr-shared",
+            Op::RemoveXattr {
+                path: s("/A/foo"),
+                name: s("user.big"),
+            },
+            Some("/A/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "removexattr-inode",
+            Op::RemoveXattr {
+                path: s("/A/foo"),
+                name: s("user.tag"),
+            },
+            Some("/A/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "setacl",
+            Op::SetAcl {
+                path: s("/A/foo"),
+                uid: 1000,
+            },
+            Some("/A/foo"),
+            true,
+            &[],
+        ),
+        // Later creations in /A inherit its default ACL.
+        c(
+            "setacl-dir",
+            Op::SetAcl {
+                path: s("/A"),
+                uid: 1000,
+            },
+            Some("/A"),
+            false,
+            &["/"],
+        ),
         c(
             "symlink",
             Op::Symlink {
@@ -785,7 +904,7 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
             )
         };
         let block = |rng: &mut ChaCha8Rng| rng.gen_range(0..8u64) * 4096;
-        let op = match rng.gen_range(0..16) {
+        let op = match rng.gen_range(0..19) {
             0 => Op::Creat(path(rng)),
             1 => Op::Mkdir(format!(
                 "{}/d{}",
@@ -845,6 +964,27 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
             },
             13 => Op::Fsync(path(rng)),
             14 => Op::Fdatasync(path(rng)),
+            15 => {
+                const XNAMES: [&str; 3] = ["user.a", "user.b", "trusted.c"];
+                const XLENS: [u64; 4] = [0, 20, 300, 1500];
+                Op::SetXattr {
+                    path: path(rng),
+                    name: XNAMES[rng.gen_range(0..XNAMES.len())].into(),
+                    len: XLENS[rng.gen_range(0..XLENS.len())],
+                }
+            }
+            16 => Op::RemoveXattr {
+                path: path(rng),
+                name: ["user.a", "user.b", "trusted.c"][rng.gen_range(0..3)].into(),
+            },
+            17 => Op::SetAcl {
+                path: if rng.gen_bool(0.5) {
+                    path(rng)
+                } else {
+                    DIRS[rng.gen_range(0..DIRS.len())].to_string()
+                },
+                uid: 1000 + rng.gen_range(0..2),
+            },
             _ => Op::Sync,
         };
         serial += 1;
@@ -1066,6 +1206,28 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             Op::Symlink {
                 target: path(1)?,
                 path: path(2)?,
+            }
+        }
+        "setxattr" => {
+            arity(3)?;
+            Op::SetXattr {
+                path: path(1)?,
+                name: words[2].to_string(),
+                len: num(3)?,
+            }
+        }
+        "removexattr" => {
+            arity(2)?;
+            Op::RemoveXattr {
+                path: path(1)?,
+                name: words[2].to_string(),
+            }
+        }
+        "setacl" => {
+            arity(2)?;
+            Op::SetAcl {
+                path: path(1)?,
+                uid: u32::try_from(num(2)?).map_err(|_| "uid out of range".to_string())?,
             }
         }
         "fsync" => {

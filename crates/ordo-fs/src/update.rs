@@ -156,9 +156,10 @@ pub enum UpdateKind {
     /// A new attribute block of `ino` was initialized (header, entries,
     /// values, reference count 1).
     XattrBlockInit { ino: Ino },
-    /// `ino`'s pointer to attribute block `block` (`i_file_acl`) was set
-    /// or cleared.
-    XattrRef { ino: Ino, block: u64, op: MapOp },
+    /// `ino`'s attribute-block pointer (`i_file_acl`) changed from block
+    /// `from` to block `to` (0: none). One update, so that a protocol that
+    /// holds it back keeps the old pointer (never a moment with neither).
+    XattrRef { ino: Ino, from: u64, to: u64 },
     /// The reference count of shared attribute block `block` changed by
     /// `delta`.
     XattrRefcount { block: u64, delta: i32 },
@@ -171,15 +172,19 @@ pub enum UpdateKind {
 impl UpdateKind {
     /// The blocks this update points at or stops pointing at: a mapping or
     /// an index entry (`[pblk, pblk + len)`, one block for an index entry),
-    /// or an attribute-block pointer. What rule 1 (initialize before
+    /// or an attribute-block pointer (which may stop pointing at one block
+    /// and point at another in one update). What rule 1 (initialize before
     /// pointing) and rule 2 (nullify before reuse) are about.
-    pub fn pointer(&self) -> Option<(Ino, u64, u64, MapOp)> {
+    pub fn pointers(&self) -> [Option<(Ino, u64, u64, MapOp)>; 2] {
         match *self {
             UpdateKind::Extent {
                 ino, pblk, len, op, ..
-            } => Some((ino, pblk, pblk + u64::from(len.max(1)), op)),
-            UpdateKind::XattrRef { ino, block, op } => Some((ino, block, block + 1, op)),
-            _ => None,
+            } => [Some((ino, pblk, pblk + u64::from(len.max(1)), op)), None],
+            UpdateKind::XattrRef { ino, from, to } => [
+                (from != 0).then_some((ino, from, from + 1, MapOp::Clear)),
+                (to != 0).then_some((ino, to, to + 1, MapOp::Set)),
+            ],
+            _ => [None, None],
         }
     }
     /// Whether this is any of the extended-attribute kinds.

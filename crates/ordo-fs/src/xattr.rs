@@ -34,12 +34,16 @@ use crate::error::{errno, FsError, Result};
 use crate::layout::{self, ino as io, le16, le32};
 use crate::state::{Core, Owner};
 use crate::types::Creds;
-use crate::update::{Ino, MapOp, UpdateKind};
+use crate::update::{Ino, UpdateKind};
 
 /// `XATTR_CREATE`: fail with EEXIST if the attribute exists.
 pub const XATTR_CREATE: u32 = 1;
 /// `XATTR_REPLACE`: fail with ENODATA if it does not.
 pub const XATTR_REPLACE: u32 = 2;
+
+/// What a new inode inherits from its directory: its permission bits,
+/// and the access and default ACLs to store (ext4's form).
+pub(crate) type Inherited = (u16, Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// An inode's attributes as they are on disk.
 struct Stored {
@@ -361,48 +365,29 @@ impl Core {
         Ok(())
     }
 
-    /// Set `i_file_acl` of `ino` from `from` to `to`: the clearing and the
-    /// setting are separate updates, so that each can be ordered.
+    /// Set `i_file_acl` of `ino` from `from` to `to`, as one update (see
+    /// [`UpdateKind::XattrRef`]).
     fn xattr_set_pointer(&mut self, ino: Ino, from: u64, to: u64) {
         let (block, off) = self.inode_loc(ino);
         if self.ensure(block, BlockClass::InodeTable).is_err() {
             return;
         }
         self.touch_inode(ino);
-        let put = |c: &mut Core, v: u64, kind: UpdateKind| {
-            c.modify(
-                block,
-                off + io::FILE_ACL_LO,
-                &(v as u32).to_le_bytes(),
-                kind.clone(),
-            );
-            c.modify(
+        // i_file_acl's low word at 0x68 and high half at 0x76. The high
+        // half is 0 below 2^32 blocks (16 TiB at 4 KiB): one update then.
+        let kind = UpdateKind::XattrRef { ino, from, to };
+        self.modify(
+            block,
+            off + io::FILE_ACL_LO,
+            &(to as u32).to_le_bytes(),
+            kind.clone(),
+        );
+        if (from >> 32) != (to >> 32) {
+            self.modify(
                 block,
                 off + io::FILE_ACL_HI,
-                &((v >> 32) as u16).to_le_bytes(),
+                &((to >> 32) as u16).to_le_bytes(),
                 kind,
-            );
-        };
-        if from != 0 {
-            put(
-                self,
-                0,
-                UpdateKind::XattrRef {
-                    ino,
-                    block: from,
-                    op: MapOp::Clear,
-                },
-            );
-        }
-        if to != 0 {
-            put(
-                self,
-                to,
-                UpdateKind::XattrRef {
-                    ino,
-                    block: to,
-                    op: MapOp::Set,
-                },
             );
         }
         self.csum_inode(ino);
@@ -602,7 +587,7 @@ impl Core {
         perm: u16,
         umask: u16,
         is_dir: bool,
-    ) -> Result<(u16, Option<Vec<u8>>, Option<Vec<u8>>)> {
+    ) -> Result<Inherited> {
         let st = self.xattrs_stored(parent)?;
         let Some(a) = st.find(xattr::index::POSIX_ACL_DEFAULT, b"") else {
             return Ok((perm & !umask, None, None));

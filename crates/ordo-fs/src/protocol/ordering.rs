@@ -136,7 +136,9 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         if let Some((ino, true)) = inode_field_moved(u, InodeField::Size) {
             size_up.entry(ino).or_default().push(i);
         }
-        if let Some((ino, _, _, MapOp::Clear)) = u.kind.pointer() {
+        let pointers = u.kind.pointers();
+        let cleared = pointers.iter().flatten().find(|p| p.3 == MapOp::Clear);
+        if let Some(&(ino, ..)) = cleared {
             map_clears.entry(ino).or_default().push(i);
         }
         match &u.kind {
@@ -149,17 +151,15 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 block_ready.entry(*block).or_default().push(i)
             }
             // A new inode's inherited ACLs are part of its initialization.
-            UpdateKind::Xattr { ino }
-            | UpdateKind::XattrRef {
-                ino,
-                op: MapOp::Set,
-                ..
-            } => inode_ready.entry(*ino).or_default().push(i),
-            UpdateKind::XattrRef {
-                block,
-                op: MapOp::Clear,
-                ..
-            } => clears.push((*block, *block + 1, i)),
+            UpdateKind::Xattr { ino } => inode_ready.entry(*ino).or_default().push(i),
+            UpdateKind::XattrRef { ino, from, to } => {
+                if *to != 0 {
+                    inode_ready.entry(*ino).or_default().push(i);
+                }
+                if *from != 0 {
+                    clears.push((*from, *from + 1, i));
+                }
+            }
             UpdateKind::Bitmap {
                 what: BitmapKind::Block,
                 index,
@@ -276,7 +276,9 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         // shrinks only after the mappings beyond it are cleared, so no
         // mapped block ever lies past i_size.
         let other_block = |j: &usize| ups[*j].block != u.block;
-        if let Some((ino, _, _, MapOp::Set)) = u.kind.pointer() {
+        let pointers = u.kind.pointers();
+        let set = pointers.iter().flatten().find(|p| p.3 == MapOp::Set);
+        if let Some(&(ino, ..)) = set {
             if let Some(v) = count_up.get(&ino) {
                 p.extend(v.iter().copied().filter(other_block));
             }
@@ -340,7 +342,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
         }
-        if let Some((_, start, end, MapOp::Set)) = u.kind.pointer() {
+        if let Some(&(_, start, end, _)) = set {
             for b in start..end {
                 if let Some(v) = block_ready.get(&b) {
                     p.extend(

@@ -1090,8 +1090,10 @@ impl Replay {
                     .add_group_counter(g, CounterKind::UsedDirs, delta)?;
             }
             if now_used {
-                // i_blocks from what the tree maps now.
-                let sectors = fin.len() as u64 * (bs / 512);
+                // i_blocks from what the tree maps now, and the attribute
+                // block the inode shares or owns.
+                let acl = le32(&raw, io::FILE_ACL_LO) != 0 || le16(&raw, io::FILE_ACL_HI) != 0;
+                let sectors = (fin.len() as u64 + u64::from(acl)) * (bs / 512);
                 let c = &mut self.core;
                 c.set_inode_bytes(
                     ino,

@@ -238,8 +238,10 @@ impl SoftdepProtocol {
         }
         let mut clears: Vec<(u64, u64)> = Vec::new();
         for p in &self.pending {
-            if let Some((_, start, end, MapOp::Clear)) = p.u.kind.pointer() {
-                clears.push((start, end));
+            for &(_, start, end, op) in p.u.kind.pointers().iter().flatten() {
+                if op == MapOp::Clear {
+                    clears.push((start, end));
+                }
             }
         }
         let covered = |b: u64| clears.iter().any(|&(s, e)| s <= b && b < e);
