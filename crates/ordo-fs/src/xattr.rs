@@ -207,7 +207,7 @@ impl Core {
     ) -> Result<()> {
         self.check_writable()?;
         let i = self.live_inode(ino)?;
-        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 || flags == XATTR_CREATE | XATTR_REPLACE {
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return Err(errno(libc::EINVAL));
         }
         if i.flags & (ordo_format::inode::flags::IMMUTABLE | ordo_format::inode::flags::APPEND) != 0
@@ -231,11 +231,11 @@ impl Core {
                 value = None;
             }
             if index == xattr::index::POSIX_ACL_DEFAULT && !i.is_dir() {
-                return Err(errno(if value.is_some() {
-                    libc::EACCES
+                return if value.is_some() {
+                    Err(errno(libc::EACCES))
                 } else {
-                    libc::ENODATA
-                }));
+                    Ok(())
+                };
             }
             if let Some(v) = &value {
                 let acl = Acl::from_xattr(v).map_err(|_| errno(libc::EINVAL))?;
@@ -268,7 +268,14 @@ impl Core {
             return Err(errno(libc::ENODATA));
         }
         if value.is_none() && !exists && new_mode.is_none() {
-            return Err(errno(libc::ENODATA));
+            // Removing an ACL that is not there succeeds and changes
+            // nothing (ext4_set_acl with no ACL); any other name is
+            // ENODATA.
+            return if is_acl(index) {
+                Ok(())
+            } else {
+                Err(errno(libc::ENODATA))
+            };
         }
         if let Some(m) = new_mode {
             if m != i.mode {
@@ -608,9 +615,11 @@ impl Core {
         access: Option<Vec<u8>>,
         default: Option<Vec<u8>>,
     ) -> Result<()> {
+        // The default ACL first, as ext4_init_acl stores them (the order
+        // listxattr shows).
         for (index, v) in [
-            (xattr::index::POSIX_ACL_ACCESS, access),
             (xattr::index::POSIX_ACL_DEFAULT, default),
+            (xattr::index::POSIX_ACL_ACCESS, access),
         ] {
             if let Some(v) = v {
                 let st = self.xattrs_stored(ino)?;

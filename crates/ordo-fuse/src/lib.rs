@@ -322,12 +322,12 @@ pub fn seek_whence(whence: i32) -> Result<SeekWhence, Errno> {
 }
 
 /// Permission bits after a write or truncation by an unprivileged caller:
-/// set-user-ID goes, set-group-ID goes when group execute is set (without
-/// it, S_ISGID marks mandatory locking and stays), as the kernel's
-/// `should_remove_suid` decides.
-pub fn kill_suid_sgid(perm: u16) -> u16 {
+/// set-user-ID goes, set-group-ID goes when group execute is set, or when
+/// the caller is not in the file's group (`in_group`), as the kernel's
+/// `setattr_should_drop_sgid` decides.
+pub fn kill_suid_sgid(perm: u16, in_group: bool) -> u16 {
     let mut p = perm & !0o4000;
-    if p & 0o2010 == 0o2010 {
+    if p & 0o2010 == 0o2010 || (p & 0o2000 != 0 && !in_group) {
         p &= !0o2000;
     }
     p
@@ -502,7 +502,7 @@ impl OrdoFuse {
     /// mtime and ctime change even when the file was already empty, and a
     /// caller other than root loses the file's set-user-ID bit (and
     /// set-group-ID with group execute), as `handle_truncate` asks.
-    fn truncate_on_open(&self, ino: Ino, caller_uid: u32) -> ordo_fs::Result<()> {
+    fn truncate_on_open(&self, ino: Ino, caller: &Creds) -> ordo_fs::Result<()> {
         let attr = self.fs.getattr(ino)?;
         if attr.kind != FileType::Regular {
             return Ok(());
@@ -511,8 +511,9 @@ impl OrdoFuse {
             size: Some(0),
             ..SetAttr::default()
         };
-        if caller_uid != 0 {
-            let perm = kill_suid_sgid(attr.perm);
+        if caller.uid != 0 {
+            let in_group = caller.gid == attr.gid || caller.groups.contains(&attr.gid);
+            let perm = kill_suid_sgid(attr.perm, in_group);
             if perm != attr.perm {
                 set.perm = Some(perm);
             }
@@ -529,14 +530,14 @@ impl OrdoFuse {
         parent: Ino,
         name: &[u8],
         flags: i32,
-        caller_uid: u32,
+        caller: &Creds,
     ) -> ordo_fs::Result<Attr> {
         let mut attr = self.fs.lookup(parent, name)?;
         if attr.kind == FileType::Directory {
             return Err(FsError::Errno(libc::EISDIR));
         }
         if flags & libc::O_TRUNC != 0 {
-            self.truncate_on_open(attr.ino, caller_uid)?;
+            self.truncate_on_open(attr.ino, caller)?;
             attr = self.fs.getattr(attr.ino)?;
         }
         self.fs.open(attr.ino)?;
@@ -784,7 +785,9 @@ impl fuser::Filesystem for OrdoFuse {
         self.enter(req);
         let ino = ino_from_fuse(ino);
         if flags.0 & libc::O_TRUNC != 0 {
-            if let Err(e) = self.truncate_on_open(ino, req.uid()) {
+            let mut who = creds(req);
+            who.groups = groups_of(req.pid());
+            if let Err(e) = self.truncate_on_open(ino, &who) {
                 return reply.error(errno_of(&e));
             }
         }
@@ -1075,7 +1078,9 @@ impl fuser::Filesystem for OrdoFuse {
         let result = match created {
             Ok(attr) => self.fs.open(attr.ino).map(|()| attr),
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
-                self.open_existing(parent, name, flags, req.uid())
+                let mut who = creds(req);
+                who.groups = groups_of(req.pid());
+                self.open_existing(parent, name, flags, &who)
             }
             Err(e) => Err(e),
         };
@@ -1235,10 +1240,11 @@ mod tests {
 
     #[test]
     fn unprivileged_writes_kill_suid_and_executable_sgid() {
-        assert_eq!(kill_suid_sgid(0o6755), 0o0755);
-        assert_eq!(kill_suid_sgid(0o6745), 0o2745);
-        assert_eq!(kill_suid_sgid(0o4700), 0o0700);
-        assert_eq!(kill_suid_sgid(0o1777), 0o1777);
+        assert_eq!(kill_suid_sgid(0o6755, true), 0o0755);
+        assert_eq!(kill_suid_sgid(0o6745, true), 0o2745);
+        assert_eq!(kill_suid_sgid(0o6745, false), 0o0745);
+        assert_eq!(kill_suid_sgid(0o4700, true), 0o0700);
+        assert_eq!(kill_suid_sgid(0o1777, false), 0o1777);
     }
 
     #[test]

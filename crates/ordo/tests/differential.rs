@@ -139,6 +139,68 @@ enum Op {
     Fallocate(P, i32, i64, i64),
     Seek(P, i64, i32),
     Stat(P),
+    /// lsetxattr(path, name, value of `len` bytes from a seed, flags).
+    SetXattr(P, &'static str, usize, u8, i32),
+    /// lgetxattr with a buffer of this size (0: ask the size).
+    GetXattr(P, &'static str, usize),
+    ListXattr(P, usize),
+    RemoveXattr(P, &'static str),
+    /// An ACL (VFS form) as `system.posix_acl_access` or `_default`.
+    SetAcl(P, bool, Vec<(u16, u16, u32)>),
+}
+
+/// Attribute names the sequences use: every namespace ext4 serves, one it
+/// does not, and malformed ones.
+const XATTR_NAMES: &[&str] = &[
+    "user.a",
+    "user.b",
+    "user.longer-attribute-name",
+    "trusted.t",
+    "security.s",
+    "system.posix_acl_access",
+    "system.posix_acl_default",
+    "system.other",
+    "user.",
+    "other.x",
+];
+/// Value sizes: empty, in-inode, shared-block sized, past the in-inode
+/// room, near and past a block.
+const XATTR_LENS: &[usize] = &[0, 1, 12, 60, 200, 700, 2000, 4000, 5000];
+
+/// ACLs the sequences set: minimal (the mode says all of it), with named
+/// entries, and invalid ones.
+fn acl_choices() -> Vec<Vec<(u16, u16, u32)>> {
+    const U: u32 = u32::MAX;
+    vec![
+        vec![(1, 6, U), (4, 4, U), (0x20, 4, U)],
+        vec![
+            (1, 7, U),
+            (2, 6, 1000),
+            (4, 5, U),
+            (0x10, 7, U),
+            (0x20, 0, U),
+        ],
+        vec![
+            (1, 6, U),
+            (2, 4, 65534),
+            (4, 0, U),
+            (8, 6, 1000),
+            (0x10, 6, U),
+            (0x20, 4, U),
+        ],
+        vec![(1, 7, U), (2, 7, 1000), (4, 5, U), (0x20, 5, U)],
+        vec![(1, 6, U), (0x20, 4, U)],
+    ]
+}
+
+fn acl_bytes(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
 }
 
 /// One step: a call, run by root or by an unprivileged (uid, gid).
@@ -198,7 +260,7 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
             ),
         }
     };
-    let op = match rng.below(22) {
+    let op = match rng.below(28) {
         0 | 1 => Op::Creat(file_p(rng), *rng.pick(MODES)),
         2 => Op::OpenExcl(file_p(rng), *rng.pick(MODES)),
         3 => Op::Open(
@@ -274,6 +336,17 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
             ]);
             Op::Fallocate(p(rng), mode, off(rng), len(rng) as i64)
         }
+        22 | 23 => Op::SetXattr(
+            p(rng),
+            *rng.pick(XATTR_NAMES),
+            *rng.pick(XATTR_LENS),
+            rng.below(256) as u8,
+            *rng.pick(&[0, 0, 0, libc::XATTR_CREATE, libc::XATTR_REPLACE, 3]),
+        ),
+        24 => Op::GetXattr(p(rng), *rng.pick(XATTR_NAMES), *rng.pick(&[0, 4, 65536])),
+        25 => Op::ListXattr(p(rng), *rng.pick(&[0, 5, 65536])),
+        26 => Op::RemoveXattr(p(rng), *rng.pick(XATTR_NAMES)),
+        27 => Op::SetAcl(p(rng), rng.chance(40), rng.pick(&acl_choices()).clone()),
         _ => {
             if rng.chance(50) {
                 Op::Seek(
@@ -601,6 +674,66 @@ impl Side {
                 Ok(format!("{}", r?))
             }
             Op::Stat(p) => Ok(self.stat_desc(&self.path(p), false)),
+            Op::SetXattr(p, name, len, seed, flags) => {
+                let c = self.path(p);
+                let n = CString::new(*name).unwrap();
+                let v: Vec<u8> = (0..*len).map(|i| seed.wrapping_add(i as u8)).collect();
+                // SAFETY: NUL-terminated strings, a live buffer.
+                res(unsafe {
+                    libc::lsetxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), *flags)
+                } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::GetXattr(p, name, size) => {
+                let c = self.path(p);
+                let n = CString::new(*name).unwrap();
+                let mut buf = vec![0u8; *size];
+                // SAFETY: NUL-terminated strings, a buffer of `size` bytes.
+                let r = res(unsafe {
+                    libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), *size)
+                } as libc::c_long)?;
+                if *size == 0 {
+                    Ok(format!("{r}"))
+                } else {
+                    Ok(format!("{r} {:016x}", fnv(&buf[..r as usize])))
+                }
+            }
+            Op::ListXattr(p, size) => {
+                let c = self.path(p);
+                let mut buf = vec![0u8; *size];
+                // SAFETY: a NUL-terminated path, a buffer of `size` bytes.
+                let r = res(
+                    unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), *size) }
+                        as libc::c_long,
+                )?;
+                if *size == 0 {
+                    Ok(format!("{r}"))
+                } else {
+                    Ok(String::from_utf8_lossy(&buf[..r as usize]).replace('\0', ","))
+                }
+            }
+            Op::RemoveXattr(p, name) => {
+                let c = self.path(p);
+                let n = CString::new(*name).unwrap();
+                // SAFETY: NUL-terminated strings.
+                res(unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) } as libc::c_long)?;
+                Ok(String::new())
+            }
+            Op::SetAcl(p, default, entries) => {
+                let c = self.path(p);
+                let name = if *default {
+                    "system.posix_acl_default"
+                } else {
+                    "system.posix_acl_access"
+                };
+                let n = CString::new(name).unwrap();
+                let v = acl_bytes(entries);
+                // SAFETY: NUL-terminated strings, a live buffer.
+                res(unsafe {
+                    libc::lsetxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0)
+                } as libc::c_long)?;
+                Ok(String::new())
+            }
         })();
         match r {
             Ok(s) if s.is_empty() => "ok".to_string(),
@@ -667,10 +800,41 @@ impl Side {
                     rel: n.clone(),
                     other: false,
                 };
-                format!("{n}: {}", self.stat_desc(&self.path(&p), false))
+                let c = self.path(&p);
+                format!("{n}: {}{}", self.stat_desc(&c, false), xattr_desc(&c))
             })
             .collect()
     }
+}
+
+/// Every attribute of a path (names in the order the file system lists
+/// them, each value hashed), as root sees them.
+fn xattr_desc(path: &CString) -> String {
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: a NUL-terminated path, a buffer of its length.
+    let r = unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return format!(" xattrs {}", errname(errno()));
+    }
+    let mut out = String::from(" xattrs [");
+    for name in buf[..r as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+    {
+        let n = CString::new(name).unwrap();
+        let mut v = vec![0u8; 65536];
+        // SAFETY: NUL-terminated strings, a buffer of its length.
+        let l =
+            unsafe { libc::lgetxattr(path.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        let val = if l < 0 {
+            errname(errno())
+        } else {
+            format!("{:016x}", fnv(&v[..l as usize]))
+        };
+        let _ = write!(out, "{}={val},", String::from_utf8_lossy(name));
+    }
+    out.push(']');
+    out
 }
 
 fn short(s: &str) -> String {

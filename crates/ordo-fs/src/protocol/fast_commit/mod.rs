@@ -475,17 +475,18 @@ impl FastCommitProtocol {
         self.area_head = None;
     }
 
-    /// The raw inode to log: the first 128 bytes plus `i_extra_isize`.
+    /// The raw inode to log: the whole slot, its in-inode attribute area
+    /// included. The kernel logs only the first 128 bytes plus
+    /// `i_extra_isize`, and its replay copies what the record holds over
+    /// the slot on disk: a new inode in the slot of a freed one would get
+    /// back the freed inode's attributes (found by the crash explorer's
+    /// promise oracle). Every replay (the kernel's, e2fsck's, ordo's)
+    /// copies the record's length, so the longer record is read the same
+    /// way.
     fn raw_inode(&self, io: &Io, ino: Ino, isz: usize) -> Option<Vec<u8>> {
         let &(block, off) = self.slots.get(&ino)?;
         let img = io.snapshot(block)?;
-        let slot = &img[off..off + isz];
-        let extra = if isz > 128 {
-            u16::from_le_bytes([slot[0x80], slot[0x81]]) as usize
-        } else {
-            0
-        };
-        Some(slot[..(128 + extra).min(isz)].to_vec())
+        Some(img[off..off + isz].to_vec())
     }
 
     /// Whether `ino` is a directory, from its cached inode.
