@@ -803,7 +803,7 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
         };
         let subdir = |rng: &mut ChaCha8Rng| SUBDIRS[rng.gen_range(0..SUBDIRS.len())].to_string();
         let block = |rng: &mut ChaCha8Rng| rng.gen_range(0..12u64) * 4096;
-        let op = match rng.gen_range(0..24) {
+        let op = match rng.gen_range(0..27) {
             0..=3 => Op::Creat(path(rng)),
             4 => Op::Mkdir(subdir(rng)),
             5 | 6 => {
@@ -871,6 +871,26 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
             }),
             21 => Op::Fdatasync(path(rng)),
             22 => Op::Sync,
+            // Attributes: in the inode, in a block shared by files with the
+            // same set, past the inode's room, removed; ACLs on files and
+            // default ACLs on directories that new files inherit.
+            23 => Op::SetXattr {
+                path: path(rng),
+                name: ["user.a", "user.b", "security.c"][rng.gen_range(0..3)].into(),
+                len: [0, 24, 700, 2000][rng.gen_range(0..4)],
+            },
+            24 => Op::RemoveXattr {
+                path: path(rng),
+                name: ["user.a", "user.b", "security.c"][rng.gen_range(0..3)].into(),
+            },
+            25 => Op::SetAcl {
+                path: if rng.gen_bool(0.5) {
+                    path(rng)
+                } else {
+                    DIRS[rng.gen_range(0..DIRS.len())].to_string()
+                },
+                uid: 1000 + rng.gen_range(0..2),
+            },
             _ => Op::Creat(mix_big_name(rng.gen_range(0..MIX_BIG_NAMES))),
         };
         serial += 1;
