@@ -605,9 +605,19 @@ impl Fs {
             }
             return Ok(());
         }
+        let in_group = |g: u32| creds.gid == g || creds.groups.contains(&g);
+        // An access ACL decides when there is one (posix_acl_permission),
+        // as it does for the kernel through `FUSE_POSIX_ACL`.
+        if let Ok(v) = self.getxattr(ino, ordo_format::xattr::ACL_ACCESS_NAME) {
+            let acl = ordo_format::xattr::Acl::from_xattr(&v)?;
+            if acl_permits(&acl, attr.uid, attr.gid, creds, (mask & 7) as u16) {
+                return Ok(());
+            }
+            return Err(errno(libc::EACCES));
+        }
         let bits = if creds.uid == attr.uid {
             perm >> 6
-        } else if creds.gid == attr.gid || creds.groups.contains(&attr.gid) {
+        } else if in_group(attr.gid) {
             perm >> 3
         } else {
             perm
@@ -638,6 +648,53 @@ impl Fs {
     pub fn block_size(&self) -> u32 {
         self.shared.lock().bs
     }
+}
+
+/// The kernel's `posix_acl_permission` for a caller other than root: the
+/// owner entry for the owner, a named user entry (under the mask), any
+/// matching group entry that grants `want` (under the mask), else other.
+fn acl_permits(
+    acl: &ordo_format::xattr::Acl,
+    owner: u32,
+    group: u32,
+    creds: &Creds,
+    want: u16,
+) -> bool {
+    use ordo_format::xattr::acl_tag as tag;
+    let mask = acl
+        .entries
+        .iter()
+        .find(|e| e.tag == tag::MASK)
+        .map_or(7, |e| e.perm);
+    let in_group = |g: u32| creds.gid == g || creds.groups.contains(&g);
+    let grants = |perm: u16| perm & want == want;
+    if creds.uid == owner {
+        return acl
+            .entries
+            .iter()
+            .any(|e| e.tag == tag::USER_OBJ && grants(e.perm));
+    }
+    if let Some(e) = acl
+        .entries
+        .iter()
+        .find(|e| e.tag == tag::USER && e.id == creds.uid)
+    {
+        return grants(e.perm & mask);
+    }
+    let groups: Vec<u16> = acl
+        .entries
+        .iter()
+        .filter(|e| {
+            (e.tag == tag::GROUP_OBJ && in_group(group)) || (e.tag == tag::GROUP && in_group(e.id))
+        })
+        .map(|e| e.perm & mask)
+        .collect();
+    if !groups.is_empty() {
+        return groups.into_iter().any(grants);
+    }
+    acl.entries
+        .iter()
+        .any(|e| e.tag == tag::OTHER && grants(e.perm))
 }
 
 /// Whether `creds` may allocate the blocks reserved with `mkfs -m`

@@ -336,3 +336,81 @@ fn kernel_writes_attributes_and_ordo_reads_and_changes_them() {
         );
     }
 }
+
+/// The library's `access` follows an access ACL as the kernel does: named
+/// users and groups under the mask, the owning group among the groups,
+/// other last.
+#[test]
+fn library_access_follows_acls() {
+    if !have("mkfs.ext4") {
+        eprintln!("skipped: needs mkfs.ext4");
+        return;
+    }
+    let (_d, img) = scratch();
+    mkfs(&img, 32, 4096, "");
+    let fs = mount(&img, ProtocolKind::named("journal"));
+    let root = Creds::root();
+    let f = fs
+        .create(ROOT_INO, b"f", FileType::Regular, 0o600, 0, &root)
+        .unwrap()
+        .ino;
+    let user = |uid: u32, gid: u32| Creds {
+        uid,
+        gid,
+        groups: vec![],
+        umask: 0,
+    };
+    // Mode 0600: nobody but root and the owner.
+    assert!(fs.access(f, 4, &user(1000, 1000)).is_err());
+    // owner rw, user 1000 rw, group r, group 2000 rw, mask r, other none.
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 6, 1000),
+        (4, 4, u32::MAX),
+        (8, 6, 2000),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    fs.setxattr(f, b"system.posix_acl_access", &v, 0, &root)
+        .unwrap();
+    assert_eq!(
+        fs.getattr(f).unwrap().perm & 0o777,
+        0o640,
+        "the mask is the group class"
+    );
+    assert!(
+        fs.access(f, 4, &user(1000, 1000)).is_ok(),
+        "named user, read"
+    );
+    assert!(
+        fs.access(f, 2, &user(1000, 1000)).is_err(),
+        "named user, write masked"
+    );
+    assert!(
+        fs.access(f, 4, &user(1001, 2000)).is_ok(),
+        "named group, read"
+    );
+    assert!(
+        fs.access(f, 2, &user(1001, 2000)).is_err(),
+        "named group, write masked"
+    );
+    assert!(fs.access(f, 4, &user(1001, 0)).is_ok(), "owning group");
+    assert!(fs.access(f, 4, &user(1001, 1001)).is_err(), "other");
+    // chmod rewrites the mask: now the named user may write.
+    let set = ordo_fs::SetAttr {
+        perm: Some(0o660),
+        ..Default::default()
+    };
+    fs.setattr(f, &set).unwrap();
+    assert!(
+        fs.access(f, 2, &user(1000, 1000)).is_ok(),
+        "mask raised by chmod"
+    );
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}
