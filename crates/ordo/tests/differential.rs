@@ -338,14 +338,21 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
         }
         22 | 23 => Op::SetXattr(
             p(rng),
-            *rng.pick(XATTR_NAMES),
+            XATTR_NAMES[rng.below(XATTR_NAMES.len() as u64) as usize],
             *rng.pick(XATTR_LENS),
             rng.below(256) as u8,
             *rng.pick(&[0, 0, 0, libc::XATTR_CREATE, libc::XATTR_REPLACE, 3]),
         ),
-        24 => Op::GetXattr(p(rng), *rng.pick(XATTR_NAMES), *rng.pick(&[0, 4, 65536])),
+        24 => Op::GetXattr(
+            p(rng),
+            XATTR_NAMES[rng.below(XATTR_NAMES.len() as u64) as usize],
+            *rng.pick(&[0, 4, 65536]),
+        ),
         25 => Op::ListXattr(p(rng), *rng.pick(&[0, 5, 65536])),
-        26 => Op::RemoveXattr(p(rng), *rng.pick(XATTR_NAMES)),
+        26 => Op::RemoveXattr(
+            p(rng),
+            XATTR_NAMES[rng.below(XATTR_NAMES.len() as u64) as usize],
+        ),
         27 => Op::SetAcl(p(rng), rng.chance(40), rng.pick(&acl_choices()).clone()),
         _ => {
             if rng.chance(50) {
