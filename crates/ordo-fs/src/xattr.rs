@@ -155,10 +155,33 @@ impl Core {
         self.xattr_shared.retain(|_, v| !v.is_empty());
     }
 
+    /// Whether `ino` has no attributes at all (no in-inode magic, no
+    /// block), read in place: the kernel asks for `security.capability`
+    /// before every write, and the answer is almost always this one.
+    fn xattrs_none(&mut self, ino: Ino) -> Result<bool> {
+        self.check_ino(ino)?;
+        let (block, off) = self.inode_loc(ino);
+        let isz = self.seal.inode_size as usize;
+        let img = self.read_block(block, BlockClass::InodeTable)?;
+        let raw = &img[off..off + isz];
+        let acl = le32(raw, io::FILE_ACL_LO) != 0 || le16(raw, io::FILE_ACL_HI) != 0;
+        let extra = if isz > 128 {
+            usize::from(le16(raw, io::EXTRA_ISIZE))
+        } else {
+            0
+        };
+        let magic = 128 + extra + 4 <= isz && le32(raw, 128 + extra) == xattr::MAGIC;
+        Ok(!acl && !magic)
+    }
+
     /// The value of attribute `name` of `ino` (ENODATA when absent).
     pub fn op_getxattr(&mut self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
-        self.live_inode(ino)?;
         let (index, n) = xattr::split_name(name).map_err(name_errno)?;
+        if self.xattrs_none(ino)? && self.open_counts.contains_key(&ino) {
+            // An open file (the write path's question): alive, and bare.
+            return Err(errno(libc::ENODATA));
+        }
+        self.live_inode(ino)?;
         let st = self.xattrs_stored(ino)?;
         let a = st.find(index, n).ok_or_else(|| errno(libc::ENODATA))?;
         if is_acl(index) {
