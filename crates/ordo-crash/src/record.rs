@@ -309,6 +309,8 @@ fn run_on_ordo(
                 keep_size: *keep_size,
                 punch_hole: false,
                 zero_range: false,
+                collapse_range: false,
+                insert_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("fallocate", e))?;
@@ -319,6 +321,8 @@ fn run_on_ordo(
                 keep_size: true,
                 punch_hole: true,
                 zero_range: false,
+                collapse_range: false,
+                insert_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("punch", e))?;

@@ -330,6 +330,10 @@ impl Fs {
         let reserve = self.may_use_reserve(creds);
         let op = if flags.punch_hole {
             OpKind::PunchHole
+        } else if flags.collapse_range {
+            OpKind::CollapseRange
+        } else if flags.insert_range {
+            OpKind::InsertRange
         } else {
             OpKind::Fallocate
         };

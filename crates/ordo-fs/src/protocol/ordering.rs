@@ -83,7 +83,24 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut inited: HashSet<u64> = HashSet::new();
     // Mapping updates (not index entries) by (inode, tree block).
     let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::new();
+    // Moved mappings and index entries set, by inode.
+    let mut moves_of: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut key_sets_of: HashMap<Ino, Vec<usize>> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
+        match u.kind {
+            UpdateKind::Extent {
+                ino,
+                op: MapOp::Move { .. },
+                ..
+            } => moves_of.entry(ino).or_default().push(i),
+            UpdateKind::Extent {
+                ino,
+                len: 0,
+                op: MapOp::Set,
+                ..
+            } => key_sets_of.entry(ino).or_default().push(i),
+            _ => {}
+        }
         match u.kind {
             UpdateKind::Extent {
                 ino,
@@ -96,7 +113,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 ino, len, op, pblk, ..
             } if len > 0 => {
                 maps_in.entry((ino, u.block)).or_default().push(i);
-                if op == MapOp::Set {
+                if op.sets() {
                     map_sets
                         .entry(ino)
                         .or_default()
@@ -122,8 +139,18 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         for &(x, key) in v {
             if maps.iter().any(|&j| {
                 j < x
-                    && matches!(ups[j].kind,
-                        UpdateKind::Extent { lblk, op: MapOp::Clear, .. } if lblk < key)
+                    && match ups[j].kind {
+                        UpdateKind::Extent {
+                            lblk,
+                            op: MapOp::Clear,
+                            ..
+                        } => lblk < key,
+                        UpdateKind::Extent {
+                            op: MapOp::Move { from },
+                            ..
+                        } => from < key,
+                        _ => false,
+                    }
             }) {
                 raised_keys.insert(x);
             }
@@ -136,13 +163,10 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         if let Some((ino, true)) = inode_field_moved(u, InodeField::Size) {
             size_up.entry(ino).or_default().push(i);
         }
-        if let UpdateKind::Extent {
-            ino,
-            op: MapOp::Clear,
-            ..
-        } = u.kind
-        {
-            map_clears.entry(ino).or_default().push(i);
+        if let UpdateKind::Extent { ino, op, .. } = u.kind {
+            if op.clears() {
+                map_clears.entry(ino).or_default().push(i);
+            }
         }
         match &u.kind {
             UpdateKind::DirBlockInit { .. } | UpdateKind::ExtentBlockInit { .. } => {
@@ -264,19 +288,16 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         // shrinks only after the mappings beyond it are cleared, so no
         // mapped block ever lies past i_size.
         let other_block = |j: &usize| ups[*j].block != u.block;
-        if let UpdateKind::Extent {
-            ino,
-            len,
-            op: MapOp::Set,
-            ..
-        } = u.kind
-        {
-            if let Some(v) = count_up.get(&ino) {
-                p.extend(v.iter().copied().filter(other_block));
-            }
-            if len > 0 {
-                if let Some(v) = size_up.get(&ino) {
+        if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
+            // A mapping set or moved in.
+            if op.sets() {
+                if let Some(v) = count_up.get(&ino) {
                     p.extend(v.iter().copied().filter(other_block));
+                }
+                if len > 0 {
+                    if let Some(v) = size_up.get(&ino) {
+                        p.extend(v.iter().copied().filter(other_block));
+                    }
                 }
             }
         }
@@ -302,7 +323,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 ino,
                 lblk,
                 len,
-                op: MapOp::Set,
+                op: MapOp::Set | MapOp::Move { .. },
                 ..
             } if len > 0 && !inited.contains(&u.block) => {
                 if let Some(v) = index_keys.get(&(ino, u.block)) {
@@ -311,6 +332,47 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                             .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
                             .map(|&(j, _)| j),
                     );
+                }
+            }
+            _ => {}
+        }
+        // COLLAPSE_RANGE and INSERT_RANGE move extents across leaves, one
+        // leaf after the other. Moving left (in order), a leaf's key is
+        // lowered before its own first extent moves in; it must also wait
+        // until the extents of the leaf before it have left the range the
+        // lowered key now starts. Moving right (from the end back), an
+        // extent moves up only once the raised keys of the leaves after it
+        // are durable, so it never lies in the next leaf's range.
+        match u.kind {
+            UpdateKind::Extent {
+                ino,
+                lblk: key,
+                len: 0,
+                op: MapOp::Set,
+                ..
+            } => {
+                if let Some(v) = moves_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && matches!(ups[j].kind,
+                                UpdateKind::Extent { lblk, len, op: MapOp::Move { from }, .. }
+                                    if lblk < from && lblk < key
+                                        && u64::from(from) + u64::from(len) > u64::from(key))
+                    }));
+                }
+            }
+            UpdateKind::Extent {
+                ino,
+                lblk,
+                op: MapOp::Move { from },
+                ..
+            } if lblk > from => {
+                if let Some(v) = key_sets_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block != u.block
+                            && matches!(ups[j].kind, UpdateKind::Extent { lblk: key, .. } if key > lblk)
+                    }));
                 }
             }
             _ => {}
