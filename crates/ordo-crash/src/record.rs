@@ -327,6 +327,39 @@ fn run_on_ordo(
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("punch", e))?;
         }
+        Op::Zero {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                keep_size: *keep_size,
+                zero_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("zero range", e))?;
+        }
+        Op::Collapse { path, off, len } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                collapse_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("collapse range", e))?;
+        }
+        Op::Insert { path, off, len } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                insert_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("insert range", e))?;
+        }
         Op::Truncate { path, size } => {
             let ino = ino_of(path)?;
             let set = SetAttr {

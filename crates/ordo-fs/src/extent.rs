@@ -496,6 +496,14 @@ pub fn shift<S: ExtentStore>(store: &mut S, from: u32, by: u32, dir: Shift) -> R
                     len: e.len,
                     op: MapOp::Move { from: e.lblk },
                 };
+                if i == 0 && path.len() > 1 {
+                    // The leaf's first extent moves below the leaf's key:
+                    // lower the keys naming the leaf first, from the top,
+                    // so the key never lies above the leaf's first extent
+                    // (below it is the shape a benign repair raises).
+                    lower_keys(store, &mut path, moved.lblk)?;
+                }
+                let ents = &path.last().expect("path has a leaf").node.ents;
                 let (lo, repl) = if i > 0 && mergeable(&ents[i - 1], &moved) {
                     let p = ents[i - 1];
                     (
@@ -599,6 +607,30 @@ pub fn shift<S: ExtentStore>(store: &mut S, from: u32, by: u32, dir: Shift) -> R
             Ok(())
         }
     }
+}
+
+/// Set the key naming the leaf at the end of `path` to `key` (below its
+/// first key), and the keys of the index nodes above it whose first entry
+/// that is, top down.
+fn lower_keys<S: ExtentStore>(store: &mut S, path: &mut Path, key: u32) -> Result<()> {
+    let leaf = path.len() - 1;
+    let mut top = leaf - 1;
+    while top > 0 && path[top].idx == 0 {
+        top -= 1;
+    }
+    for l in top..leaf {
+        let idx = path[l].idx;
+        let child = path[l].node.ents[idx].pblk;
+        if path[l].node.ents[idx].lblk == key {
+            continue;
+        }
+        let mut ents = path[l].node.ents.clone();
+        ents[idx] = Ent::index(key, child);
+        let depth = path[l].node.depth;
+        let kind = index_kind(store.ino(), key, child, MapOp::Set);
+        write_node(store, &mut path[l].node, ents, depth, kind)?;
+    }
+    Ok(())
 }
 
 /// One past the last mapped logical block (0 for an empty tree).

@@ -621,7 +621,10 @@ impl Core {
             if end >= i.size {
                 return Err(errno(libc::EINVAL));
             }
-            self.unmap(ino, first, n)?;
+            // The range is unmapped and what follows moves down before the
+            // blocks are freed, so a protocol that writes the inode's
+            // block once for the frees writes the whole change.
+            let freed = extent::remove_range(&mut self.tree(ino)?, first as u32, n)?;
             extent::shift(
                 &mut self.tree(ino)?,
                 (first + n) as u32,
@@ -629,6 +632,14 @@ impl Core {
                 extent::Shift::Left,
             )?;
             self.set_size(ino, i.size - len);
+            let mut total = 0i64;
+            for (p, k) in freed {
+                self.free_blocks(p, k as u64)?;
+                total += k as i64;
+            }
+            if total > 0 {
+                self.add_iblocks(ino, -total)?;
+            }
         } else {
             if len > self.max_file_bytes() - i.size {
                 return Err(errno(libc::EFBIG));

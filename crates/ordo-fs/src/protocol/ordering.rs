@@ -136,9 +136,19 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         let Some(maps) = maps_in.get(&(ino, child)) else {
             continue;
         };
-        for &(x, key) in v {
+        // A key set again (COLLAPSE_RANGE raises a leaf's key as it clears
+        // the leaf's leading mappings, then lowers it as the next ones
+        // move in) rose only if it is above the key set before it, and
+        // only because of what changed in the child since then.
+        for (n, &(x, key)) in v.iter().enumerate() {
+            let prev = n.checked_sub(1).map(|m| v[m]);
+            if prev.is_some_and(|(_, k)| key < k) {
+                continue;
+            }
+            let since = prev.map_or(0, |(p, _)| p + 1);
             if maps.iter().any(|&j| {
-                j < x
+                since <= j
+                    && j < x
                     && match ups[j].kind {
                         UpdateKind::Extent {
                             lblk,
@@ -223,6 +233,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut index_sets: Vec<usize> = Vec::new();
     let mut unused_marks: Vec<usize> = Vec::new();
     let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut last_move_in: HashMap<u64, usize> = HashMap::new();
     // Same-block overlap keeps program order: the last writer of each byte.
     let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
@@ -320,21 +331,54 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
             UpdateKind::Extent {
-                ino,
-                lblk,
-                len,
-                op: MapOp::Set | MapOp::Move { .. },
-                ..
-            } if len > 0 && !inited.contains(&u.block) => {
+                ino, lblk, len, op, ..
+            } if len > 0 && op != MapOp::Clear && !inited.contains(&u.block) => {
                 if let Some(v) = index_keys.get(&(ino, u.block)) {
-                    p.extend(
-                        v.iter()
-                            .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
-                            .map(|&(j, _)| j),
-                    );
+                    if op == MapOp::Set {
+                        p.extend(
+                            v.iter()
+                                .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
+                                .map(|&(j, _)| j),
+                        );
+                    } else if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
+                        // A move to the front of a leaf comes right after
+                        // the leaf's key is lowered (extent::shift).
+                        if k == lblk && !raised_keys.contains(&j) {
+                            p.push(j);
+                        }
+                    }
                 }
             }
             _ => {}
+        }
+        // An index node's first key lowered by a shift comes right after
+        // the key naming the node is lowered (extent::shift, top down).
+        if let UpdateKind::Extent {
+            ino,
+            lblk,
+            len: 0,
+            op: MapOp::Set,
+            ..
+        } = u.kind
+        {
+            if let Some(v) = index_keys.get(&(ino, u.block)) {
+                if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
+                    if k == lblk && moves_of.contains_key(&ino) && !raised_keys.contains(&j) {
+                        p.push(j);
+                    }
+                }
+            }
+        }
+        // The moves of one leaf keep their order: each keeps the leaf
+        // sorted only after the ones before it.
+        if let UpdateKind::Extent {
+            op: MapOp::Move { .. },
+            ..
+        } = u.kind
+        {
+            if let Some(j) = last_move_in.insert(u.block, i) {
+                p.push(j);
+            }
         }
         // COLLAPSE_RANGE and INSERT_RANGE move extents across leaves, one
         // leaf after the other. Moving left (in order), a leaf's key is
