@@ -351,6 +351,27 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             }
             _ => {}
         }
+        // A key raised over an index node (INSERT_RANGE moving a deep
+        // tree's first extents up) waits for the node's own first key:
+        // bottom up, as the leaf's moves come before the leaf's key.
+        if let UpdateKind::Extent {
+            ino,
+            lblk: key,
+            pblk: child,
+            len: 0,
+            op: MapOp::Set,
+        } = u.kind
+        {
+            if moves_of.contains_key(&ino) {
+                if let Some(v) = key_sets_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block == child
+                            && matches!(ups[j].kind, UpdateKind::Extent { lblk, .. } if lblk == key)
+                    }));
+                }
+            }
+        }
         // An index node's first key lowered by a shift comes right after
         // the key naming the node is lowered (extent::shift, top down).
         if let UpdateKind::Extent {
@@ -366,6 +387,28 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                     if k == lblk && moves_of.contains_key(&ino) && !raised_keys.contains(&j) {
                         p.push(j);
                     }
+                }
+            }
+        }
+        // A key lowered by a shift waits until the mappings that were at or
+        // above it in the leaves before are cleared or moved away.
+        if let UpdateKind::Extent {
+            ino,
+            lblk: key,
+            pblk: child,
+            len: 0,
+            op: MapOp::Set,
+        } = u.kind
+        {
+            if moves_of.contains_key(&ino) && !raised_keys.contains(&i) {
+                if let Some(v) = map_clears.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block != child
+                            && matches!(ups[j].kind,
+                                UpdateKind::Extent { lblk, len, op: MapOp::Clear, .. }
+                                    if len > 0 && u64::from(lblk) + u64::from(len) > u64::from(key))
+                    }));
                 }
             }
         }
