@@ -668,6 +668,16 @@ impl Core {
         Ok(())
     }
 
+    /// Data blocks mapped by `ino` (written and unwritten).
+    pub fn file_mapped_blocks(&mut self, ino: Ino) -> Result<u64> {
+        let i = self.live_inode(ino)?;
+        if !i.uses_extents() {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let maps = extent::extents(&mut self.tree(ino)?, 0..LBLK_END)?;
+        Ok(maps.iter().map(|m| u64::from(m.len)).sum())
+    }
+
     /// SEEK_DATA / SEEK_HOLE (unwritten extents count as holes).
     pub fn file_seek(&mut self, ino: Ino, off: u64, whence: SeekWhence) -> Result<u64> {
         let i = self.live_inode(ino)?;

@@ -599,6 +599,11 @@ impl Fs {
         self.shared.lock().cache.stats()
     }
     /// Block size of the file system in bytes.
+    /// Data blocks mapped by regular file `ino` (written and unwritten
+    /// extents; not the extent tree's own blocks): what FIEMAP adds up.
+    pub fn mapped_blocks(&self, ino: Ino) -> Result<u64> {
+        self.shared.read(|c| c.file_mapped_blocks(ino))
+    }
     pub fn block_size(&self) -> u32 {
         self.shared.lock().bs
     }
