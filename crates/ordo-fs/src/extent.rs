@@ -618,17 +618,17 @@ fn lower_keys<S: ExtentStore>(store: &mut S, path: &mut Path, key: u32) -> Resul
     while top > 0 && path[top].idx == 0 {
         top -= 1;
     }
-    for l in top..leaf {
-        let idx = path[l].idx;
-        let child = path[l].node.ents[idx].pblk;
-        if path[l].node.ents[idx].lblk == key {
+    for lv in &mut path[top..leaf] {
+        let idx = lv.idx;
+        let child = lv.node.ents[idx].pblk;
+        if lv.node.ents[idx].lblk == key {
             continue;
         }
-        let mut ents = path[l].node.ents.clone();
+        let mut ents = lv.node.ents.clone();
         ents[idx] = Ent::index(key, child);
-        let depth = path[l].node.depth;
+        let depth = lv.node.depth;
         let kind = index_kind(store.ino(), key, child, MapOp::Set);
-        write_node(store, &mut path[l].node, ents, depth, kind)?;
+        write_node(store, &mut lv.node, ents, depth, kind)?;
     }
     Ok(())
 }
@@ -1609,7 +1609,7 @@ mod tests {
             } = k
             {
                 assert_eq!(ino, 12);
-                let mut add = |v: &mut BlockPairs, at: u32| {
+                let add = |v: &mut BlockPairs, at: u32| {
                     for i in 0..len {
                         v.push((at + i, pblk + u64::from(i)));
                     }

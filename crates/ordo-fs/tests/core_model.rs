@@ -382,15 +382,14 @@ impl Runner {
             unreachable!("a file");
         };
         let size = d.len() as u64;
-        let want = if len == 0 || off % bs != 0 || len % bs != 0 {
-            Some(libc::EINVAL)
-        } else if collapse && off + len >= size {
-            Some(libc::EINVAL)
-        } else if !collapse && off >= size {
-            Some(libc::EINVAL)
-        } else {
-            None
-        };
+        // Not whole blocks, a collapse reaching the end, an insert at or
+        // past it: EINVAL.
+        let refused = len == 0
+            || !off.is_multiple_of(bs)
+            || !len.is_multiple_of(bs)
+            || (collapse && off + len >= size)
+            || (!collapse && off >= size);
+        let want = refused.then_some(libc::EINVAL);
         let name = if collapse { "collapse" } else { "insert" };
         assert_eq!(
             errno_of(&r),

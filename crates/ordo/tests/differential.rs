@@ -1498,8 +1498,8 @@ fn fallocate_ranges_match_the_kernels_ext4() {
             let ktree = kmeta.blocks() / sectors - kmapped;
             let otree = oa.blocks / sectors - omapped;
             assert!(
-                kmeta.blocks() % sectors == 0
-                    && oa.blocks % sectors == 0
+                kmeta.blocks().is_multiple_of(sectors)
+                    && oa.blocks.is_multiple_of(sectors)
                     && ktree <= 1
                     && otree <= 1,
                 "seed {seed} step {step} {op:?}: st_blocks {} (kernel), {} (ordo) for {kmapped} \
