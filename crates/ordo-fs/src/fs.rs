@@ -338,7 +338,17 @@ impl Fs {
             OpKind::Fallocate
         };
         self.shared
-            .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))
+            .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))?;
+        if matches!(op, OpKind::CollapseRange | OpKind::InsertRange) {
+            // The blocks after the range now sit at other offsets, in
+            // place: a write through the new mappings must not reach a
+            // block while the old mappings are what the disk still holds
+            // (a crash would show the new bytes at the old offsets). Make
+            // the change durable before the call returns, as ext4 commits
+            // before these modes under data=journal.
+            self.fsync(ino, false)?;
+        }
+        Ok(())
     }
     pub fn seek(&self, ino: Ino, offset: u64, whence: SeekWhence) -> Result<u64> {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
