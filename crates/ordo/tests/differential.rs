@@ -271,6 +271,11 @@ fn gen_step(rng: &mut Rng, names: &[String]) -> Step {
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 libc::FALLOC_FL_ZERO_RANGE,
                 libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                // Refused by vfs_fallocate on both sides. COLLAPSE_RANGE
+                // and INSERT_RANGE alone never reach a FUSE file system
+                // (see fallocate_ranges_match_the_kernels_ext4).
+                libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                libc::FALLOC_FL_INSERT_RANGE | libc::FALLOC_FL_KEEP_SIZE,
             ]);
             Op::Fallocate(p(rng), mode, off(rng), len(rng) as i64)
         }
