@@ -153,6 +153,28 @@ pub fn run_op(
                 .and_then(|f| fallocate(&f, mode, *off, *len))
                 .map_err(e("punch"))?;
         }
+        Op::Zero {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
+            let mut mode = libc::FALLOC_FL_ZERO_RANGE;
+            if *keep_size {
+                mode |= libc::FALLOC_FL_KEEP_SIZE;
+            }
+            open_rw(path)
+                .and_then(|f| fallocate(&f, mode, *off, *len))
+                .map_err(e("zero range"))?;
+        }
+        // The kernel's FUSE module answers EOPNOTSUPP to these modes
+        // without asking the file system: such a workload fails here.
+        Op::Collapse { path, off, len } => open_rw(path)
+            .and_then(|f| fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, *off, *len))
+            .map_err(e("collapse range"))?,
+        Op::Insert { path, off, len } => open_rw(path)
+            .and_then(|f| fallocate(&f, libc::FALLOC_FL_INSERT_RANGE, *off, *len))
+            .map_err(e("insert range"))?,
         Op::Truncate { path, size } => open_rw(path)
             .and_then(|f| f.set_len(*size))
             .map_err(e("ftruncate"))?,

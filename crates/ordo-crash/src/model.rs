@@ -331,6 +331,60 @@ impl Tree {
                 self.set_content(id, c);
                 changed(None)
             }
+            Op::Zero {
+                path,
+                off,
+                len,
+                keep_size,
+            } => {
+                let (id, content) = self.file(path)?;
+                if *len == 0 {
+                    return Err("zero range of zero bytes".into());
+                }
+                let mut c = content.to_vec();
+                let end = off + len;
+                if !keep_size && end > c.len() as u64 {
+                    c.resize(end as usize, 0);
+                }
+                let zero_end = end.min(c.len() as u64);
+                if *off < zero_end {
+                    c[*off as usize..zero_end as usize].fill(0);
+                }
+                self.set_content(id, c);
+                changed(None)
+            }
+            Op::Collapse { path, off, len } => {
+                let (id, content) = self.file(path)?;
+                if *len == 0 || off % 4096 != 0 || len % 4096 != 0 {
+                    return Err("collapse of a range that is not whole blocks".into());
+                }
+                if off + len >= content.len() as u64 {
+                    return Err("collapse reaching the end of the file".into());
+                }
+                let mut c = content.to_vec();
+                c.drain(*off as usize..(off + len) as usize);
+                self.set_content(id, c);
+                changed(None)
+            }
+            Op::Insert { path, off, len } => {
+                let (id, content) = self.file(path)?;
+                if *len == 0 || off % 4096 != 0 || len % 4096 != 0 {
+                    return Err("insert of a range that is not whole blocks".into());
+                }
+                if *off >= content.len() as u64 {
+                    return Err("insert at or past the end of the file".into());
+                }
+                if content.len() as u64 + len > 1 << 24 {
+                    return Err("insert beyond 16 MiB".into());
+                }
+                let mut c = content.to_vec();
+                c.splice(
+                    *off as usize..*off as usize,
+                    std::iter::repeat_n(0u8, *len as usize),
+                );
+                self.set_content(id, c);
+                changed(None)
+            }
             Op::Truncate { path, size } => {
                 let (id, content) = self.file(path)?;
                 if *size > 1 << 24 {

@@ -309,6 +309,8 @@ fn run_on_ordo(
                 keep_size: *keep_size,
                 punch_hole: false,
                 zero_range: false,
+                collapse_range: false,
+                insert_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("fallocate", e))?;
@@ -319,9 +321,44 @@ fn run_on_ordo(
                 keep_size: true,
                 punch_hole: true,
                 zero_range: false,
+                collapse_range: false,
+                insert_range: false,
             };
             fs.fallocate(ino, *off, *len, flags)
                 .map_err(|e| fs_err("punch", e))?;
+        }
+        Op::Zero {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                keep_size: *keep_size,
+                zero_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("zero range", e))?;
+        }
+        Op::Collapse { path, off, len } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                collapse_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("collapse range", e))?;
+        }
+        Op::Insert { path, off, len } => {
+            let ino = ino_of(path)?;
+            let flags = FallocFlags {
+                insert_range: true,
+                ..FallocFlags::default()
+            };
+            fs.fallocate(ino, *off, *len, flags)
+                .map_err(|e| fs_err("insert range", e))?;
         }
         Op::Truncate { path, size } => {
             let ino = ino_of(path)?;

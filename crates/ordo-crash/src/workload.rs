@@ -41,6 +41,20 @@ pub enum Op {
     },
     /// Punch a hole (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE).
     Punch { path: String, off: u64, len: u64 },
+    /// Zero a range (FALLOC_FL_ZERO_RANGE); with `keep_size` the size does
+    /// not grow.
+    Zero {
+        path: String,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    /// Remove a range of whole blocks, ending before the end of the file,
+    /// and move what follows down (FALLOC_FL_COLLAPSE_RANGE).
+    Collapse { path: String, off: u64, len: u64 },
+    /// Insert a hole of whole blocks at an offset before the end of the
+    /// file, moving what follows up (FALLOC_FL_INSERT_RANGE).
+    Insert { path: String, off: u64, len: u64 },
     /// Set the size (shrink or extend).
     Truncate { path: String, size: u64 },
     /// New hard link `dst` to `src`.
@@ -104,6 +118,20 @@ impl fmt::Display for Op {
                 Ok(())
             }
             Op::Punch { path, off, len } => write!(f, "punch {path} {off} {len}"),
+            Op::Zero {
+                path,
+                off,
+                len,
+                keep_size,
+            } => {
+                write!(f, "zero {path} {off} {len}")?;
+                if *keep_size {
+                    write!(f, " keep_size")?;
+                }
+                Ok(())
+            }
+            Op::Collapse { path, off, len } => write!(f, "collapse {path} {off} {len}"),
+            Op::Insert { path, off, len } => write!(f, "insert {path} {off} {len}"),
             Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
             Op::Link { src, dst } => write!(f, "link {src} {dst}"),
             Op::Unlink(p) => write!(f, "unlink {p}"),
@@ -442,6 +470,52 @@ fn core_ops() -> Vec<CoreOp> {
                 path: s("/foo"),
                 off: 4096,
                 len: 4096,
+            },
+            Some("/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "zero-range",
+            Op::Zero {
+                path: s("/foo"),
+                off: 1000,
+                len: 20000,
+                keep_size: false,
+            },
+            Some("/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "zero-range-keep-size",
+            Op::Zero {
+                path: s("/A/foo"),
+                off: 4096,
+                len: 8192,
+                keep_size: true,
+            },
+            Some("/A/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "collapse",
+            Op::Collapse {
+                path: s("/foo"),
+                off: 4096,
+                len: 4096,
+            },
+            Some("/foo"),
+            true,
+            &[],
+        ),
+        c(
+            "insert",
+            Op::Insert {
+                path: s("/foo"),
+                off: 4096,
+                len: 8192,
             },
             Some("/foo"),
             true,
@@ -830,11 +904,10 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
                 len: 4096 * rng.gen_range(1..4),
                 keep_size: rng.gen_bool(0.5),
             },
-            9 => Op::Punch {
-                path: path(rng),
-                off: block(rng),
-                len: 4096 * rng.gen_range(1..3),
-            },
+            9 => {
+                let (p, off) = (path(rng), block(rng));
+                shift_or_punch(rng, p, off)
+            }
             10 => Op::Truncate {
                 path: path(rng),
                 size: rng.gen_range(0..50000),
@@ -903,6 +976,31 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
     ops
 }
 
+/// A punch, a zeroed range, a collapse or an insert at block `off` of
+/// `path` (the model refuses the ones ext4 would: a collapse must end
+/// before the end of the file, an insert start before it).
+fn shift_or_punch(rng: &mut ChaCha8Rng, path: String, off: u64) -> Op {
+    let len = 4096 * rng.gen_range(1..3);
+    match rng.gen_range(0..4) {
+        0 => Op::Punch { path, off, len },
+        1 => {
+            let unaligned = rng.gen_bool(0.5);
+            Op::Zero {
+                path,
+                off: off + if unaligned { rng.gen_range(1..4096) } else { 0 },
+                len: if unaligned {
+                    rng.gen_range(1..10000)
+                } else {
+                    len
+                },
+                keep_size: rng.gen_bool(0.5),
+            }
+        }
+        2 => Op::Collapse { path, off, len },
+        _ => Op::Insert { path, off, len },
+    }
+}
+
 fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
     const DIRS: [&str; 4] = ["/A", "/B", "/C", "/B/sub"];
     const NAMES: [&str; 4] = ["f1", "f2", "foo", "bar"];
@@ -955,11 +1053,10 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
                 len: 4096 * rng.gen_range(1..3),
                 keep_size: rng.gen_bool(0.5),
             },
-            6 => Op::Punch {
-                path: path(rng),
-                off: block(rng),
-                len: 4096,
-            },
+            6 => {
+                let (p, off) = (path(rng), block(rng));
+                shift_or_punch(rng, p, off)
+            }
             7 => Op::Truncate {
                 path: path(rng),
                 size: rng.gen_range(0..40000),
@@ -1067,6 +1164,9 @@ pub fn enospc(params: &WorkloadParams) -> Vec<Sequence> {
 /// append /A/x 100          # path length
 /// falloc /A/x 0 8192 [keep_size]
 /// punch /A/x 0 4096
+/// zero /A/x 100 5000 [keep_size]
+/// insert /A/x 0 4096       # whole blocks, offset before the end
+/// collapse /A/x 4096 4096  # whole blocks, ending before the end
 /// truncate /A/x 10
 /// link /A/x /B/y
 /// rename /A/x /A/z
@@ -1187,6 +1287,38 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
         "punch" => {
             arity(3)?;
             Op::Punch {
+                path: path(1)?,
+                off: num(2)?,
+                len: num(3)?,
+            }
+        }
+        "zero" => {
+            let keep_size = match words.get(4) {
+                None => false,
+                Some(&"keep_size") => true,
+                Some(w) => return Err(format!("unknown zero flag '{w}' (known: keep_size)")),
+            };
+            if words.len() > 5 {
+                return Err("'zero' takes at most 4 arguments".into());
+            }
+            Op::Zero {
+                path: path(1)?,
+                off: num(2)?,
+                len: num(3)?,
+                keep_size,
+            }
+        }
+        "collapse" => {
+            arity(3)?;
+            Op::Collapse {
+                path: path(1)?,
+                off: num(2)?,
+                len: num(3)?,
+            }
+        }
+        "insert" => {
+            arity(3)?;
+            Op::Insert {
                 path: path(1)?,
                 off: num(2)?,
                 len: num(3)?,
@@ -1335,9 +1467,10 @@ mod tests {
             }
             assert!(most * 68 > 4096, "{}: at most {most} names in /D", s.name);
         }
-        // Creat, Mkdir, Write, Append, Falloc, Punch, Truncate, Link,
-        // Unlink, Rename, Rmdir, Symlink, Fsync, Fdatasync, Sync.
-        assert_eq!(kinds.len(), 15, "every operation kind appears");
+        // Creat, Mkdir, Write, Append, Falloc, Punch, Zero, Collapse,
+        // Insert, Truncate, Link, Unlink, Rename, Rmdir, Symlink, Fsync,
+        // Fdatasync, Sync.
+        assert_eq!(kinds.len(), 18, "every operation kind appears");
         assert!(dir_renames > 0 && slow_symlinks > 0);
     }
 
@@ -1352,12 +1485,13 @@ mod tests {
     #[test]
     fn scenario_round_trips_through_display() {
         let text = "preset\n---\ncreat /A/x  # new\nwrite /A/x 0 4096\nappend /A/x 10\n\
-                    falloc /A/x 0 8192 keep_size\npunch /A/x 0 4096\ntruncate /A/x 5\n\
+                    falloc /A/x 0 8192 keep_size\npunch /A/x 0 4096\nzero /A/x 10 20 keep_size\n\
+                    insert /A/x 0 4096\ncollapse /A/x 4096 4096\ntruncate /A/x 5\n\
                     link /A/x /B/y\nrename /A/x /A/z\nunlink /B/y\nmkdir /D\nrmdir /D\n\
                     symlink /A/z /s\nfsync /A/z\nfdatasync /A/z\nsync\n";
         let s = parse_scenario("t", text).unwrap();
         assert_eq!(s.setup, preset());
-        assert_eq!(s.ops.len(), 15);
+        assert_eq!(s.ops.len(), 18);
         let again: Vec<Op> = s
             .ops
             .iter()

@@ -254,10 +254,16 @@ impl Shared {
 
 /// Operations that release space: they may use the reserved blocks (a
 /// hole punched in an extent may need a block for the split), as ext4's
-/// `EXT4_MB_USE_RESERVED` allocations.
+/// `EXT4_MB_USE_RESERVED` allocations. COLLAPSE_RANGE removes blocks as a
+/// punch does.
 pub(crate) fn op_frees_space(op: OpKind) -> bool {
     matches!(
         op,
-        OpKind::Unlink | OpKind::Rmdir | OpKind::Evict | OpKind::Internal | OpKind::PunchHole
+        OpKind::Unlink
+            | OpKind::Rmdir
+            | OpKind::Evict
+            | OpKind::Internal
+            | OpKind::PunchHole
+            | OpKind::CollapseRange
     )
 }

@@ -400,6 +400,251 @@ pub fn mark_written<S: ExtentStore>(store: &mut S, lblk: u32, len: u64) -> Resul
     Ok(())
 }
 
+/// Which way [`shift`] moves extents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shift {
+    /// Towards logical block 0 (COLLAPSE_RANGE).
+    Left,
+    /// Away from logical block 0 (INSERT_RANGE).
+    Right,
+}
+
+/// Split the extent that crosses logical block `lblk` (if any) into two at
+/// `lblk`: the mappings are unchanged. Done before a right [`shift`] from
+/// `lblk`, as ext4's INSERT_RANGE does; the one step that may need a new
+/// tree block, so it comes first.
+pub fn split_at<S: ExtentStore>(store: &mut S, lblk: u32) -> Result<()> {
+    let mut rounds = 0usize;
+    loop {
+        let mut path = descend(store, lblk)?;
+        let ents = &path.last().expect("path has a leaf").node.ents;
+        let i = ents.partition_point(|e| e.lblk <= lblk);
+        if i == 0 {
+            return Ok(());
+        }
+        let e = ents[i - 1];
+        if e.end() <= u64::from(lblk) || e.lblk == lblk {
+            return Ok(());
+        }
+        let right = e.slice(u64::from(lblk), e.end());
+        let repl = vec![e.slice(u64::from(e.lblk), u64::from(lblk)), right];
+        let kind = mapping_kind(store.ino(), &right, MapOp::Set);
+        if run_edit(store, &mut path, i - 1, i, repl, kind)? {
+            return Ok(());
+        }
+        rounds += 1;
+        check_rounds(store, rounds)?;
+    }
+}
+
+/// Move every extent at or after logical block `from` by `by` blocks, in
+/// direction `dir`, as ext4's `ext4_ext_shift_extents`: index keys follow
+/// their leaves, and a moved extent merges with its neighbour in the same
+/// leaf (the one before it moving left, the one after it moving right) when
+/// they become contiguous. Each extent moves in one edit reported as
+/// [`MapOp::Move`]; left, the extents move in order, right, from the last
+/// one back, so no two ever overlap.
+///
+/// The caller leaves room: moving left, `from - by .. from` must be
+/// unmapped; moving right, no extent may cross `from` (see [`split_at`])
+/// and the last one must end `by` blocks before [`LBLK_END`] (else
+/// `FsError::Invalid`, nothing changed). No edit adds an entry, so the
+/// shift allocates nothing.
+pub fn shift<S: ExtentStore>(store: &mut S, from: u32, by: u32, dir: Shift) -> Result<()> {
+    if by == 0 {
+        return Ok(());
+    }
+    let ino = store.ino();
+    match dir {
+        Shift::Left => {
+            if from < by {
+                return Err(FsError::Invalid(format!(
+                    "shift of inode {ino} left by {by} from logical block {from}"
+                )));
+            }
+            if let Some(m) = lookup(store, from - by)? {
+                if m.lblk < from {
+                    return Err(FsError::Invalid(format!(
+                        "shift of inode {ino} left by {by} from {from} over mapped blocks {}+{}",
+                        m.lblk, m.len
+                    )));
+                }
+            }
+            let mut cur = u64::from(from);
+            loop {
+                let mut path = descend(store, cur as u32)?;
+                let i = loop {
+                    let leaf = &path.last().expect("path has a leaf").node;
+                    if let Some(i) = leaf.ents.iter().position(|e| u64::from(e.lblk) >= cur) {
+                        break Some(i);
+                    }
+                    if !next_leaf(store, &mut path)? {
+                        break None;
+                    }
+                };
+                let Some(i) = i else { return Ok(()) };
+                let ents = &path.last().expect("path has a leaf").node.ents;
+                let e = ents[i];
+                let moved = Ent {
+                    lblk: e.lblk - by,
+                    ..e
+                };
+                let kind = UpdateKind::Extent {
+                    ino,
+                    lblk: moved.lblk,
+                    pblk: e.pblk,
+                    len: e.len,
+                    op: MapOp::Move { from: e.lblk },
+                };
+                if i == 0 && path.len() > 1 {
+                    // The leaf's first extent moves below the leaf's key:
+                    // lower the keys naming the leaf first, from the top,
+                    // so the key never lies above the leaf's first extent
+                    // (below it is the shape a benign repair raises).
+                    lower_keys(store, &mut path, moved.lblk)?;
+                }
+                let ents = &path.last().expect("path has a leaf").node.ents;
+                let (lo, repl) = if i > 0 && mergeable(&ents[i - 1], &moved) {
+                    let p = ents[i - 1];
+                    (
+                        i - 1,
+                        Ent {
+                            len: p.len + moved.len,
+                            ..p
+                        },
+                    )
+                } else {
+                    (i, moved)
+                };
+                if !run_edit(store, &mut path, lo, i + 1, vec![repl], kind)? {
+                    return Err(corrupt_at(
+                        store,
+                        path.last().expect("path has a leaf").node.loc,
+                        "eh_entries",
+                        "no room for an edit that adds no entry",
+                    ));
+                }
+                cur = e.end();
+            }
+        }
+        Shift::Right => {
+            let last_end = last_extent_end(store)?;
+            if last_end + u64::from(by) > LBLK_END {
+                return Err(FsError::Invalid(format!(
+                    "shift of inode {ino} right by {by}: its last extent ends at {last_end}"
+                )));
+            }
+            if let Some(m) = lookup(store, from)? {
+                if m.lblk < from {
+                    return Err(FsError::Invalid(format!(
+                        "shift of inode {ino} right from {from} inside extent {}+{}",
+                        m.lblk, m.len
+                    )));
+                }
+            }
+            let mut cur_end = LBLK_END;
+            while cur_end > u64::from(from) {
+                let mut path = descend(store, (cur_end - 1) as u32)?;
+                let ents = &path.last().expect("path has a leaf").node.ents;
+                let i = ents.partition_point(|e| u64::from(e.lblk) < cur_end);
+                if i == 0 {
+                    // An empty leaf (ext4 may leave one) or the first leaf:
+                    // go on before the leaf's key, if there is anything.
+                    let Some(up) = path.len().checked_sub(2) else {
+                        break;
+                    };
+                    let key = u64::from(path[up].node.ents[path[up].idx].lblk);
+                    if key == 0 || key >= cur_end {
+                        break;
+                    }
+                    cur_end = key;
+                    continue;
+                }
+                let i = i - 1;
+                let e = ents[i];
+                if e.lblk < from {
+                    break;
+                }
+                if e.end() + u64::from(by) > LBLK_END {
+                    return Err(FsError::Invalid(format!(
+                        "shift of inode {ino} right by {by}: extent {}+{} would pass the last \
+                         logical block",
+                        e.lblk, e.len
+                    )));
+                }
+                let moved = Ent {
+                    lblk: e.lblk + by,
+                    ..e
+                };
+                let kind = UpdateKind::Extent {
+                    ino,
+                    lblk: moved.lblk,
+                    pblk: e.pblk,
+                    len: e.len,
+                    op: MapOp::Move { from: e.lblk },
+                };
+                let (hi, repl) = if i + 1 < ents.len() && mergeable(&moved, &ents[i + 1]) {
+                    (
+                        i + 2,
+                        Ent {
+                            len: moved.len + ents[i + 1].len,
+                            ..moved
+                        },
+                    )
+                } else {
+                    (i + 1, moved)
+                };
+                if !run_edit(store, &mut path, i, hi, vec![repl], kind)? {
+                    return Err(corrupt_at(
+                        store,
+                        path.last().expect("path has a leaf").node.loc,
+                        "eh_entries",
+                        "no room for an edit that adds no entry",
+                    ));
+                }
+                cur_end = u64::from(e.lblk);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Set the key naming the leaf at the end of `path` to `key` (below its
+/// first key), and the keys of the index nodes above it whose first entry
+/// that is, top down.
+fn lower_keys<S: ExtentStore>(store: &mut S, path: &mut Path, key: u32) -> Result<()> {
+    let leaf = path.len() - 1;
+    let mut top = leaf - 1;
+    while top > 0 && path[top].idx == 0 {
+        top -= 1;
+    }
+    for lv in &mut path[top..leaf] {
+        let idx = lv.idx;
+        let child = lv.node.ents[idx].pblk;
+        if lv.node.ents[idx].lblk == key {
+            continue;
+        }
+        let mut ents = lv.node.ents.clone();
+        ents[idx] = Ent::index(key, child);
+        let depth = lv.node.depth;
+        let kind = index_kind(store.ino(), key, child, MapOp::Set);
+        write_node(store, &mut lv.node, ents, depth, kind)?;
+    }
+    Ok(())
+}
+
+/// One past the last mapped logical block (0 for an empty tree).
+pub fn last_extent_end<S: ExtentStore>(store: &mut S) -> Result<u64> {
+    let path = descend(store, u32::MAX)?;
+    Ok(path
+        .last()
+        .expect("path has a leaf")
+        .node
+        .ents
+        .last()
+        .map_or(0, Ent::end))
+}
+
 /// Validate the whole tree: every node decodes and carries a valid tail
 /// checksum; depths step down by one; index keys increase and equal the
 /// first key of their child; extents are sorted, do not overlap, stay inside
@@ -1364,13 +1609,18 @@ mod tests {
             } = k
             {
                 assert_eq!(ino, 12);
-                let v = if op == MapOp::Set {
-                    &mut set
-                } else {
-                    &mut clear
+                let add = |v: &mut BlockPairs, at: u32| {
+                    for i in 0..len {
+                        v.push((at + i, pblk + u64::from(i)));
+                    }
                 };
-                for i in 0..len {
-                    v.push((lblk + i, pblk + u64::from(i)));
+                match op {
+                    MapOp::Set => add(&mut set, lblk),
+                    MapOp::Clear => add(&mut clear, lblk),
+                    MapOp::Move { from } => {
+                        add(&mut clear, from);
+                        add(&mut set, lblk);
+                    }
                 }
             }
             prev = Some(k);
@@ -1610,6 +1860,9 @@ mod tests {
             rng.gen_range(1..64u32)
         };
         s.updates.clear();
+        if rng.gen_range(0..12) == 0 {
+            return random_shift(rng, s, model, span);
+        }
         match rng.gen_range(0..10) {
             0..=5 => {
                 // Insert into the hole at lblk (trimmed to it), physically
@@ -1668,6 +1921,101 @@ mod tests {
                 assert!(clear.is_empty());
             }
         }
+    }
+
+    /// COLLAPSE_RANGE (remove, then shift left) or INSERT_RANGE (split,
+    /// then shift right) at a random block, against the model.
+    fn random_shift(rng: &mut ChaCha8Rng, s: &mut MemStore, model: &mut Model, span: u32) {
+        let at = rng.gen_range(0..span);
+        let by = if rng.gen_bool(0.7) {
+            rng.gen_range(1..4u32)
+        } else {
+            rng.gen_range(1..200u32)
+        };
+        let last = model.keys().next_back().map_or(0, |&l| l + 1);
+        let moved: Vec<(u32, u64)>;
+        if last + by > 2 * span || rng.gen_bool(0.5) {
+            remove_range(s, at, u64::from(by)).unwrap();
+            for l in at..at.saturating_add(by) {
+                model.remove(&l);
+            }
+            s.updates.clear();
+            let Some(from) = at.checked_add(by) else {
+                return;
+            };
+            shift(s, from, by, Shift::Left).unwrap();
+            moved = model.range(from..).map(|(&l, &(p, _))| (l, p)).collect();
+            let rest: Vec<(u32, (u64, bool))> = model.split_off(&from).into_iter().collect();
+            for (l, v) in rest {
+                model.insert(l - by, v);
+            }
+            let (set, clear) = mapping_updates(s);
+            let want: BlockPairs = moved.iter().map(|&(l, p)| (l - by, p)).collect();
+            let mut want_set = want.clone();
+            want_set.sort_unstable();
+            assert_eq!(set, want_set, "shift left {from} by {by} reported sets");
+            assert_eq!(clear, moved, "shift left {from} by {by} reported clears");
+        } else {
+            split_at(s, at).unwrap();
+            s.updates.clear();
+            shift(s, at, by, Shift::Right).unwrap();
+            moved = model.range(at..).map(|(&l, &(p, _))| (l, p)).collect();
+            let rest: Vec<(u32, (u64, bool))> = model.split_off(&at).into_iter().collect();
+            for (l, v) in rest {
+                model.insert(l + by, v);
+            }
+            let (set, clear) = mapping_updates(s);
+            let want: BlockPairs = moved.iter().map(|&(l, p)| (l + by, p)).collect();
+            assert_eq!(set, want, "shift right {at} by {by} reported sets");
+            assert_eq!(clear, moved, "shift right {at} by {by} reported clears");
+        }
+        // Shifting allocates nothing.
+    }
+
+    #[test]
+    fn shifts_refuse_overlap_and_overflow() {
+        let mut s = MemStore::new(1024);
+        insert(&mut s, 10, DATA_BLOCK_FIRST, 5, false).unwrap();
+        insert(&mut s, 20, DATA_BLOCK_FIRST + 100, 5, false).unwrap();
+        // Left over mapped blocks, right from inside an extent.
+        assert!(matches!(
+            shift(&mut s, 20, 8, Shift::Left),
+            Err(FsError::Invalid(_))
+        ));
+        assert!(matches!(
+            shift(&mut s, 12, 8, Shift::Right),
+            Err(FsError::Invalid(_))
+        ));
+        assert!(matches!(
+            shift(&mut s, 20, u32::MAX - 20, Shift::Right),
+            Err(FsError::Invalid(_))
+        ));
+        assert!(matches!(
+            shift(&mut s, 5, 6, Shift::Left),
+            Err(FsError::Invalid(_))
+        ));
+        // A shift that makes two extents contiguous merges them.
+        remove_range(&mut s, 20, 5).unwrap();
+        insert(&mut s, 30, DATA_BLOCK_FIRST + 5, 3, false).unwrap();
+        shift(&mut s, 30, 15, Shift::Left).unwrap();
+        let m = extents(&mut s, 0..LBLK_END).unwrap();
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!((m[0].lblk, m[0].len), (10, 8));
+        split_at(&mut s, 12).unwrap();
+        assert_eq!(extents(&mut s, 0..LBLK_END).unwrap().len(), 2);
+        shift(&mut s, 12, 0, Shift::Right).unwrap();
+        shift(&mut s, 12, 4, Shift::Right).unwrap();
+        let m = extents(&mut s, 0..LBLK_END).unwrap();
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(
+            (m[1].lblk, m[1].pblk, m[1].len),
+            (16, DATA_BLOCK_FIRST + 2, 6)
+        );
+        // Back: the pieces merge again.
+        shift(&mut s, 16, 4, Shift::Left).unwrap();
+        let m = extents(&mut s, 0..LBLK_END).unwrap();
+        assert_eq!(m.len(), 1, "{m:?}");
+        check(&mut s).unwrap();
     }
 
     fn random_sequence(seed: u64, block_size: u32, ops: usize, span: u32) -> u16 {

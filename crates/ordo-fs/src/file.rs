@@ -453,6 +453,23 @@ impl Core {
         flags: FallocFlags,
     ) -> Result<()> {
         let i = self.live_inode(ino)?;
+        let shift = flags.collapse_range || flags.insert_range;
+        if shift {
+            // vfs_fallocate (Linux 6.11 and later): the modes exclude each
+            // other and KEEP_SIZE (EOPNOTSUPP, before any other check but
+            // the length's), and come before the file's type.
+            if len == 0 {
+                return Err(errno(libc::EINVAL));
+            }
+            let others = flags.keep_size || flags.punch_hole || flags.zero_range;
+            if others || (flags.collapse_range && flags.insert_range) {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            use ordo_format::inode::flags as fl;
+            if i.flags & (fl::APPEND | fl::IMMUTABLE) != 0 {
+                return Err(errno(libc::EPERM));
+            }
+        }
         if i.is_dir() {
             return Err(errno(libc::EISDIR));
         }
@@ -464,6 +481,9 @@ impl Core {
         }
         let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
         let bs = self.bs as u64;
+        if shift {
+            return self.file_shift_range(ino, &i, off, len, flags.collapse_range);
+        }
         self.touch_inode(ino);
         if flags.punch_hole {
             if !flags.keep_size {
@@ -567,6 +587,95 @@ impl Core {
         // mode, even one that changes nothing.
         self.touch_times(ino, true);
         Ok(())
+    }
+
+    /// fallocate COLLAPSE_RANGE (`collapse`) or INSERT_RANGE, with the
+    /// checks and in the order of Linux's `vfs_fallocate` and ext4's
+    /// `ext4_collapse_range` / `ext4_insert_range`. One handle: the blocks
+    /// of a collapsed range are freed as a punch frees them, the extents
+    /// after the range move in the tree (index keys with them), and the
+    /// size changes by the length.
+    fn file_shift_range(
+        &mut self,
+        ino: Ino,
+        i: &crate::inode::Inode,
+        off: u64,
+        len: u64,
+        collapse: bool,
+    ) -> Result<()> {
+        let end = off + len;
+        if end > self.max_file_bytes() {
+            return Err(errno(libc::EFBIG));
+        }
+        if !i.uses_extents() {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let bs = self.bs as u64;
+        if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) {
+            return Err(errno(libc::EINVAL));
+        }
+        let (first, n) = (off / bs, len / bs);
+        self.touch_inode(ino);
+        if collapse {
+            // Nothing to collapse past the end: that would be a truncate.
+            if end >= i.size {
+                return Err(errno(libc::EINVAL));
+            }
+            // The range is unmapped and what follows moves down before the
+            // blocks are freed, so a protocol that writes the inode's
+            // block once for the frees writes the whole change.
+            let freed = extent::remove_range(&mut self.tree(ino)?, first as u32, n)?;
+            extent::shift(
+                &mut self.tree(ino)?,
+                (first + n) as u32,
+                n as u32,
+                extent::Shift::Left,
+            )?;
+            self.set_size(ino, i.size - len);
+            let mut total = 0i64;
+            for (p, k) in freed {
+                self.free_blocks(p, k as u64)?;
+                total += k as i64;
+            }
+            if total > 0 {
+                self.add_iblocks(ino, -total)?;
+            }
+        } else {
+            if len > self.max_file_bytes() - i.size {
+                return Err(errno(libc::EFBIG));
+            }
+            if off >= i.size {
+                return Err(errno(libc::EINVAL));
+            }
+            // Blocks preallocated past the end move too; they must stay
+            // below the last logical block.
+            let last = extent::last_extent_end(&mut self.tree(ino)?)?;
+            if last + n > LBLK_END {
+                return Err(errno(libc::EFBIG));
+            }
+            // As ext4: the size grows first, then the extent crossing the
+            // offset is split and everything from it moves up.
+            self.set_size(ino, i.size + len);
+            extent::split_at(&mut self.tree(ino)?, first as u32)?;
+            extent::shift(
+                &mut self.tree(ino)?,
+                first as u32,
+                n as u32,
+                extent::Shift::Right,
+            )?;
+        }
+        self.touch_times(ino, true);
+        Ok(())
+    }
+
+    /// Data blocks mapped by `ino` (written and unwritten).
+    pub fn file_mapped_blocks(&mut self, ino: Ino) -> Result<u64> {
+        let i = self.live_inode(ino)?;
+        if !i.uses_extents() {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let maps = extent::extents(&mut self.tree(ino)?, 0..LBLK_END)?;
+        Ok(maps.iter().map(|m| u64::from(m.len)).sum())
     }
 
     /// SEEK_DATA / SEEK_HOLE (unwritten extents count as holes).

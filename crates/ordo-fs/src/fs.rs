@@ -370,11 +370,25 @@ impl Fs {
         let reserve = self.may_use_reserve(creds);
         let op = if flags.punch_hole {
             OpKind::PunchHole
+        } else if flags.collapse_range {
+            OpKind::CollapseRange
+        } else if flags.insert_range {
+            OpKind::InsertRange
         } else {
             OpKind::Fallocate
         };
         self.shared
-            .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))
+            .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))?;
+        if matches!(op, OpKind::CollapseRange | OpKind::InsertRange) {
+            // The blocks after the range now sit at other offsets, in
+            // place: a write through the new mappings must not reach a
+            // block while the old mappings are what the disk still holds
+            // (a crash would show the new bytes at the old offsets). Make
+            // the change durable before the call returns, as ext4 commits
+            // before these modes under data=journal.
+            self.fsync(ino, false)?;
+        }
+        Ok(())
     }
     pub fn seek(&self, ino: Ino, offset: u64, whence: SeekWhence) -> Result<u64> {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
@@ -645,6 +659,11 @@ impl Fs {
         self.shared.lock().cache.stats()
     }
     /// Block size of the file system in bytes.
+    /// Data blocks mapped by regular file `ino` (written and unwritten
+    /// extents; not the extent tree's own blocks): what FIEMAP adds up.
+    pub fn mapped_blocks(&self, ino: Ino) -> Result<u64> {
+        self.shared.read(|c| c.file_mapped_blocks(ino))
+    }
     pub fn block_size(&self) -> u32 {
         self.shared.lock().bs
     }

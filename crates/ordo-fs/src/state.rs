@@ -292,14 +292,24 @@ fn inverse(kind: &UpdateKind) -> UpdateKind {
             pblk,
             len,
             op,
-        } => UpdateKind::Extent {
-            ino,
-            lblk,
-            pblk,
-            len,
-            op: match op {
-                MapOp::Set => MapOp::Clear,
-                MapOp::Clear => MapOp::Set,
+        } => match op {
+            MapOp::Move { from } => UpdateKind::Extent {
+                ino,
+                lblk: from,
+                pblk,
+                len,
+                op: MapOp::Move { from: lblk },
+            },
+            _ => UpdateKind::Extent {
+                ino,
+                lblk,
+                pblk,
+                len,
+                op: if op == MapOp::Set {
+                    MapOp::Clear
+                } else {
+                    MapOp::Set
+                },
             },
         },
         UpdateKind::Dirent { dir, name, ino, op } => UpdateKind::Dirent {

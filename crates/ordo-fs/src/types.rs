@@ -144,6 +144,14 @@ pub struct FallocFlags {
     /// blocks allocated as unwritten extents (as ext4); the size grows to
     /// the range's end unless keep_size.
     pub zero_range: bool,
+    /// FALLOC_FL_COLLAPSE_RANGE: the range (whole blocks, ending before
+    /// the end of the file) is removed and what follows moves down; the
+    /// size shrinks by its length. Alone (no other flag), as in Linux.
+    pub collapse_range: bool,
+    /// FALLOC_FL_INSERT_RANGE: a hole of the range's length (whole blocks,
+    /// starting before the end of the file) is inserted at its offset and
+    /// what follows moves up; the size grows by its length. Alone.
+    pub insert_range: bool,
 }
 
 /// lseek(2) whence for data/hole searches.

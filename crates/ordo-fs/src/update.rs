@@ -29,6 +29,10 @@ pub enum OpKind {
     Truncate,
     Fallocate,
     PunchHole,
+    /// fallocate COLLAPSE_RANGE.
+    CollapseRange,
+    /// fallocate INSERT_RANGE.
+    InsertRange,
     SetAttr,
     /// setxattr / removexattr (ACLs included).
     SetXattr,
@@ -75,11 +79,32 @@ pub enum InodeField {
     Other,
 }
 
-/// Whether a mapping or link was set or cleared.
+/// Whether a mapping or link was set or cleared, or a mapping moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MapOp {
     Set,
     Clear,
+    /// The mapping now at `lblk` was at logical block `from` (same physical
+    /// blocks, same length): fallocate's COLLAPSE_RANGE and INSERT_RANGE
+    /// shift the extents after the range. It clears the mapping at `from`
+    /// and sets the one at `lblk` in a single write, and the ordering rules
+    /// treat it as both.
+    Move {
+        from: u32,
+    },
+}
+
+impl MapOp {
+    /// True when the update sets a mapping (a `Set`, or the new place of a
+    /// `Move`).
+    pub fn sets(self) -> bool {
+        matches!(self, MapOp::Set | MapOp::Move { .. })
+    }
+    /// True when the update clears a mapping (a `Clear`, or the old place
+    /// of a `Move`).
+    pub fn clears(self) -> bool {
+        matches!(self, MapOp::Clear | MapOp::Move { .. })
+    }
 }
 
 /// Whether a directory entry was added or removed.
@@ -116,8 +141,9 @@ pub enum UpdateKind {
     Inode { ino: Ino, field: InodeField },
     /// A mapping of `len` logical blocks of `ino` starting at `lblk` to
     /// physical blocks starting at `pblk` was set or cleared (in `i_block` or
-    /// an extent block). Also used for extent-tree index entries, with
-    /// `len == 0`.
+    /// an extent block), or moved there from another logical block
+    /// ([`MapOp::Move`]). Also used for extent-tree index entries, with
+    /// `len == 0` (never a `Move`).
     Extent {
         ino: Ino,
         lblk: u32,

@@ -357,6 +357,57 @@ struct Runner {
 }
 
 impl Runner {
+    /// fallocate COLLAPSE_RANGE or INSERT_RANGE on file `f`, mostly with
+    /// whole blocks; the model's errno rules are ext4's.
+    fn shift_range(&mut self, fs: &Fs, f: Ino, n: usize) -> (String, Vec<Ino>) {
+        let bs = u64::from(fs.block_size());
+        let collapse = self.rng.gen_bool(0.5);
+        let (mut off, mut len) = (
+            self.rng.gen_range(0..50u64) * bs,
+            self.rng.gen_range(0..20u64) * bs,
+        );
+        if self.rng.gen_range(0..10) == 0 {
+            off += self.rng.gen_range(1..bs);
+        }
+        if self.rng.gen_range(0..10) == 0 {
+            len += self.rng.gen_range(1..bs);
+        }
+        let flags = FallocFlags {
+            collapse_range: collapse,
+            insert_range: !collapse,
+            ..FallocFlags::default()
+        };
+        let r = fs.fallocate(f, off, len, flags);
+        let Content::File(d) = &mut self.m.inodes.get_mut(&f).unwrap().content else {
+            unreachable!("a file");
+        };
+        let size = d.len() as u64;
+        // Not whole blocks, a collapse reaching the end, an insert at or
+        // past it: EINVAL.
+        let refused = len == 0
+            || !off.is_multiple_of(bs)
+            || !len.is_multiple_of(bs)
+            || (collapse && off + len >= size)
+            || (!collapse && off >= size);
+        let want = refused.then_some(libc::EINVAL);
+        let name = if collapse { "collapse" } else { "insert" };
+        assert_eq!(
+            errno_of(&r),
+            want,
+            "op {n}: {name} {off}+{len} of a file of {size} bytes"
+        );
+        if want.is_some() {
+            return (format!("{name} (refused)"), vec![]);
+        }
+        let (o, l) = (off as usize, len as usize);
+        if collapse {
+            d.drain(o..o + l);
+        } else {
+            d.splice(o..o, std::iter::repeat_n(0u8, l));
+        }
+        (name.into(), vec![f])
+    }
+
     fn any_dir_or_file(&mut self) -> Ino {
         if self.rng.gen_range(0..20) == 0 {
             let nd = self.m.non_dirs();
@@ -561,6 +612,9 @@ impl Runner {
                     return ("fallocate (none)".into(), vec![]);
                 }
                 let f = pick(&mut self.rng, &files);
+                if self.rng.gen_range(0..3) == 0 {
+                    return self.shift_range(fs, f, n);
+                }
                 let off = self.rng.gen_range(0..200_000u64);
                 let len = self.rng.gen_range(0..100_000u64);
                 let punch = self.rng.gen_bool(0.5);
@@ -573,6 +627,8 @@ impl Runner {
                         keep_size: keep,
                         punch_hole: punch,
                         zero_range: false,
+                        collapse_range: false,
+                        insert_range: false,
                     },
                 );
                 if len == 0 {

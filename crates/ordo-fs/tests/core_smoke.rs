@@ -211,6 +211,8 @@ fn paths_access_statfs_and_attributes() {
             keep_size: true,
             punch_hole: true,
             zero_range: false,
+            collapse_range: false,
+            insert_range: false,
         },
     )
     .unwrap();
@@ -330,4 +332,165 @@ fn background_write_back_cleans_the_cache() {
     assert!(fs.counters().total().writes > 0);
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
+}
+
+/// fallocate COLLAPSE_RANGE and INSERT_RANGE on a file of 400 extents (a
+/// tree of depth 2 in 1 KiB blocks): the data moves, the sizes and block
+/// counts follow, the errors are ext4's, and the image stays clean through
+/// a remount.
+fn collapse_and_insert(mode: ProtocolKind, features: &str) {
+    if !have("mkfs.ext4") || !have("e2fsck") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    use ordo_fs::FallocFlags;
+    let (_dir, img) = scratch();
+    mkfs(&img, 64, 1024, features);
+    let fs = mount(&img, mode);
+    let c = Creds::root();
+    let bs = 1024usize;
+    let f = fs
+        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &c)
+        .unwrap();
+    // Every other block written: 400 extents.
+    let mut model = vec![0u8; 799 * bs];
+    for i in (0..800).step_by(2) {
+        let data: Vec<u8> = (0..bs).map(|j| ((i * 7 + j) % 251) as u8 + 1).collect();
+        fs.write(f.ino, (i * bs) as u64, &data).unwrap();
+        model[i * bs..(i + 1) * bs].copy_from_slice(&data);
+    }
+    let collapse = FallocFlags {
+        collapse_range: true,
+        ..FallocFlags::default()
+    };
+    let insert = FallocFlags {
+        insert_range: true,
+        ..FallocFlags::default()
+    };
+    let check = |fs: &ordo_fs::Fs, model: &[u8], what: &str| {
+        let a = fs.getattr(f.ino).unwrap();
+        assert_eq!(a.size, model.len() as u64, "{what}: size");
+        let got = fs.read(f.ino, 0, model.len() as u32 + 10).unwrap();
+        assert!(got == model, "{what}: contents");
+        let data_blocks = model
+            .chunks(bs)
+            .filter(|b| b.iter().any(|&x| x != 0))
+            .count() as u64;
+        // Sectors of data blocks plus the tree's blocks.
+        assert!(a.blocks >= data_blocks * 2, "{what}: {} sectors", a.blocks);
+        assert!(
+            a.blocks <= data_blocks * 2 + 2 * 16,
+            "{what}: {} sectors",
+            a.blocks
+        );
+    };
+    check(&fs, &model, "written");
+    let errno = |r: ordo_fs::Result<()>| r.unwrap_err().errno();
+    // ext4's errors.
+    assert_eq!(
+        errno(fs.fallocate(f.ino, 100, 1024, collapse)),
+        libc::EINVAL
+    );
+    assert_eq!(errno(fs.fallocate(f.ino, 1024, 1000, insert)), libc::EINVAL);
+    assert_eq!(errno(fs.fallocate(f.ino, 0, 0, insert)), libc::EINVAL);
+    let size = model.len() as u64;
+    assert_eq!(
+        errno(fs.fallocate(f.ino, size - 1024, 1024, collapse)),
+        libc::EINVAL
+    );
+    assert_eq!(errno(fs.fallocate(f.ino, size, 1024, insert)), libc::EINVAL);
+    assert_eq!(
+        errno(fs.fallocate(
+            f.ino,
+            0,
+            1024,
+            FallocFlags {
+                keep_size: true,
+                ..collapse
+            }
+        )),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        errno(fs.fallocate(
+            f.ino,
+            0,
+            1024,
+            FallocFlags {
+                insert_range: true,
+                ..collapse
+            }
+        )),
+        libc::EOPNOTSUPP
+    );
+    let max = fs.getattr(f.ino).unwrap().size;
+    let big = (u64::from(u32::MAX) * 1024 - max) / 1024 * 1024 + 1024;
+    assert_eq!(errno(fs.fallocate(f.ino, 0, big, insert)), libc::EFBIG);
+    assert_eq!(errno(fs.fallocate(ROOT_INO, 0, 1024, insert)), libc::EISDIR);
+    check(&fs, &model, "after the refusals");
+    // Collapses and inserts at edges, in the middle, across many leaves.
+    let steps: &[(bool, usize, usize)] = &[
+        (true, 0, 1),
+        (true, 1, 1),
+        (true, 10, 3),
+        (true, 100, 150),
+        (false, 0, 2),
+        (false, 5, 1),
+        (false, 50, 300),
+        (true, 40, 320),
+        (false, 1, 7),
+        (true, 3, 4),
+        (false, 200, 1),
+    ];
+    for (i, &(is_collapse, off, len)) in steps.iter().enumerate() {
+        let (o, l) = (off * bs, len * bs);
+        let flags = if is_collapse { collapse } else { insert };
+        fs.fallocate(f.ino, o as u64, l as u64, flags).unwrap();
+        if is_collapse {
+            model.drain(o..o + l);
+        } else {
+            model.splice(o..o, std::iter::repeat_n(0u8, l));
+        }
+        check(&fs, &model, &format!("step {i}"));
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+    let fs = mount(&img, mode);
+    check(&fs, &model, "after a remount");
+    // Down to the first and last blocks (the range must end before the
+    // end of the file), then grown again.
+    let n = model.len() - 2 * bs;
+    fs.fallocate(f.ino, bs as u64, n as u64, collapse).unwrap();
+    model.drain(bs..bs + n);
+    check(&fs, &model, "collapsed to two blocks");
+    fs.fallocate(f.ino, 0, 5 * bs as u64, insert).unwrap();
+    model.splice(0..0, std::iter::repeat_n(0u8, 5 * bs));
+    check(&fs, &model, "one block moved up");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn collapse_and_insert_range_async() {
+    collapse_and_insert(ProtocolKind::named("async"), "");
+}
+
+#[test]
+fn collapse_and_insert_range_sync() {
+    collapse_and_insert(ProtocolKind::named("sync"), "");
+}
+
+#[test]
+fn collapse_and_insert_range_journal() {
+    collapse_and_insert(ProtocolKind::named("journal"), "");
+}
+
+#[test]
+fn collapse_and_insert_range_fast_commit() {
+    collapse_and_insert(ProtocolKind::named("fast_commit"), "fast_commit");
+}
+
+#[test]
+fn collapse_and_insert_range_softdep() {
+    collapse_and_insert(ProtocolKind::named("softdep"), "");
 }

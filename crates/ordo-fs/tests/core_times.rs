@@ -65,6 +65,8 @@ fn truncate_and_fallocate_stamp_mtime_and_ctime() {
     let punch = FallocFlags {
         punch_hole: true,
         zero_range: false,
+        collapse_range: false,
+        insert_range: false,
         keep_size: true,
     };
     fs.fallocate(f.ino, 1 << 20, 4096, punch).unwrap();
@@ -80,6 +82,8 @@ fn truncate_and_fallocate_stamp_mtime_and_ctime() {
         keep_size: true,
         punch_hole: false,
         zero_range: false,
+        collapse_range: false,
+        insert_range: false,
     };
     fs.fallocate(f.ino, 65536, 8192, keep).unwrap();
     assert_stamped(&fs, f.ino, "fallocate with KEEP_SIZE");

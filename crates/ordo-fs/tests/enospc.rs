@@ -553,6 +553,8 @@ fn punch_hole_needing_a_split() {
         keep_size: true,
         punch_hole: true,
         zero_range: false,
+        collapse_range: false,
+        insert_range: false,
     };
     check_op(Fill::Blocks, "punch hole", move |fs, fx, _| {
         fs.fallocate(fx.frag3, BS as u64, BS as u64, punch)
@@ -802,4 +804,33 @@ fn zero_range_full_of_blocks() {
     check_op(Fill::Blocks, "fallocate zero_range", move |fs, fx, _| {
         fs.fallocate(fx.frag3, 0, 64 * BS as u64, zero)
     });
+}
+
+/// INSERT_RANGE inside an extent splits it first; with the inode's root
+/// full the split needs a tree block the full file system lacks, and the
+/// size (raised first, as ext4 does) goes back with the rest.
+#[test]
+fn insert_range_needing_a_split() {
+    let insert = FallocFlags {
+        insert_range: true,
+        ..FallocFlags::default()
+    };
+    check_op(Fill::Blocks, "fallocate insert_range", move |fs, fx, _| {
+        fs.fallocate(fx.frag3, BS as u64, BS as u64, insert)
+    });
+}
+
+/// COLLAPSE_RANGE of a block in the middle of an extent cuts it in two
+/// before anything moves: the same split, the same ENOSPC, nothing moved.
+#[test]
+fn collapse_range_needing_a_split() {
+    let collapse = FallocFlags {
+        collapse_range: true,
+        ..FallocFlags::default()
+    };
+    check_op(
+        Fill::Blocks,
+        "fallocate collapse_range",
+        move |fs, fx, _| fs.fallocate(fx.frag3, BS as u64, BS as u64, collapse),
+    );
 }

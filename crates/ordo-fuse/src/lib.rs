@@ -289,23 +289,34 @@ pub fn rename_flags(flags: fuser::RenameFlags) -> Option<RenameFlags> {
 }
 
 /// `fallocate(2)` mode -> the core's flags, or the errno Linux gives for the
-/// mode: punching a hole requires KEEP_SIZE (EOPNOTSUPP otherwise, as in
-/// `vfs_fallocate`), punching and zeroing exclude each other (EOPNOTSUPP),
-/// and the other modes (collapse, insert, unshare) are not served.
+/// mode (`vfs_fallocate` since 6.11): the modes (punch, zero, collapse,
+/// insert, unshare) exclude each other, punching a hole requires KEEP_SIZE,
+/// collapsing and inserting refuse it, all with EOPNOTSUPP; unshare is not
+/// served. (The kernel's FUSE module itself passes on only KEEP_SIZE,
+/// PUNCH_HOLE and ZERO_RANGE, so collapse and insert reach ordo through the
+/// library API, not through a mount.)
 pub fn falloc_flags(mode: i32) -> Result<FallocFlags, Errno> {
-    let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
-    if mode & !known != 0 {
+    let modes = libc::FALLOC_FL_PUNCH_HOLE
+        | libc::FALLOC_FL_ZERO_RANGE
+        | libc::FALLOC_FL_COLLAPSE_RANGE
+        | libc::FALLOC_FL_INSERT_RANGE;
+    if mode & !(modes | libc::FALLOC_FL_KEEP_SIZE) != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if (mode & modes).count_ones() > 1 {
         return Err(Errno::EOPNOTSUPP);
     }
     let flags = FallocFlags {
         keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
         punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
         zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
+        collapse_range: mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0,
+        insert_range: mode & libc::FALLOC_FL_INSERT_RANGE != 0,
     };
     if flags.punch_hole && !flags.keep_size {
         return Err(Errno::EOPNOTSUPP);
     }
-    if flags.punch_hole && flags.zero_range {
+    if (flags.collapse_range || flags.insert_range) && flags.keep_size {
         return Err(Errno::EOPNOTSUPP);
     }
     Ok(flags)
@@ -1204,10 +1215,26 @@ mod tests {
             ),
             Err(Errno::EOPNOTSUPP)
         );
-        assert_eq!(
-            falloc_flags(libc::FALLOC_FL_COLLAPSE_RANGE),
-            Err(Errno::EOPNOTSUPP)
+        assert!(
+            falloc_flags(libc::FALLOC_FL_COLLAPSE_RANGE)
+                .unwrap()
+                .collapse_range
         );
+        assert!(
+            falloc_flags(libc::FALLOC_FL_INSERT_RANGE)
+                .unwrap()
+                .insert_range
+        );
+        for bad in [
+            libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_INSERT_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE,
+            libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_ZERO_RANGE,
+            libc::FALLOC_FL_INSERT_RANGE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_UNSHARE_RANGE,
+        ] {
+            assert_eq!(falloc_flags(bad), Err(Errno::EOPNOTSUPP), "mode {bad:#x}");
+        }
     }
 
     #[test]

@@ -12,9 +12,10 @@
 //! pass 2.
 //!
 //! Repairs: one shape only, an index key *lower* than its child's first
-//! key but above the previous entry's range, in the inode's root or not
-//! first in its node (recorded as a [`StaleIndexKey`]; the benign repair
-//! raises the key). A key above its child's first key hides mappings and
+//! key but above the previous entry's range, in the inode's root, not
+//! first in its node, or first with its parent's key (recorded as
+//! [`StaleIndexKey`]s, the keys above that equal it too; the benign repair
+//! raises them). A key above its child's first key hides mappings and
 //! stays unsafe, as does everything else found here.
 
 use ordo_dev::BlockClass;
@@ -101,6 +102,7 @@ impl<'a> Checker<'a> {
             seed: Inode::csum_seed(self.geo.csum_seed, ino, inode.generation),
             prev_end: 0,
             nodes_left: self.geo.blocks_count + 1,
+            spine: Vec::new(),
         };
         self.extent_node(&mut w, &mut m, info, &root, None, None, 0, u64::MAX, None)?;
         Ok(m)
@@ -239,10 +241,13 @@ impl<'a> Checker<'a> {
                 let data = self.disk.read_block(child, BlockClass::ExtentTree)?;
                 if le16(&data, 0) == 0xF30A && le16(&data, 2) > 0 {
                     let f = le32(&data, 12) as u64;
-                    // Raising the first key of a non-root node would
-                    // leave its own parent's key behind: that deeper
-                    // shape is not repaired, so it stays unsafe.
-                    if f > lblk && f < next_lblk && (node_block.is_none() || i > 0) {
+                    // Raising the first key of a non-root node raises the
+                    // keys above it that equal it too (COLLAPSE_RANGE and
+                    // INSERT_RANGE move the first extents of a deep tree,
+                    // each level a write of its own); a first key below
+                    // its parent's is not this shape and stays unsafe.
+                    let chain = i == 0 && node_block.is_some() && lblk == lo;
+                    if f > lblk && f < next_lblk && (node_block.is_none() || i > 0 || chain) {
                         // The child's first mappings were cleared before
                         // the key was raised (or the key lowered before a
                         // mapping was inserted in front): lookups in
@@ -263,6 +268,16 @@ impl<'a> Checker<'a> {
                             entry: i,
                             key: f as u32,
                         });
+                        if chain {
+                            for &(nb, entry) in &w.spine {
+                                self.stale_index_keys.push(StaleIndexKey {
+                                    ino,
+                                    node_block: nb,
+                                    entry,
+                                    key: f as u32,
+                                });
+                            }
+                        }
                     } else if f != lblk {
                         problem!(
                             self,
@@ -275,7 +290,12 @@ impl<'a> Checker<'a> {
                         );
                     }
                 }
-                self.extent_node(
+                let saved = w.spine.clone();
+                if !(i == 0 && node_block.is_some() && lblk == lo) {
+                    w.spine.clear();
+                }
+                w.spine.push((node_block, i));
+                let r = self.extent_node(
                     w,
                     m,
                     info,
@@ -285,7 +305,9 @@ impl<'a> Checker<'a> {
                     lblk,
                     next_lblk,
                     Some(depth - 1),
-                )?;
+                );
+                w.spine = saved;
+                r?;
             } else {
                 let raw_len = le16(e, 4) as u64;
                 let (len, unwritten) = if raw_len > 32768 {
@@ -511,4 +533,9 @@ struct Walk {
     seed: u32,
     prev_end: u64,
     nodes_left: u64,
+    /// The index entries above the node being walked whose keys must move
+    /// with its first key: the entry naming it, and, while that is the
+    /// first entry of a non-root node with its parent's key, the entries
+    /// above it (`(node block, entry)`, `None` for the root).
+    spine: Vec<(Option<u64>, usize)>,
 }

@@ -83,7 +83,24 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut inited: HashSet<u64> = HashSet::new();
     // Mapping updates (not index entries) by (inode, tree block).
     let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::new();
+    // Moved mappings and index entries set, by inode.
+    let mut moves_of: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut key_sets_of: HashMap<Ino, Vec<usize>> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
+        match u.kind {
+            UpdateKind::Extent {
+                ino,
+                op: MapOp::Move { .. },
+                ..
+            } => moves_of.entry(ino).or_default().push(i),
+            UpdateKind::Extent {
+                ino,
+                len: 0,
+                op: MapOp::Set,
+                ..
+            } => key_sets_of.entry(ino).or_default().push(i),
+            _ => {}
+        }
         match u.kind {
             UpdateKind::Extent {
                 ino,
@@ -96,7 +113,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 ino, len, op, pblk, ..
             } if len > 0 => {
                 maps_in.entry((ino, u.block)).or_default().push(i);
-                if op == MapOp::Set {
+                if op.sets() {
                     map_sets
                         .entry(ino)
                         .or_default()
@@ -119,11 +136,31 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         let Some(maps) = maps_in.get(&(ino, child)) else {
             continue;
         };
-        for &(x, key) in v {
+        // A key set again (COLLAPSE_RANGE raises a leaf's key as it clears
+        // the leaf's leading mappings, then lowers it as the next ones
+        // move in) rose only if it is above the key set before it, and
+        // only because of what changed in the child since then.
+        for (n, &(x, key)) in v.iter().enumerate() {
+            let prev = n.checked_sub(1).map(|m| v[m]);
+            if prev.is_some_and(|(_, k)| key < k) {
+                continue;
+            }
+            let since = prev.map_or(0, |(p, _)| p + 1);
             if maps.iter().any(|&j| {
-                j < x
-                    && matches!(ups[j].kind,
-                        UpdateKind::Extent { lblk, op: MapOp::Clear, .. } if lblk < key)
+                since <= j
+                    && j < x
+                    && match ups[j].kind {
+                        UpdateKind::Extent {
+                            lblk,
+                            op: MapOp::Clear,
+                            ..
+                        } => lblk < key,
+                        UpdateKind::Extent {
+                            op: MapOp::Move { from },
+                            ..
+                        } => from < key,
+                        _ => false,
+                    }
             }) {
                 raised_keys.insert(x);
             }
@@ -137,7 +174,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             size_up.entry(ino).or_default().push(i);
         }
         let pointers = u.kind.pointers();
-        let cleared = pointers.iter().flatten().find(|p| p.3 == MapOp::Clear);
+        let cleared = pointers.iter().flatten().find(|p| p.3.clears());
         if let Some(&(ino, ..)) = cleared {
             map_clears.entry(ino).or_default().push(i);
         }
@@ -211,6 +248,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut index_sets: Vec<usize> = Vec::new();
     let mut unused_marks: Vec<usize> = Vec::new();
     let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut last_move_in: HashMap<u64, usize> = HashMap::new();
     // Same-block overlap keeps program order: the last writer of each byte.
     let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
@@ -277,20 +315,15 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         // mapped block ever lies past i_size.
         let other_block = |j: &usize| ups[*j].block != u.block;
         let pointers = u.kind.pointers();
-        let set = pointers.iter().flatten().find(|p| p.3 == MapOp::Set);
+        let set = pointers.iter().flatten().find(|p| p.3.sets());
         if let Some(&(ino, ..)) = set {
+            // A mapping (or attribute block) set or moved in.
             if let Some(v) = count_up.get(&ino) {
                 p.extend(v.iter().copied().filter(other_block));
             }
         }
-        if let UpdateKind::Extent {
-            ino,
-            len,
-            op: MapOp::Set,
-            ..
-        } = u.kind
-        {
-            if len > 0 {
+        if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
+            if op.sets() && len > 0 {
                 if let Some(v) = size_up.get(&ino) {
                     p.extend(v.iter().copied().filter(other_block));
                 }
@@ -315,18 +348,135 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
             UpdateKind::Extent {
+                ino, lblk, len, op, ..
+            } if len > 0 && op != MapOp::Clear && !inited.contains(&u.block) => {
+                if let Some(v) = index_keys.get(&(ino, u.block)) {
+                    if op == MapOp::Set {
+                        p.extend(
+                            v.iter()
+                                .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
+                                .map(|&(j, _)| j),
+                        );
+                    } else if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
+                        // A move to the front of a leaf comes right after
+                        // the leaf's key is lowered (extent::shift).
+                        if k == lblk && !raised_keys.contains(&j) {
+                            p.push(j);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        // A key raised over an index node (INSERT_RANGE moving a deep
+        // tree's first extents up) waits for the node's own first key:
+        // bottom up, as the leaf's moves come before the leaf's key.
+        if let UpdateKind::Extent {
+            ino,
+            lblk: key,
+            pblk: child,
+            len: 0,
+            op: MapOp::Set,
+        } = u.kind
+        {
+            if moves_of.contains_key(&ino) {
+                if let Some(v) = key_sets_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block == child
+                            && matches!(ups[j].kind, UpdateKind::Extent { lblk, .. } if lblk == key)
+                    }));
+                }
+            }
+        }
+        // An index node's first key lowered by a shift comes right after
+        // the key naming the node is lowered (extent::shift, top down).
+        if let UpdateKind::Extent {
+            ino,
+            lblk,
+            len: 0,
+            op: MapOp::Set,
+            ..
+        } = u.kind
+        {
+            if let Some(v) = index_keys.get(&(ino, u.block)) {
+                if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
+                    if k == lblk && moves_of.contains_key(&ino) && !raised_keys.contains(&j) {
+                        p.push(j);
+                    }
+                }
+            }
+        }
+        // A key lowered by a shift waits until the mappings that were at or
+        // above it in the leaves before are cleared or moved away.
+        if let UpdateKind::Extent {
+            ino,
+            lblk: key,
+            pblk: child,
+            len: 0,
+            op: MapOp::Set,
+        } = u.kind
+        {
+            if moves_of.contains_key(&ino) && !raised_keys.contains(&i) {
+                if let Some(v) = map_clears.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block != child
+                            && matches!(ups[j].kind,
+                                UpdateKind::Extent { lblk, len, op: MapOp::Clear, .. }
+                                    if len > 0 && u64::from(lblk) + u64::from(len) > u64::from(key))
+                    }));
+                }
+            }
+        }
+        // The moves of one leaf keep their order: each keeps the leaf
+        // sorted only after the ones before it.
+        if let UpdateKind::Extent {
+            op: MapOp::Move { .. },
+            ..
+        } = u.kind
+        {
+            if let Some(j) = last_move_in.insert(u.block, i) {
+                p.push(j);
+            }
+        }
+        // COLLAPSE_RANGE and INSERT_RANGE move extents across leaves, one
+        // leaf after the other. Moving left (in order), a leaf's key is
+        // lowered before its own first extent moves in; it must also wait
+        // until the extents of the leaf before it have left the range the
+        // lowered key now starts. Moving right (from the end back), an
+        // extent moves up only once the raised keys of the leaves after it
+        // are durable, so it never lies in the next leaf's range.
+        match u.kind {
+            UpdateKind::Extent {
                 ino,
-                lblk,
-                len,
+                lblk: key,
+                len: 0,
                 op: MapOp::Set,
                 ..
-            } if len > 0 && !inited.contains(&u.block) => {
-                if let Some(v) = index_keys.get(&(ino, u.block)) {
-                    p.extend(
-                        v.iter()
-                            .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
-                            .map(|&(j, _)| j),
-                    );
+            } => {
+                if let Some(v) = moves_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && matches!(ups[j].kind,
+                                UpdateKind::Extent { lblk, len, op: MapOp::Move { from }, .. }
+                                    if lblk < from && lblk < key
+                                        && u64::from(from) + u64::from(len) > u64::from(key))
+                    }));
+                }
+            }
+            UpdateKind::Extent {
+                ino,
+                lblk,
+                op: MapOp::Move { from },
+                ..
+            } if lblk > from => {
+                if let Some(v) = key_sets_of.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| {
+                        j < i
+                            && ups[j].block != u.block
+                            && matches!(ups[j].kind, UpdateKind::Extent { lblk: key, .. } if key > lblk)
+                    }));
                 }
             }
             _ => {}

@@ -161,6 +161,9 @@ pub enum Reason {
     CrossRename,
     /// fallocate (unwritten extents).
     Fallocate,
+    /// fallocate COLLAPSE_RANGE or INSERT_RANGE (extents shifted), as the
+    /// kernel's EXT4_FC_REASON_FALLOC_RANGE.
+    FallocRange,
     /// data=journal.
     JournalData,
     /// An update the log has no tag for.
@@ -200,6 +203,7 @@ impl Reason {
             Reason::DirCreateRemove => "mkdir_rmdir",
             Reason::CrossRename => "cross_rename",
             Reason::Fallocate => "fallocate",
+            Reason::FallocRange => "falloc_range",
             Reason::JournalData => "journal_data",
             Reason::Unsupported => "unsupported_update",
             Reason::TooLarge => "record_too_large",
@@ -721,6 +725,9 @@ impl Protocol for FastCommitProtocol {
                     OpKind::Internal => self.mark_ineligible(Reason::Unsupported),
                     OpKind::Mkdir | OpKind::Rmdir => self.mark_ineligible(Reason::DirCreateRemove),
                     OpKind::Fallocate => self.mark_ineligible(Reason::Fallocate),
+                    OpKind::CollapseRange | OpKind::InsertRange => {
+                        self.mark_ineligible(Reason::FallocRange)
+                    }
                     OpKind::Symlink | OpKind::Mknod => self.mark_ineligible(Reason::SpecialInode),
                     _ => {}
                 }
@@ -742,15 +749,21 @@ impl Protocol for FastCommitProtocol {
                 if h.op == OpKind::Fallocate {
                     self.mark_ineligible(Reason::Fallocate);
                 }
-                let now = match op {
-                    MapOp::Set => Some(*pblk),
-                    MapOp::Clear => None,
-                };
-                self.pending
-                    .ranges
-                    .entry(*ino)
-                    .or_default()
-                    .set(*lblk as u64, *len as u64, now);
+                if matches!(op, MapOp::Move { .. }) {
+                    // COLLAPSE_RANGE / INSERT_RANGE: the kernel marks the
+                    // transaction ineligible (FALLOC_RANGE), so a full
+                    // commit carries it.
+                    self.mark_ineligible(Reason::FallocRange);
+                }
+                let ranges = self.pending.ranges.entry(*ino).or_default();
+                match op {
+                    MapOp::Set => ranges.set(*lblk as u64, *len as u64, Some(*pblk)),
+                    MapOp::Clear => ranges.set(*lblk as u64, *len as u64, None),
+                    MapOp::Move { from } => {
+                        ranges.set(*from as u64, *len as u64, None);
+                        ranges.set(*lblk as u64, *len as u64, Some(*pblk));
+                    }
+                }
                 self.track_inode(*ino);
             }
             UpdateKind::Dirent { dir, name, ino, op } => {

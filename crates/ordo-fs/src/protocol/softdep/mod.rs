@@ -596,22 +596,20 @@ impl SoftdepProtocol {
         let mut clears_of: HashMap<Ino, Vec<usize>> = HashMap::new();
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
-                match op {
-                    // The core may raise the size and count after it sets
-                    // the mapping, in the same handle: that raise counts too.
-                    MapOp::Set if len > 0 => {
-                        if let Some(v) = moves.get(&ino) {
-                            g.preds[i].extend(
-                                v.iter()
-                                    .filter(|&&(j, up)| {
-                                        up && (j < i || handle_of(j) == handle_of(i))
-                                    })
-                                    .map(|&(j, _)| j),
-                            );
-                        }
+                // The core may raise the size and count after it sets the
+                // mapping, in the same handle: that raise counts too. A
+                // moved mapping (COLLAPSE/INSERT_RANGE) is set and cleared.
+                if op.sets() && len > 0 {
+                    if let Some(v) = moves.get(&ino) {
+                        g.preds[i].extend(
+                            v.iter()
+                                .filter(|&&(j, up)| up && (j < i || handle_of(j) == handle_of(i)))
+                                .map(|&(j, _)| j),
+                        );
                     }
-                    MapOp::Clear => clears_of.entry(ino).or_default().push(i),
-                    _ => {}
+                }
+                if op.clears() {
+                    clears_of.entry(ino).or_default().push(i);
                 }
             }
         }
@@ -737,12 +735,7 @@ impl SoftdepProtocol {
                     return true;
                 }
                 let data_blocked = match ups[i].kind {
-                    UpdateKind::Extent {
-                        pblk,
-                        len,
-                        op: MapOp::Set,
-                        ..
-                    } if len > 0 => sim_fresh
+                    UpdateKind::Extent { pblk, len, op, .. } if len > 0 && op.sets() => sim_fresh
                         .range(pblk..pblk + u64::from(len))
                         .next()
                         .is_some(),
