@@ -356,11 +356,26 @@ impl Core {
                 }
             }
         }
-        if ibody != ibody_before {
-            self.xattr_write_ibody(ino, extra_isize, &ibody)?;
-        }
-        if battrs != battrs_before {
+        // The place that gains the attribute is written first, the place
+        // that loses it after (the ordering rules keep the two updates in
+        // this order across blocks): a crash in between leaves the
+        // attribute in both places (the inode's copy, the new one, is what
+        // lookups find first), never in neither.
+        let to_block = battrs
+            .iter()
+            .any(|a| a.index == index && a.name == name && !battrs_before.contains(a));
+        if to_block {
             self.xattr_write_block(ino, blk, refcount, &battrs)?;
+            if ibody != ibody_before {
+                self.xattr_write_ibody(ino, extra_isize, &ibody)?;
+            }
+        } else {
+            if ibody != ibody_before {
+                self.xattr_write_ibody(ino, extra_isize, &ibody)?;
+            }
+            if battrs != battrs_before {
+                self.xattr_write_block(ino, blk, refcount, &battrs)?;
+            }
         }
         if !ibody.is_empty() || !battrs.is_empty() {
             self.xattr_feature()?;

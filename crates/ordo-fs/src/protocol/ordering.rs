@@ -245,6 +245,8 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             _ => {}
         }
     }
+    // Attribute updates of each inode, in program order (see below).
+    let mut xattr_updates: HashMap<Ino, Vec<usize>> = HashMap::new();
     let mut index_sets: Vec<usize> = Vec::new();
     let mut unused_marks: Vec<usize> = Vec::new();
     let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -260,6 +262,18 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
             last_writer.insert((u.block, pos), i);
+        }
+        // One attribute change that spans the inode's area and its block
+        // reaches the disk in program order, across blocks: the core
+        // writes the place that gains an attribute before the place that
+        // loses it (xattr.rs), so a crash never loses it from both.
+        if let UpdateKind::Xattr { ino }
+        | UpdateKind::XattrBlockInit { ino }
+        | UpdateKind::XattrRef { ino, .. } = u.kind
+        {
+            let v = xattr_updates.entry(ino).or_default();
+            p.extend(v.iter().copied().filter(|&j| ups[j].block != u.block));
+            v.push(i);
         }
         if matches!(u.kind, UpdateKind::Other) && tree_blocks.contains(&u.block) {
             // A node truncated after a split: its entries live on in the new
