@@ -877,7 +877,7 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
         };
         let subdir = |rng: &mut ChaCha8Rng| SUBDIRS[rng.gen_range(0..SUBDIRS.len())].to_string();
         let block = |rng: &mut ChaCha8Rng| rng.gen_range(0..12u64) * 4096;
-        let op = match rng.gen_range(0..27) {
+        let op = match rng.gen_range(0..29) {
             0..=3 => Op::Creat(path(rng)),
             4 => Op::Mkdir(subdir(rng)),
             5 | 6 => {
@@ -1469,8 +1469,8 @@ mod tests {
         }
         // Creat, Mkdir, Write, Append, Falloc, Punch, Zero, Collapse,
         // Insert, Truncate, Link, Unlink, Rename, Rmdir, Symlink, Fsync,
-        // Fdatasync, Sync.
-        assert_eq!(kinds.len(), 18, "every operation kind appears");
+        // Fdatasync, Sync, SetXattr, RemoveXattr, SetAcl.
+        assert_eq!(kinds.len(), 21, "every operation kind appears");
         assert!(dir_renames > 0 && slow_symlinks > 0);
     }
 
