@@ -213,16 +213,6 @@ impl UpdateKind {
             _ => [None, None],
         }
     }
-    /// Whether this is any of the extended-attribute kinds.
-    pub fn is_xattr(&self) -> bool {
-        matches!(
-            self,
-            UpdateKind::Xattr { .. }
-                | UpdateKind::XattrBlockInit { .. }
-                | UpdateKind::XattrRef { .. }
-                | UpdateKind::XattrRefcount { .. }
-        )
-    }
 }
 
 /// One metadata change.
