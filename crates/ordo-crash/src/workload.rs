@@ -904,12 +904,9 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
                 len: 4096 * rng.gen_range(1..4),
                 keep_size: rng.gen_bool(0.5),
             },
-            // No collapse or insert in mix yet: under sync, a crash after a
-            // shift can show a block at its old offset (mix seed 4 of the
-            // sync soak); seq-1, seq-2 and random keep them.
             9 => {
                 let (p, off) = (path(rng), block(rng));
-                shift_or_punch(rng, p, off, false)
+                shift_or_punch(rng, p, off)
             }
             10 => Op::Truncate {
                 path: path(rng),
@@ -982,10 +979,9 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
 /// A punch, a zeroed range, a collapse or an insert at block `off` of
 /// `path` (the model refuses the ones ext4 would: a collapse must end
 /// before the end of the file, an insert start before it).
-/// A punch, a zero range, or (with `shifts`) a collapse or insert range.
-fn shift_or_punch(rng: &mut ChaCha8Rng, path: String, off: u64, shifts: bool) -> Op {
+fn shift_or_punch(rng: &mut ChaCha8Rng, path: String, off: u64) -> Op {
     let len = 4096 * rng.gen_range(1..3);
-    match rng.gen_range(0..if shifts { 4 } else { 2 }) {
+    match rng.gen_range(0..4) {
         0 => Op::Punch { path, off, len },
         1 => {
             let unaligned = rng.gen_bool(0.5);
@@ -1059,7 +1055,7 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
             },
             6 => {
                 let (p, off) = (path(rng), block(rng));
-                shift_or_punch(rng, p, off, true)
+                shift_or_punch(rng, p, off)
             }
             7 => Op::Truncate {
                 path: path(rng),
@@ -1471,10 +1467,10 @@ mod tests {
             }
             assert!(most * 68 > 4096, "{}: at most {most} names in /D", s.name);
         }
-        // Creat, Mkdir, Write, Append, Falloc, Punch, Zero, Truncate,
-        // Link, Unlink, Rename, Rmdir, Symlink, Fsync, Fdatasync, Sync,
-        // SetXattr, RemoveXattr, SetAcl.
-        assert_eq!(kinds.len(), 19, "every operation kind appears");
+        // Creat, Mkdir, Write, Append, Falloc, Punch, Zero, Collapse,
+        // Insert, Truncate, Link, Unlink, Rename, Rmdir, Symlink, Fsync,
+        // Fdatasync, Sync, SetXattr, RemoveXattr, SetAcl.
+        assert_eq!(kinds.len(), 21, "every operation kind appears");
         assert!(dir_renames > 0 && slow_symlinks > 0);
     }
 

@@ -1,4 +1,5 @@
-//! ext4 extent trees of any depth: lookup, insert, remove, convert, check.
+//! ext4 extent trees of any depth: lookup, insert, remove, convert, shift,
+//! check.
 //!
 //! A file's block map is a B+tree whose root is the inode's 60-byte
 //! `i_block` (4 entries) and whose other nodes are whole blocks (84 entries
@@ -29,6 +30,11 @@
 //!   becomes an empty leaf again. After a removal, a root with one child
 //!   small enough to fit is collapsed into the root.
 //!
+//! The one exception is a shift (COLLAPSE_RANGE, INSERT_RANGE:
+//! [`shift_range`]), which changes every entry after an offset: it builds
+//! the shifted tree in fresh blocks and switches the root to it in one
+//! write, so that it is atomic without a journal.
+//!
 //! Writes follow Ganger and Patt's rules: a new node is written whole before
 //! a pointer to it is set, and a node's old entries are truncated only after
 //! the new pointer is set; a block is freed only after the pointer to it is
@@ -53,6 +59,9 @@
 //!   node written whole.
 //! * `Other`: a node truncated after a split copied its upper entries to a
 //!   new node whose index entry is already set. No mapping changes.
+//! * `ExtentTree`: the root switched to a tree built by [`shift_range`],
+//!   naming its fresh blocks and data and dropping the old tree's blocks
+//!   and the collapsed data (see `UpdateKind::ExtentTree`).
 //! * `Checksum`: the tail checksum of a tree block, after any of the above.
 //!
 //! Corrupt trees are reported as [`FsError::Corrupt`] naming the block and
@@ -400,7 +409,7 @@ pub fn mark_written<S: ExtentStore>(store: &mut S, lblk: u32, len: u64) -> Resul
     Ok(())
 }
 
-/// Which way [`shift`] moves extents.
+/// Which way [`shift_range`] moves extents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shift {
     /// Towards logical block 0 (COLLAPSE_RANGE).
@@ -409,226 +418,150 @@ pub enum Shift {
     Right,
 }
 
-/// Split the extent that crosses logical block `lblk` (if any) into two at
-/// `lblk`: the mappings are unchanged. Done before a right [`shift`] from
-/// `lblk`, as ext4's INSERT_RANGE does; the one step that may need a new
-/// tree block, so it comes first.
-pub fn split_at<S: ExtentStore>(store: &mut S, lblk: u32) -> Result<()> {
-    let mut rounds = 0usize;
-    loop {
-        let mut path = descend(store, lblk)?;
-        let ents = &path.last().expect("path has a leaf").node.ents;
-        let i = ents.partition_point(|e| e.lblk <= lblk);
-        if i == 0 {
-            return Ok(());
-        }
-        let e = ents[i - 1];
-        if e.end() <= u64::from(lblk) || e.lblk == lblk {
-            return Ok(());
-        }
-        let right = e.slice(u64::from(lblk), e.end());
-        let repl = vec![e.slice(u64::from(e.lblk), u64::from(lblk)), right];
-        let kind = mapping_kind(store.ino(), &right, MapOp::Set);
-        if run_edit(store, &mut path, i - 1, i, repl, kind)? {
-            return Ok(());
-        }
-        rounds += 1;
-        check_rounds(store, rounds)?;
-    }
-}
-
-/// Move every extent at or after logical block `from` by `by` blocks, in
-/// direction `dir`, as ext4's `ext4_ext_shift_extents`: index keys follow
-/// their leaves, and a moved extent merges with its neighbour in the same
-/// leaf (the one before it moving left, the one after it moving right) when
-/// they become contiguous. Each extent moves in one edit reported as
-/// [`MapOp::Move`]; left, the extents move in order, right, from the last
-/// one back, so no two ever overlap.
+/// COLLAPSE_RANGE (`Shift::Left`: logical blocks `at .. at + by` leave the
+/// file and everything after them moves down by `by`) or INSERT_RANGE
+/// (`Shift::Right`: everything from `at` moves up by `by`, the extent
+/// crossing `at` split there), as **one write of the root**: the shifted
+/// tree is built in fresh blocks and the root switched to it
+/// ([`UpdateKind::ExtentTree`]), then the old tree's blocks are freed. A
+/// crash thus shows the old tree or the new one, never one half shifted:
+/// ext4 shifts in place inside one journal transaction, which a protocol
+/// without a journal cannot make atomic (two leaves written in place are
+/// two writes). Moved extents merge with their new neighbours when they
+/// become contiguous, as ext4's shift merges them.
 ///
-/// The caller leaves room: moving left, `from - by .. from` must be
-/// unmapped; moving right, no extent may cross `from` (see [`split_at`])
-/// and the last one must end `by` blocks before [`LBLK_END`] (else
-/// `FsError::Invalid`, nothing changed). No edit adds an entry, so the
-/// shift allocates nothing.
-pub fn shift<S: ExtentStore>(store: &mut S, from: u32, by: u32, dir: Shift) -> Result<()> {
-    if by == 0 {
-        return Ok(());
-    }
+/// Returns the data runs `(pblk, len)` the collapsed range mapped, which
+/// nothing maps any more: the caller frees them. An error (a shift past
+/// the last logical block is `FsError::Invalid`; no room for the new tree
+/// is ENOSPC; a corrupt node) leaves the tree as it was, apart from tree
+/// blocks allocated and initialized for the new tree, which the caller's
+/// handle rollback releases.
+pub fn shift_range<S: ExtentStore>(
+    store: &mut S,
+    at: u32,
+    by: u32,
+    dir: Shift,
+) -> Result<Vec<(u64, u32)>> {
     let ino = store.ino();
-    match dir {
-        Shift::Left => {
-            if from < by {
-                return Err(FsError::Invalid(format!(
-                    "shift of inode {ino} left by {by} from logical block {from}"
-                )));
-            }
-            if let Some(m) = lookup(store, from - by)? {
-                if m.lblk < from {
+    let (at, by) = (u64::from(at), u64::from(by));
+    let old = extents(store, 0..LBLK_END)?;
+    let mut ents: Vec<Ent> = Vec::with_capacity(old.len() + 1);
+    let mut freed: Vec<(u64, u32)> = Vec::new();
+    let push = |ents: &mut Vec<Ent>, e: Ent| match ents.last_mut() {
+        Some(p) if mergeable(p, &e) => p.len += e.len,
+        _ => ents.push(e),
+    };
+    for m in &old {
+        let e = Ent {
+            lblk: m.lblk,
+            len: m.len,
+            pblk: m.pblk,
+            unwritten: m.unwritten,
+        };
+        let (lo, hi) = (u64::from(e.lblk), e.end());
+        match dir {
+            Shift::Left => {
+                let cut_end = at + by;
+                if cut_end > LBLK_END {
                     return Err(FsError::Invalid(format!(
-                        "shift of inode {ino} left by {by} from {from} over mapped blocks {}+{}",
-                        m.lblk, m.len
+                        "collapse of inode {ino} from {at} by {by} past the last logical block"
                     )));
                 }
-            }
-            let mut cur = u64::from(from);
-            loop {
-                let mut path = descend(store, cur as u32)?;
-                let i = loop {
-                    let leaf = &path.last().expect("path has a leaf").node;
-                    if let Some(i) = leaf.ents.iter().position(|e| u64::from(e.lblk) >= cur) {
-                        break Some(i);
-                    }
-                    if !next_leaf(store, &mut path)? {
-                        break None;
-                    }
-                };
-                let Some(i) = i else { return Ok(()) };
-                let ents = &path.last().expect("path has a leaf").node.ents;
-                let e = ents[i];
-                let moved = Ent {
-                    lblk: e.lblk - by,
-                    ..e
-                };
-                let kind = UpdateKind::Extent {
-                    ino,
-                    lblk: moved.lblk,
-                    pblk: e.pblk,
-                    len: e.len,
-                    op: MapOp::Move { from: e.lblk },
-                };
-                if i == 0 && path.len() > 1 {
-                    // The leaf's first extent moves below the leaf's key:
-                    // lower the keys naming the leaf first, from the top,
-                    // so the key never lies above the leaf's first extent
-                    // (below it is the shape a benign repair raises).
-                    lower_keys(store, &mut path, moved.lblk)?;
+                if lo < at {
+                    push(&mut ents, e.slice(lo, hi.min(at)));
                 }
-                let ents = &path.last().expect("path has a leaf").node.ents;
-                let (lo, repl) = if i > 0 && mergeable(&ents[i - 1], &moved) {
-                    let p = ents[i - 1];
-                    (
-                        i - 1,
-                        Ent {
-                            len: p.len + moved.len,
-                            ..p
-                        },
-                    )
-                } else {
-                    (i, moved)
-                };
-                if !run_edit(store, &mut path, lo, i + 1, vec![repl], kind)? {
-                    return Err(corrupt_at(
-                        store,
-                        path.last().expect("path has a leaf").node.loc,
-                        "eh_entries",
-                        "no room for an edit that adds no entry",
-                    ));
+                if lo.max(at) < hi.min(cut_end) {
+                    let gone = e.slice(lo.max(at), hi.min(cut_end));
+                    freed.push((gone.pblk, gone.len));
                 }
-                cur = e.end();
-            }
-        }
-        Shift::Right => {
-            let last_end = last_extent_end(store)?;
-            if last_end + u64::from(by) > LBLK_END {
-                return Err(FsError::Invalid(format!(
-                    "shift of inode {ino} right by {by}: its last extent ends at {last_end}"
-                )));
-            }
-            if let Some(m) = lookup(store, from)? {
-                if m.lblk < from {
-                    return Err(FsError::Invalid(format!(
-                        "shift of inode {ino} right from {from} inside extent {}+{}",
-                        m.lblk, m.len
-                    )));
-                }
-            }
-            let mut cur_end = LBLK_END;
-            while cur_end > u64::from(from) {
-                let mut path = descend(store, (cur_end - 1) as u32)?;
-                let ents = &path.last().expect("path has a leaf").node.ents;
-                let i = ents.partition_point(|e| u64::from(e.lblk) < cur_end);
-                if i == 0 {
-                    // An empty leaf (ext4 may leave one) or the first leaf:
-                    // go on before the leaf's key, if there is anything.
-                    let Some(up) = path.len().checked_sub(2) else {
-                        break;
+                if hi > cut_end {
+                    let kept = e.slice(lo.max(cut_end), hi);
+                    let moved = Ent {
+                        lblk: kept.lblk - by as u32,
+                        ..kept
                     };
-                    let key = u64::from(path[up].node.ents[path[up].idx].lblk);
-                    if key == 0 || key >= cur_end {
-                        break;
-                    }
-                    cur_end = key;
-                    continue;
+                    push(&mut ents, moved);
                 }
-                let i = i - 1;
-                let e = ents[i];
-                if e.lblk < from {
-                    break;
-                }
-                if e.end() + u64::from(by) > LBLK_END {
-                    return Err(FsError::Invalid(format!(
-                        "shift of inode {ino} right by {by}: extent {}+{} would pass the last \
-                         logical block",
-                        e.lblk, e.len
-                    )));
-                }
-                let moved = Ent {
-                    lblk: e.lblk + by,
-                    ..e
-                };
-                let kind = UpdateKind::Extent {
-                    ino,
-                    lblk: moved.lblk,
-                    pblk: e.pblk,
-                    len: e.len,
-                    op: MapOp::Move { from: e.lblk },
-                };
-                let (hi, repl) = if i + 1 < ents.len() && mergeable(&moved, &ents[i + 1]) {
-                    (
-                        i + 2,
-                        Ent {
-                            len: moved.len + ents[i + 1].len,
-                            ..moved
-                        },
-                    )
-                } else {
-                    (i + 1, moved)
-                };
-                if !run_edit(store, &mut path, i, hi, vec![repl], kind)? {
-                    return Err(corrupt_at(
-                        store,
-                        path.last().expect("path has a leaf").node.loc,
-                        "eh_entries",
-                        "no room for an edit that adds no entry",
-                    ));
-                }
-                cur_end = u64::from(e.lblk);
             }
-            Ok(())
+            Shift::Right => {
+                if lo < at {
+                    push(&mut ents, e.slice(lo, hi.min(at)));
+                }
+                if hi > at {
+                    if hi + by > LBLK_END {
+                        return Err(FsError::Invalid(format!(
+                            "insert into inode {ino} at {at} by {by}: extent {lo}+{} would pass \
+                             the last logical block",
+                            e.len
+                        )));
+                    }
+                    let kept = e.slice(lo.max(at), hi);
+                    let moved = Ent {
+                        lblk: kept.lblk + by as u32,
+                        ..kept
+                    };
+                    push(&mut ents, moved);
+                }
+            }
         }
     }
+    let dropped: Vec<(u64, u64)> = freed.iter().map(|&(p, n)| (p, p + u64::from(n))).collect();
+    rebuild(store, &ents, dropped)?;
+    Ok(freed)
 }
 
-/// Set the key naming the leaf at the end of `path` to `key` (below its
-/// first key), and the keys of the index nodes above it whose first entry
-/// that is, top down.
-fn lower_keys<S: ExtentStore>(store: &mut S, path: &mut Path, key: u32) -> Result<()> {
-    let leaf = path.len() - 1;
-    let mut top = leaf - 1;
-    while top > 0 && path[top].idx == 0 {
-        top -= 1;
-    }
-    for lv in &mut path[top..leaf] {
-        let idx = lv.idx;
-        let child = lv.node.ents[idx].pblk;
-        if lv.node.ents[idx].lblk == key {
-            continue;
+/// Replace the whole tree by one holding `ents` (sorted, disjoint, valid
+/// extents): the levels below the root are built bottom up in fresh
+/// blocks, each node full but the last of its level, then one write of
+/// the root names them, then the old tree's blocks are freed. `dropped`
+/// are the data runs the old tree mapped and the new one does not.
+fn rebuild<S: ExtentStore>(store: &mut S, ents: &[Ent], dropped: Vec<(u64, u64)>) -> Result<()> {
+    debug_assert!(ents.windows(2).all(|w| w[0].end() <= u64::from(w[1].lblk)));
+    // The whole old tree is read and validated before anything changes.
+    let old = check(store)?;
+    let mut root = read_root(store)?;
+    let cap = usize::from(block_max_entries(store.block_size()));
+    let root_cap = usize::from(root.max);
+    let mut named: Vec<(u64, u64)> = ents
+        .iter()
+        .map(|e| (e.pblk, e.pblk + u64::from(e.len)))
+        .collect();
+    let mut goal = old
+        .tree_blocks
+        .first()
+        .copied()
+        .or(ents.first().map(|e| e.pblk))
+        .unwrap_or(0);
+    let mut level: Vec<Ent> = ents.to_vec();
+    let mut depth = 0u16;
+    while level.len() > root_cap {
+        if depth >= EXTENT_DEPTH_MAX {
+            return Err(FsError::Errno(libc::EFBIG));
         }
-        let mut ents = lv.node.ents.clone();
-        ents[idx] = Ent::index(key, child);
-        let depth = lv.node.depth;
-        let kind = index_kind(store.ino(), key, child, MapOp::Set);
-        write_node(store, &mut lv.node, ents, depth, kind)?;
+        let mut up = Vec::with_capacity(level.len().div_ceil(cap));
+        for chunk in level.chunks(cap) {
+            let p = init_block(store, goal, chunk, depth)?;
+            named.push((p, p + 1));
+            up.push(Ent::index(chunk[0].lblk, p));
+            goal = p + 1;
+        }
+        level = up;
+        depth += 1;
+    }
+    root.ents = level;
+    root.depth = depth;
+    let mut image = root.image.clone();
+    encode_over(&root, &mut image);
+    let mut dropped = dropped;
+    dropped.extend(old.tree_blocks.iter().map(|&b| (b, b + 1)));
+    let kind = UpdateKind::ExtentTree {
+        ino: store.ino(),
+        named,
+        dropped,
+    };
+    store.set_root(0, &image, kind)?;
+    for b in old.tree_blocks {
+        store.free_tree_block(b)?;
     }
     Ok(())
 }
@@ -1617,10 +1550,6 @@ mod tests {
                 match op {
                     MapOp::Set => add(&mut set, lblk),
                     MapOp::Clear => add(&mut clear, lblk),
-                    MapOp::Move { from } => {
-                        add(&mut clear, from);
-                        add(&mut set, lblk);
-                    }
                 }
             }
             prev = Some(k);
@@ -1923,8 +1852,9 @@ mod tests {
         }
     }
 
-    /// COLLAPSE_RANGE (remove, then shift left) or INSERT_RANGE (split,
-    /// then shift right) at a random block, against the model.
+    /// COLLAPSE_RANGE or INSERT_RANGE at a random block, against the
+    /// model: one switch of the root names a tree built in fresh blocks,
+    /// and the old tree's blocks and the collapsed data are dropped.
     fn random_shift(rng: &mut ChaCha8Rng, s: &mut MemStore, model: &mut Model, span: u32) {
         let at = rng.gen_range(0..span);
         let by = if rng.gen_bool(0.7) {
@@ -1933,78 +1863,102 @@ mod tests {
             rng.gen_range(1..200u32)
         };
         let last = model.keys().next_back().map_or(0, |&l| l + 1);
-        let moved: Vec<(u32, u64)>;
+        let old_tree: Vec<u64> = check(s).unwrap().tree_blocks;
+        let mut want_freed: Vec<u64> = Vec::new();
         if last + by > 2 * span || rng.gen_bool(0.5) {
-            remove_range(s, at, u64::from(by)).unwrap();
-            for l in at..at.saturating_add(by) {
-                model.remove(&l);
+            let freed = shift_range(s, at, by, Shift::Left).unwrap();
+            let mut got: Vec<u64> = freed
+                .iter()
+                .flat_map(|&(p, n)| (0..u64::from(n)).map(move |i| p + i))
+                .collect();
+            got.sort_unstable();
+            for l in at..at + by {
+                if let Some((p, _)) = model.remove(&l) {
+                    want_freed.push(p);
+                }
             }
-            s.updates.clear();
-            let Some(from) = at.checked_add(by) else {
-                return;
-            };
-            shift(s, from, by, Shift::Left).unwrap();
-            moved = model.range(from..).map(|(&l, &(p, _))| (l, p)).collect();
-            let rest: Vec<(u32, (u64, bool))> = model.split_off(&from).into_iter().collect();
+            want_freed.sort_unstable();
+            assert_eq!(got, want_freed, "collapse {at}+{by} freed");
+            let rest: Vec<(u32, (u64, bool))> = model.split_off(&(at + by)).into_iter().collect();
             for (l, v) in rest {
                 model.insert(l - by, v);
             }
-            let (set, clear) = mapping_updates(s);
-            let want: BlockPairs = moved.iter().map(|&(l, p)| (l - by, p)).collect();
-            let mut want_set = want.clone();
-            want_set.sort_unstable();
-            assert_eq!(set, want_set, "shift left {from} by {by} reported sets");
-            assert_eq!(clear, moved, "shift left {from} by {by} reported clears");
         } else {
-            split_at(s, at).unwrap();
-            s.updates.clear();
-            shift(s, at, by, Shift::Right).unwrap();
-            moved = model.range(at..).map(|(&l, &(p, _))| (l, p)).collect();
+            assert!(shift_range(s, at, by, Shift::Right).unwrap().is_empty());
             let rest: Vec<(u32, (u64, bool))> = model.split_off(&at).into_iter().collect();
             for (l, v) in rest {
                 model.insert(l + by, v);
             }
-            let (set, clear) = mapping_updates(s);
-            let want: BlockPairs = moved.iter().map(|&(l, p)| (l + by, p)).collect();
-            assert_eq!(set, want, "shift right {at} by {by} reported sets");
-            assert_eq!(clear, moved, "shift right {at} by {by} reported clears");
         }
-        // Shifting allocates nothing.
+        let new_tree: Vec<u64> = check(s).unwrap().tree_blocks;
+        let updates: Vec<UpdateKind> = s.updates.drain(..).collect();
+        let inits = updates
+            .iter()
+            .filter(|k| matches!(k, UpdateKind::ExtentBlockInit { .. }))
+            .count();
+        assert_eq!(inits, new_tree.len(), "one init per new tree block");
+        let switches: Vec<&UpdateKind> = updates
+            .iter()
+            .filter(|k| matches!(k, UpdateKind::ExtentTree { .. }))
+            .collect();
+        assert_eq!(switches.len(), 1, "one switch: {updates:?}");
+        assert_eq!(updates.len(), inits + 1, "nothing else: {updates:?}");
+        let UpdateKind::ExtentTree {
+            ino,
+            named,
+            dropped,
+        } = switches[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!(*ino, 12);
+        let blocks = |runs: &[(u64, u64)]| -> Vec<u64> {
+            let mut v: Vec<u64> = runs.iter().flat_map(|&(a, b)| a..b).collect();
+            v.sort_unstable();
+            v
+        };
+        let mut want_named: Vec<u64> = model.values().map(|&(p, _)| p).collect();
+        want_named.extend(&new_tree);
+        want_named.sort_unstable();
+        assert_eq!(
+            blocks(named),
+            want_named,
+            "named: the new tree and its data"
+        );
+        let mut want_dropped = want_freed;
+        want_dropped.extend(&old_tree);
+        want_dropped.sort_unstable();
+        assert_eq!(
+            blocks(dropped),
+            want_dropped,
+            "dropped: old tree, collapsed data"
+        );
     }
 
     #[test]
-    fn shifts_refuse_overlap_and_overflow() {
+    fn shifts_refuse_overflow_and_merge() {
         let mut s = MemStore::new(1024);
         insert(&mut s, 10, DATA_BLOCK_FIRST, 5, false).unwrap();
-        insert(&mut s, 20, DATA_BLOCK_FIRST + 100, 5, false).unwrap();
-        // Left over mapped blocks, right from inside an extent.
-        assert!(matches!(
-            shift(&mut s, 20, 8, Shift::Left),
-            Err(FsError::Invalid(_))
-        ));
-        assert!(matches!(
-            shift(&mut s, 12, 8, Shift::Right),
-            Err(FsError::Invalid(_))
-        ));
-        assert!(matches!(
-            shift(&mut s, 20, u32::MAX - 20, Shift::Right),
-            Err(FsError::Invalid(_))
-        ));
-        assert!(matches!(
-            shift(&mut s, 5, 6, Shift::Left),
-            Err(FsError::Invalid(_))
-        ));
-        // A shift that makes two extents contiguous merges them.
-        remove_range(&mut s, 20, 5).unwrap();
         insert(&mut s, 30, DATA_BLOCK_FIRST + 5, 3, false).unwrap();
-        shift(&mut s, 30, 15, Shift::Left).unwrap();
+        let before = s.root;
+        // Past the last logical block, either way: nothing changes.
+        assert!(matches!(
+            shift_range(&mut s, 20, u32::MAX - 20, Shift::Right),
+            Err(FsError::Invalid(_))
+        ));
+        assert!(matches!(
+            shift_range(&mut s, u32::MAX - 5, 10, Shift::Left),
+            Err(FsError::Invalid(_))
+        ));
+        assert_eq!(s.root, before);
+        // A collapse that makes two extents contiguous merges them.
+        shift_range(&mut s, 15, 15, Shift::Left).unwrap();
         let m = extents(&mut s, 0..LBLK_END).unwrap();
         assert_eq!(m.len(), 1, "{m:?}");
         assert_eq!((m[0].lblk, m[0].len), (10, 8));
-        split_at(&mut s, 12).unwrap();
-        assert_eq!(extents(&mut s, 0..LBLK_END).unwrap().len(), 2);
-        shift(&mut s, 12, 0, Shift::Right).unwrap();
-        shift(&mut s, 12, 4, Shift::Right).unwrap();
+        // An insert splits the extent it crosses.
+        assert!(shift_range(&mut s, 12, 0, Shift::Right).unwrap().is_empty());
+        shift_range(&mut s, 12, 4, Shift::Right).unwrap();
         let m = extents(&mut s, 0..LBLK_END).unwrap();
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(
@@ -2012,9 +1966,21 @@ mod tests {
             (16, DATA_BLOCK_FIRST + 2, 6)
         );
         // Back: the pieces merge again.
-        shift(&mut s, 16, 4, Shift::Left).unwrap();
+        assert!(shift_range(&mut s, 12, 4, Shift::Left).unwrap().is_empty());
         let m = extents(&mut s, 0..LBLK_END).unwrap();
         assert_eq!(m.len(), 1, "{m:?}");
+        check(&mut s).unwrap();
+    }
+
+    #[test]
+    fn a_shift_without_room_for_the_new_tree_keeps_the_old_one() {
+        let (mut s, model) = deep_store();
+        let root = s.root;
+        s.alloc_limit = s.allocated + 1;
+        let err = shift_range(&mut s, 5, 1, Shift::Left).unwrap_err();
+        assert!(matches!(err, FsError::Errno(libc::ENOSPC)), "{err}");
+        assert_eq!(s.root, root, "the root still names the old tree");
+        assert_eq!(tree_blocks_of(&mut s), model_blocks(&model));
         check(&mut s).unwrap();
     }
 

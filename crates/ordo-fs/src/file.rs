@@ -591,10 +591,10 @@ impl Core {
 
     /// fallocate COLLAPSE_RANGE (`collapse`) or INSERT_RANGE, with the
     /// checks and in the order of Linux's `vfs_fallocate` and ext4's
-    /// `ext4_collapse_range` / `ext4_insert_range`. One handle: the blocks
-    /// of a collapsed range are freed as a punch frees them, the extents
-    /// after the range move in the tree (index keys with them), and the
-    /// size changes by the length.
+    /// `ext4_collapse_range` / `ext4_insert_range`. One handle: the tree is
+    /// rebuilt shifted and switched in one write of the inode's root (see
+    /// [`extent::shift_range`]), the size changes by the length, and the
+    /// blocks of a collapsed range are freed as a punch frees them.
     fn file_shift_range(
         &mut self,
         ino: Ino,
@@ -621,13 +621,12 @@ impl Core {
             if end >= i.size {
                 return Err(errno(libc::EINVAL));
             }
-            // The range is unmapped and what follows moves down before the
-            // blocks are freed, so a protocol that writes the inode's
-            // block once for the frees writes the whole change.
-            let freed = extent::remove_range(&mut self.tree(ino)?, first as u32, n)?;
-            extent::shift(
+            // One switch of the tree (extent::shift_range), then the size
+            // (no mapped block ever lies past it), then the collapsed
+            // range's blocks, which nothing maps any more.
+            let freed = extent::shift_range(
                 &mut self.tree(ino)?,
-                (first + n) as u32,
+                first as u32,
                 n as u32,
                 extent::Shift::Left,
             )?;
@@ -653,11 +652,10 @@ impl Core {
             if last + n > LBLK_END {
                 return Err(errno(libc::EFBIG));
             }
-            // As ext4: the size grows first, then the extent crossing the
-            // offset is split and everything from it moves up.
+            // As ext4: the size grows first, then everything from the
+            // offset moves up, in one switch of the tree.
             self.set_size(ino, i.size + len);
-            extent::split_at(&mut self.tree(ino)?, first as u32)?;
-            extent::shift(
+            extent::shift_range(
                 &mut self.tree(ino)?,
                 first as u32,
                 n as u32,

@@ -377,9 +377,18 @@ impl Fs {
         } else {
             OpKind::Fallocate
         };
+        let shifts = matches!(op, OpKind::CollapseRange | OpKind::InsertRange);
+        if shifts {
+            // The blocks after the offset are about to be named at other
+            // offsets. A block overwritten in place and not yet on disk
+            // would, after a crash, show its old bytes at the new offset:
+            // as ext4 writes the file's dirty pages out before it shifts,
+            // the file's data is made durable first.
+            self.fsync(ino, true)?;
+        }
         self.shared
             .with_handle_as(op, reserve, |c| c.file_fallocate(ino, offset, len, flags))?;
-        if matches!(op, OpKind::CollapseRange | OpKind::InsertRange) {
+        if shifts {
             // The blocks after the range now sit at other offsets, in
             // place: a write through the new mappings must not reach a
             // block while the old mappings are what the disk still holds

@@ -292,25 +292,25 @@ fn inverse(kind: &UpdateKind) -> UpdateKind {
             pblk,
             len,
             op,
-        } => match op {
-            MapOp::Move { from } => UpdateKind::Extent {
-                ino,
-                lblk: from,
-                pblk,
-                len,
-                op: MapOp::Move { from: lblk },
+        } => UpdateKind::Extent {
+            ino,
+            lblk,
+            pblk,
+            len,
+            op: if op == MapOp::Set {
+                MapOp::Clear
+            } else {
+                MapOp::Set
             },
-            _ => UpdateKind::Extent {
-                ino,
-                lblk,
-                pblk,
-                len,
-                op: if op == MapOp::Set {
-                    MapOp::Clear
-                } else {
-                    MapOp::Set
-                },
-            },
+        },
+        UpdateKind::ExtentTree {
+            ino,
+            named,
+            dropped,
+        } => UpdateKind::ExtentTree {
+            ino,
+            named: dropped,
+            dropped: named,
         },
         UpdateKind::Dirent { dir, name, ino, op } => UpdateKind::Dirent {
             dir,

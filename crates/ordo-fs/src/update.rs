@@ -79,31 +79,21 @@ pub enum InodeField {
     Other,
 }
 
-/// Whether a mapping or link was set or cleared, or a mapping moved.
+/// Whether a mapping or link was set or cleared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MapOp {
     Set,
     Clear,
-    /// The mapping now at `lblk` was at logical block `from` (same physical
-    /// blocks, same length): fallocate's COLLAPSE_RANGE and INSERT_RANGE
-    /// shift the extents after the range. It clears the mapping at `from`
-    /// and sets the one at `lblk` in a single write, and the ordering rules
-    /// treat it as both.
-    Move {
-        from: u32,
-    },
 }
 
 impl MapOp {
-    /// True when the update sets a mapping (a `Set`, or the new place of a
-    /// `Move`).
+    /// True when the update sets a mapping.
     pub fn sets(self) -> bool {
-        matches!(self, MapOp::Set | MapOp::Move { .. })
+        self == MapOp::Set
     }
-    /// True when the update clears a mapping (a `Clear`, or the old place
-    /// of a `Move`).
+    /// True when the update clears a mapping.
     pub fn clears(self) -> bool {
-        matches!(self, MapOp::Clear | MapOp::Move { .. })
+        self == MapOp::Clear
     }
 }
 
@@ -141,15 +131,26 @@ pub enum UpdateKind {
     Inode { ino: Ino, field: InodeField },
     /// A mapping of `len` logical blocks of `ino` starting at `lblk` to
     /// physical blocks starting at `pblk` was set or cleared (in `i_block` or
-    /// an extent block), or moved there from another logical block
-    /// ([`MapOp::Move`]). Also used for extent-tree index entries, with
-    /// `len == 0` (never a `Move`).
+    /// an extent block). Also used for extent-tree index entries, with
+    /// `len == 0`.
     Extent {
         ino: Ino,
         lblk: u32,
         pblk: u64,
         len: u32,
         op: MapOp,
+    },
+    /// `ino`'s whole extent tree was replaced in one write of its root
+    /// (`i_block`): COLLAPSE_RANGE and INSERT_RANGE build the shifted tree
+    /// in fresh blocks and switch the root to it, so that a crash shows the
+    /// old tree or the new one. `named` are the physical runs `[start, end)`
+    /// the new tree names (its fresh tree blocks, its data); `dropped` are
+    /// the runs the old tree named that the new one does not (the old
+    /// tree blocks, a collapsed range's data), freed after this update.
+    ExtentTree {
+        ino: Ino,
+        named: Vec<(u64, u64)>,
+        dropped: Vec<(u64, u64)>,
     },
     /// A new extent-tree block of `ino` was initialized (header, entries).
     ExtentBlockInit { ino: Ino },
@@ -196,13 +197,15 @@ pub enum UpdateKind {
 }
 
 impl UpdateKind {
-    /// The blocks this update points at or stops pointing at: a mapping or
-    /// an index entry (`[pblk, pblk + len)`, one block for an index entry),
-    /// or an attribute-block pointer (which may stop pointing at one block
-    /// and point at another in one update). What rule 1 (initialize before
-    /// pointing) and rule 2 (nullify before reuse) are about.
-    pub fn pointers(&self) -> [Option<(Ino, u64, u64, MapOp)>; 2] {
-        match *self {
+    /// The blocks this update points at or stops pointing at, as
+    /// `(inode, start, end, op)`: a mapping or an index entry (its run of
+    /// `len` blocks from `pblk`, one block for an index entry), a tree
+    /// switch (every run it names and drops), or an attribute-block pointer
+    /// (which may stop pointing at one block and point at another in one
+    /// update). What rule 1 (initialize before pointing) and rule 2
+    /// (nullify before reuse) are about.
+    pub fn pointers(&self) -> impl Iterator<Item = (Ino, u64, u64, MapOp)> + '_ {
+        let one: [Option<(Ino, u64, u64, MapOp)>; 2] = match *self {
             UpdateKind::Extent {
                 ino, pblk, len, op, ..
             } => [Some((ino, pblk, pblk + u64::from(len.max(1)), op)), None],
@@ -211,7 +214,20 @@ impl UpdateKind {
                 (to != 0).then_some((ino, to, to + 1, MapOp::Set)),
             ],
             _ => [None, None],
-        }
+        };
+        let none: &[(u64, u64)] = &[];
+        let (ino, named, dropped) = match self {
+            UpdateKind::ExtentTree {
+                ino,
+                named,
+                dropped,
+            } => (*ino, named.as_slice(), dropped.as_slice()),
+            _ => (0, none, none),
+        };
+        one.into_iter()
+            .flatten()
+            .chain(named.iter().map(move |&(s, e)| (ino, s, e, MapOp::Set)))
+            .chain(dropped.iter().map(move |&(s, e)| (ino, s, e, MapOp::Clear)))
     }
 }
 

@@ -83,24 +83,9 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut inited: HashSet<u64> = HashSet::new();
     // Mapping updates (not index entries) by (inode, tree block).
     let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::new();
-    // Moved mappings and index entries set, by inode.
-    let mut moves_of: HashMap<Ino, Vec<usize>> = HashMap::new();
-    let mut key_sets_of: HashMap<Ino, Vec<usize>> = HashMap::new();
+    // Tree switches (COLLAPSE_RANGE, INSERT_RANGE), by inode.
+    let mut switches: HashMap<Ino, Vec<usize>> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
-        match u.kind {
-            UpdateKind::Extent {
-                ino,
-                op: MapOp::Move { .. },
-                ..
-            } => moves_of.entry(ino).or_default().push(i),
-            UpdateKind::Extent {
-                ino,
-                len: 0,
-                op: MapOp::Set,
-                ..
-            } => key_sets_of.entry(ino).or_default().push(i),
-            _ => {}
-        }
         match u.kind {
             UpdateKind::Extent {
                 ino,
@@ -123,6 +108,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             UpdateKind::ExtentBlockInit { .. } => {
                 inited.insert(u.block);
             }
+            UpdateKind::ExtentTree { ino, .. } => switches.entry(ino).or_default().push(i),
             _ => {}
         }
     }
@@ -136,10 +122,9 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         let Some(maps) = maps_in.get(&(ino, child)) else {
             continue;
         };
-        // A key set again (COLLAPSE_RANGE raises a leaf's key as it clears
-        // the leaf's leading mappings, then lowers it as the next ones
-        // move in) rose only if it is above the key set before it, and
-        // only because of what changed in the child since then.
+        // A key set again (across the handles `softdep` holds) rose only
+        // if it is above the key set before it, and only because of what
+        // changed in the child since then.
         for (n, &(x, key)) in v.iter().enumerate() {
             let prev = n.checked_sub(1).map(|m| v[m]);
             if prev.is_some_and(|(_, k)| key < k) {
@@ -149,18 +134,11 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             if maps.iter().any(|&j| {
                 since <= j
                     && j < x
-                    && match ups[j].kind {
-                        UpdateKind::Extent {
+                    && matches!(ups[j].kind, UpdateKind::Extent {
                             lblk,
                             op: MapOp::Clear,
                             ..
-                        } => lblk < key,
-                        UpdateKind::Extent {
-                            op: MapOp::Move { from },
-                            ..
-                        } => from < key,
-                        _ => false,
-                    }
+                        } if lblk < key)
             }) {
                 raised_keys.insert(x);
             }
@@ -173,9 +151,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         if let Some((ino, true)) = inode_field_moved(u, InodeField::Size) {
             size_up.entry(ino).or_default().push(i);
         }
-        let pointers = u.kind.pointers();
-        let cleared = pointers.iter().flatten().find(|p| p.3.clears());
-        if let Some(&(ino, ..)) = cleared {
+        if let Some((ino, ..)) = u.kind.pointers().find(|p| p.3.clears()) {
             map_clears.entry(ino).or_default().push(i);
         }
         match &u.kind {
@@ -242,6 +218,9 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 op: MapOp::Clear,
                 ..
             } => clears.push((*pblk, *pblk + (*len).max(1) as u64, i)),
+            UpdateKind::ExtentTree { dropped, .. } => {
+                clears.extend(dropped.iter().map(|&(s, e)| (s, e, i)))
+            }
             _ => {}
         }
     }
@@ -250,7 +229,6 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let mut index_sets: Vec<usize> = Vec::new();
     let mut unused_marks: Vec<usize> = Vec::new();
     let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
-    let mut last_move_in: HashMap<u64, usize> = HashMap::new();
     // Same-block overlap keeps program order: the last writer of each byte.
     let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
     for (i, u) in ups.iter().enumerate() {
@@ -327,13 +305,23 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         // before new mappings (a crash leaves a hole at the end) and
         // shrinks only after the mappings beyond it are cleared, so no
         // mapped block ever lies past i_size.
+        //
+        // A tree switch keeps these orders inside the inode's own block
+        // too: it may wait for fresh tree blocks, and a size or count
+        // changed beside it must not reach the disk without it.
         let other_block = |j: &usize| ups[*j].block != u.block;
-        let pointers = u.kind.pointers();
-        let set = pointers.iter().flatten().find(|p| p.3.sets());
-        if let Some(&(ino, ..)) = set {
-            // A mapping (or attribute block) set or moved in.
+        let switch_of = match u.kind {
+            UpdateKind::ExtentTree { ino, .. } => Some(ino),
+            _ => None,
+        };
+        if let Some((ino, ..)) = u.kind.pointers().find(|p| p.3.sets()) {
+            // A mapping (or attribute block) set.
             if let Some(v) = count_up.get(&ino) {
-                p.extend(v.iter().copied().filter(other_block));
+                p.extend(
+                    v.iter()
+                        .copied()
+                        .filter(|j| switch_of.is_some() || other_block(j)),
+                );
             }
         }
         if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
@@ -341,6 +329,11 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 if let Some(v) = size_up.get(&ino) {
                     p.extend(v.iter().copied().filter(other_block));
                 }
+            }
+        }
+        if let Some(ino) = switch_of {
+            if let Some(v) = size_up.get(&ino) {
+                p.extend(v.iter().copied().filter(|&j| j < i));
             }
         }
         // An index key and its child's first key live in two blocks. The
@@ -362,135 +355,18 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 }
             }
             UpdateKind::Extent {
-                ino, lblk, len, op, ..
-            } if len > 0 && op != MapOp::Clear && !inited.contains(&u.block) => {
-                if let Some(v) = index_keys.get(&(ino, u.block)) {
-                    if op == MapOp::Set {
-                        p.extend(
-                            v.iter()
-                                .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
-                                .map(|&(j, _)| j),
-                        );
-                    } else if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
-                        // A move to the front of a leaf comes right after
-                        // the leaf's key is lowered (extent::shift).
-                        if k == lblk && !raised_keys.contains(&j) {
-                            p.push(j);
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        // A key raised over an index node (INSERT_RANGE moving a deep
-        // tree's first extents up) waits for the node's own first key:
-        // bottom up, as the leaf's moves come before the leaf's key.
-        if let UpdateKind::Extent {
-            ino,
-            lblk: key,
-            pblk: child,
-            len: 0,
-            op: MapOp::Set,
-        } = u.kind
-        {
-            if moves_of.contains_key(&ino) {
-                if let Some(v) = key_sets_of.get(&ino) {
-                    p.extend(v.iter().copied().filter(|&j| {
-                        j < i
-                            && ups[j].block == child
-                            && matches!(ups[j].kind, UpdateKind::Extent { lblk, .. } if lblk == key)
-                    }));
-                }
-            }
-        }
-        // An index node's first key lowered by a shift comes right after
-        // the key naming the node is lowered (extent::shift, top down).
-        if let UpdateKind::Extent {
-            ino,
-            lblk,
-            len: 0,
-            op: MapOp::Set,
-            ..
-        } = u.kind
-        {
-            if let Some(v) = index_keys.get(&(ino, u.block)) {
-                if let Some(&(j, k)) = v.iter().rev().find(|&&(j, _)| j < i) {
-                    if k == lblk && moves_of.contains_key(&ino) && !raised_keys.contains(&j) {
-                        p.push(j);
-                    }
-                }
-            }
-        }
-        // A key lowered by a shift waits until the mappings that were at or
-        // above it in the leaves before are cleared or moved away.
-        if let UpdateKind::Extent {
-            ino,
-            lblk: key,
-            pblk: child,
-            len: 0,
-            op: MapOp::Set,
-        } = u.kind
-        {
-            if moves_of.contains_key(&ino) && !raised_keys.contains(&i) {
-                if let Some(v) = map_clears.get(&ino) {
-                    p.extend(v.iter().copied().filter(|&j| {
-                        j < i
-                            && ups[j].block != child
-                            && matches!(ups[j].kind,
-                                UpdateKind::Extent { lblk, len, op: MapOp::Clear, .. }
-                                    if len > 0 && u64::from(lblk) + u64::from(len) > u64::from(key))
-                    }));
-                }
-            }
-        }
-        // The moves of one leaf keep their order: each keeps the leaf
-        // sorted only after the ones before it.
-        if let UpdateKind::Extent {
-            op: MapOp::Move { .. },
-            ..
-        } = u.kind
-        {
-            if let Some(j) = last_move_in.insert(u.block, i) {
-                p.push(j);
-            }
-        }
-        // COLLAPSE_RANGE and INSERT_RANGE move extents across leaves, one
-        // leaf after the other. Moving left (in order), a leaf's key is
-        // lowered before its own first extent moves in; it must also wait
-        // until the extents of the leaf before it have left the range the
-        // lowered key now starts. Moving right (from the end back), an
-        // extent moves up only once the raised keys of the leaves after it
-        // are durable, so it never lies in the next leaf's range.
-        match u.kind {
-            UpdateKind::Extent {
-                ino,
-                lblk: key,
-                len: 0,
-                op: MapOp::Set,
-                ..
-            } => {
-                if let Some(v) = moves_of.get(&ino) {
-                    p.extend(v.iter().copied().filter(|&j| {
-                        j < i
-                            && matches!(ups[j].kind,
-                                UpdateKind::Extent { lblk, len, op: MapOp::Move { from }, .. }
-                                    if lblk < from && lblk < key
-                                        && u64::from(from) + u64::from(len) > u64::from(key))
-                    }));
-                }
-            }
-            UpdateKind::Extent {
                 ino,
                 lblk,
-                op: MapOp::Move { from },
+                len,
+                op: MapOp::Set,
                 ..
-            } if lblk > from => {
-                if let Some(v) = key_sets_of.get(&ino) {
-                    p.extend(v.iter().copied().filter(|&j| {
-                        j < i
-                            && ups[j].block != u.block
-                            && matches!(ups[j].kind, UpdateKind::Extent { lblk: key, .. } if key > lblk)
-                    }));
+            } if len > 0 && !inited.contains(&u.block) => {
+                if let Some(v) = index_keys.get(&(ino, u.block)) {
+                    p.extend(
+                        v.iter()
+                            .filter(|&&(j, k)| k == lblk && !raised_keys.contains(&j))
+                            .map(|&(j, _)| j),
+                    );
                 }
             }
             _ => {}
@@ -504,16 +380,35 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                                 || matches!(ups[*j].kind, UpdateKind::Extent { len, .. } if len > 0))
                     }));
                 }
+                if let Some(v) = switches.get(&ino) {
+                    p.extend(v.iter().copied().filter(|&j| j < i));
+                }
             }
         }
-        if let Some(&(_, start, end, _)) = set {
-            for b in start..end {
-                if let Some(v) = block_ready.get(&b) {
-                    p.extend(
-                        v.iter()
-                            .copied()
-                            .filter(|&j| j < i || ups[j].block != u.block),
-                    );
+        for (_, start, end, op) in u.kind.pointers() {
+            if !op.sets() {
+                continue;
+            }
+            let mut ready = |b: u64, v: &Vec<usize>| {
+                debug_assert!(start <= b && b < end);
+                p.extend(
+                    v.iter()
+                        .copied()
+                        .filter(|&j| j < i || ups[j].block != u.block),
+                );
+            };
+            // A tree switch names whole files: walk the smaller side.
+            if end - start > block_ready.len() as u64 {
+                for (&b, v) in &block_ready {
+                    if start <= b && b < end {
+                        ready(b, v);
+                    }
+                }
+            } else {
+                for b in start..end {
+                    if let Some(v) = block_ready.get(&b) {
+                        ready(b, v);
+                    }
                 }
             }
         }

@@ -749,21 +749,18 @@ impl Protocol for FastCommitProtocol {
                 if h.op == OpKind::Fallocate {
                     self.mark_ineligible(Reason::Fallocate);
                 }
-                if matches!(op, MapOp::Move { .. }) {
-                    // COLLAPSE_RANGE / INSERT_RANGE: the kernel marks the
-                    // transaction ineligible (FALLOC_RANGE), so a full
-                    // commit carries it.
-                    self.mark_ineligible(Reason::FallocRange);
-                }
                 let ranges = self.pending.ranges.entry(*ino).or_default();
                 match op {
                     MapOp::Set => ranges.set(*lblk as u64, *len as u64, Some(*pblk)),
                     MapOp::Clear => ranges.set(*lblk as u64, *len as u64, None),
-                    MapOp::Move { from } => {
-                        ranges.set(*from as u64, *len as u64, None);
-                        ranges.set(*lblk as u64, *len as u64, Some(*pblk));
-                    }
                 }
+                self.track_inode(*ino);
+            }
+            // COLLAPSE_RANGE / INSERT_RANGE: the kernel marks the
+            // transaction ineligible (FALLOC_RANGE), so a full commit
+            // carries it.
+            UpdateKind::ExtentTree { ino, .. } => {
+                self.mark_ineligible(Reason::FallocRange);
                 self.track_inode(*ino);
             }
             UpdateKind::Dirent { dir, name, ino, op } => {

@@ -238,7 +238,7 @@ impl SoftdepProtocol {
         }
         let mut clears: Vec<(u64, u64)> = Vec::new();
         for p in &self.pending {
-            for &(_, start, end, op) in p.u.kind.pointers().iter().flatten() {
+            for (_, start, end, op) in p.u.kind.pointers() {
                 if op == MapOp::Clear {
                     clears.push((start, end));
                 }
@@ -734,11 +734,15 @@ impl SoftdepProtocol {
                 if fixed[i] || (eager && Self::is_deferred_work(ups[i])) {
                     return true;
                 }
-                let data_blocked = match ups[i].kind {
-                    UpdateKind::Extent { pblk, len, op, .. } if len > 0 && op.sets() => sim_fresh
-                        .range(pblk..pblk + u64::from(len))
+                let data_blocked = match &ups[i].kind {
+                    UpdateKind::Extent { pblk, len, op, .. } if *len > 0 && op.sets() => sim_fresh
+                        .range(*pblk..*pblk + u64::from(*len))
                         .next()
                         .is_some(),
+                    // A tree switch names every data block of the file.
+                    UpdateKind::ExtentTree { named, .. } => named
+                        .iter()
+                        .any(|&(s, e)| sim_fresh.range(s..e).next().is_some()),
                     _ => false,
                 };
                 !data_blocked && g.preds[i].iter().all(|&j| ups[j].block == ups[i].block)

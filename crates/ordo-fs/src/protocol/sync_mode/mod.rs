@@ -61,6 +61,11 @@
 //! - a raised `Size` of `x` -> every mapping `Set` of `x`, and a mapping
 //!   `Clear` of `x` -> a lowered `Size` of `x`: a crash leaves at most a hole
 //!   at the end of the file, never a mapped block past `i_size`;
+//! - a tree switch (`ExtentTree`, COLLAPSE_RANGE and INSERT_RANGE) is a
+//!   pointer to every block it names and the clearing of every block it
+//!   drops: fresh tree blocks, their bitmap bits, a raised `i_blocks` and
+//!   a raised `i_size` -> the switch -> the freeing bitmap bits, a lowered
+//!   `i_size` and `i_blocks`, also when these share the inode's block;
 //! - an index key and its child's first key: when the child's leading
 //!   mappings were cleared (the key rises), every mapping update of that
 //!   child -> the index entry; when a mapping is inserted in front (the key
@@ -186,6 +191,7 @@ fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
                 | InodeField::Dtime
         ),
         UpdateKind::Extent { .. }
+        | UpdateKind::ExtentTree { .. }
         | UpdateKind::ExtentBlockInit { .. }
         | UpdateKind::Dirent { .. }
         | UpdateKind::DirBlockInit { .. }
