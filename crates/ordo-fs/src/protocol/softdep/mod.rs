@@ -828,11 +828,16 @@ impl Protocol for SoftdepProtocol {
                                     || overlaps(&q.u.range, &u.range))
                         });
                     // A directory moved since keeps its old name until its
-                    // `..` is retargeted: not cancelled.
+                    // `..` is retargeted, and a new directory filled since
+                    // keeps the name its entries wait for (a new directory
+                    // is filled only once its own entry is durable, below):
+                    // not cancelled.
                     let clean = clean
                         && !self.pending.iter().any(|q| {
-                            matches!(&q.u.kind, UpdateKind::Dirent { dir: d, name: n, .. }
-                                if d == ino && n.as_slice() == b"..")
+                            matches!(&q.u.kind, UpdateKind::Dirent { dir: d, name: n, op, .. }
+                                if d == ino
+                                    && (n.as_slice() == b".."
+                                        || (*op == LinkOp::Add && n.as_slice() != b".")))
                         });
                     if clean {
                         let id = p.id;
