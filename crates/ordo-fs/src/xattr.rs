@@ -113,16 +113,12 @@ impl Core {
                 ));
             }
             let img = self.read_block(blk, BlockClass::Other)?;
-            if self.seal.csum {
-                let want = xattr::block_checksum(self.seal.csum_seed, blk, &img);
-                let have = le32(&img, xattr::BLOCK_CHECKSUM);
-                if want != have {
-                    return Err(FsError::corrupt(
-                        blk,
-                        "xattr block h_checksum",
-                        format!("{have:#010x}, computed {want:#010x}"),
-                    ));
-                }
+            if let Err((have, want)) = self.xattr_csum_check(blk, &img) {
+                return Err(FsError::corrupt(
+                    blk,
+                    "xattr block h_checksum",
+                    format!("{have:#010x}, computed {want:#010x}"),
+                ));
             }
             let d = xattr::decode_block(&img).map_err(|e| FsError::from(e.at(blk)))?;
             drop(img);
@@ -438,6 +434,21 @@ impl Core {
         self.csum_inode(ino);
     }
 
+    /// Whether attribute block `blk`'s image carries the right checksum
+    /// (always, without `metadata_csum`); `Err((stored, computed))` if not.
+    fn xattr_csum_check(&self, blk: u64, img: &[u8]) -> std::result::Result<(), (u32, u32)> {
+        if !self.seal.csum {
+            return Ok(());
+        }
+        let want = xattr::block_checksum(self.seal.csum_seed, blk, img);
+        let have = le32(img, xattr::BLOCK_CHECKSUM);
+        if want == have {
+            Ok(())
+        } else {
+            Err((have, want))
+        }
+    }
+
     /// Recompute a cached attribute block's checksum.
     fn xattr_csum(&mut self, blk: u64) {
         if !self.seal.csum {
@@ -487,10 +498,7 @@ impl Core {
             let Ok(img) = self.read_block(b, BlockClass::Other) else {
                 continue;
             };
-            if self.seal.csum
-                && xattr::block_checksum(self.seal.csum_seed, b, &img)
-                    != le32(&img, xattr::BLOCK_CHECKSUM)
-            {
+            if self.xattr_csum_check(b, &img).is_err() {
                 continue;
             }
             if let Ok(d) = xattr::decode_block(&img) {
