@@ -472,6 +472,14 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
                 if let Some(v) = adds_in.get(ino) {
                     p.extend(v.iter().copied().filter(|&j| j < i));
                 }
+                // A directory's name goes only after the entries removed
+                // from it before: an `rmdir` never reaches the disk while
+                // an earlier removal inside the directory is held back,
+                // which would leave a directory cut off from the root with
+                // entries in it.
+                if let Some(v) = removes_in.get(ino) {
+                    p.extend(v.iter().copied().filter(|&j| j < i));
+                }
             }
             UpdateKind::Inode {
                 ino,

@@ -51,7 +51,7 @@
 //! - `Dirent { op: Remove }` of `x` -> a lowered `Links` of `x`, the
 //!   clearing of inode `x`, and the bitmap bit freeing `x`; a removal
 //!   inside directory `d` -> a later lowered `Links` of `d` (rmdir, a
-//!   directory moved out);
+//!   directory moved out) and a later removal of `d`'s own entry;
 //! - `Extent { op: Clear }` covering `p` -> the bitmap bit freeing `p`;
 //! - a raised `BlockCount` (`i_blocks`) of `x` -> every `Extent { op: Set }`
 //!   of `x` (a mapping, or the index entry of a new tree block, is counted
