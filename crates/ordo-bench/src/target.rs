@@ -5,7 +5,7 @@
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
-//! | `ordo-lib:MODE[,data=D][,sched=P]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf`) |
+//! | `ordo-lib:MODE[,data=D][,sched=P]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`) |
 //!
 //! Every case gets a fresh image of the same size. The measurement window is
 //! the same for every target with a device: setup runs in one mount; the
@@ -99,7 +99,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]] (MODE: {})",
         modes.join(", ")
     )
 }

@@ -150,6 +150,14 @@ pub fn mount_options(mode: ProtocolKind, data: DataMode, read_only: bool) -> Mou
         background: false,
         clock: Some(sim_clock()),
         seed: Some(MOUNT_SEED),
+        // A protocol ordered by the I/O scheduler records with a seeded
+        // random choice among the eligible requests, one at a time: the
+        // recording is reproducible, and over many plans it takes orders
+        // no fixed policy would.
+        sched: mode
+            .caps()
+            .scheduler
+            .then_some(ordo_fs::sched::Policy::Random(MOUNT_SEED)),
         ..MountOptions::default()
     }
 }

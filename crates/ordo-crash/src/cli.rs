@@ -323,7 +323,7 @@ fn run_soak(a: &SoakArgs) -> Result<i32, CrashError> {
             PathBuf::from(format!(
                 "soak/{}-{}-{}",
                 a.workload,
-                mode.name(),
+                mode,
                 explore::data_name(a.data)
             ))
         });

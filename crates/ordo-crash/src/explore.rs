@@ -320,7 +320,7 @@ impl ExploreParams {
         let opts = self.state_options();
         format!(
             "ordo crash --mode {}{data} --workload {} --seed {}{}{} --state {id} --keep ./crash-{id}",
-            self.mode.name(),
+            self.mode,
             self.workload,
             self.states.seed,
             if opts.is_empty() { "" } else { " " },
@@ -420,7 +420,7 @@ pub fn explore(p: &ExploreParams) -> Result<Report, CrashError> {
 fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError> {
     let (wl, recs) = record_workload(p, p.only_state.map(|s| s.sequence))?;
     let mut report = Report::new(
-        p.mode.name(),
+        &p.mode.to_string(),
         data_name(p.data),
         &p.workload,
         p.states.seed,

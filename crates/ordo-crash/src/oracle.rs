@@ -143,6 +143,11 @@ pub enum Note {
     /// e2fsck's fast-commit replay claimed a block twice: its tree was
     /// compared by shape only (names, inode numbers, types, sizes).
     E2fsckMultiplyClaimed,
+    /// The log's last commit block was torn after its header: the kernel
+    /// and ordo replay its transaction (the kernel's partial commit-block
+    /// check), e2fsprogs 1.47.0 stops before it. The kernel's replay agreed
+    /// with ordo's; e2fsck's difference is not counted.
+    E2fsckTornCommit,
 }
 
 impl Note {
@@ -152,6 +157,7 @@ impl Note {
             Note::E2fsckStaleFcHead => "e2fsck_stale_fc_head",
             Note::JudgeTornSuperblock => "judge_torn_superblock",
             Note::E2fsckMultiplyClaimed => "e2fsck_multiply_claimed",
+            Note::E2fsckTornCommit => "e2fsck_torn_commit",
         }
     }
 }
@@ -480,6 +486,9 @@ fn judge_into(
     }
     if v.e2fsck_multiply_claimed {
         notes.push(Note::E2fsckMultiplyClaimed);
+    }
+    if v.e2fsck_torn_commit {
+        notes.push(Note::E2fsckTornCommit);
     }
 }
 

@@ -101,7 +101,8 @@ pub struct Report {
     #[serde(default)]
     pub judged: u64,
     /// Documented behaviours of other tools seen, per name (not failures):
-    /// `e2fsck_stale_fc_head` (docs/CRASH.md).
+    /// `e2fsck_stale_fc_head`, `e2fsck_multiply_claimed`,
+    /// `e2fsck_torn_commit`, `judge_torn_superblock` (docs/CRASH.md).
     #[serde(default)]
     pub notes: BTreeMap<String, u64>,
     /// States per failure class.

@@ -284,7 +284,7 @@ pub fn soak(p: &SoakParams) -> Result<SoakSummary, CrashError> {
         let report = match done.get(&seed) {
             Some(r) => {
                 let want = tmpl.state_options();
-                if r.mode != tmpl.mode.name()
+                if r.mode != tmpl.mode.to_string()
                     || r.data != explore::data_name(tmpl.data)
                     || r.workload != tmpl.workload
                     || r.options != want
@@ -294,7 +294,7 @@ pub fn soak(p: &SoakParams) -> Result<SoakSummary, CrashError> {
                         seed_path(&p.dir, seed).display(),
                         r.mode,
                         r.options,
-                        tmpl.mode.name(),
+                        tmpl.mode,
                         want
                     )));
                 }
@@ -313,7 +313,7 @@ pub fn soak(p: &SoakParams) -> Result<SoakSummary, CrashError> {
         if p.verbose {
             eprintln!(
                 "soak {}{}: seed {seed}: {} states, {} failing{} ({} / {} states, {:.0} states/s)",
-                tmpl.mode.name(),
+                tmpl.mode,
                 if tmpl.data == ordo_fs::DataMode::Ordered {
                     String::new()
                 } else {

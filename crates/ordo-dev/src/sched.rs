@@ -66,6 +66,12 @@ pub enum Policy {
     /// Shortest positioning time first under an HDD model (seek plus
     /// rotation from the head); C-LOOK on devices without positioning.
     Sptf,
+    /// A seeded random choice among the eligible requests, issued one at a
+    /// time: every order the constraints allow can come out, and the same
+    /// seed gives the same order. The crash explorer records with it, so
+    /// that its crash states cover the scheduler's freedom, not one
+    /// policy's choices.
+    Random(u64),
 }
 
 impl Policy {
@@ -78,23 +84,38 @@ impl Policy {
             Policy::Fifo => "fifo",
             Policy::CLook => "clook",
             Policy::Sptf => "sptf",
+            Policy::Random(_) => "random",
         }
     }
 }
 
 impl std::fmt::Display for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Policy::Random(seed) => write!(f, "random:{seed}"),
+            p => f.write_str(p.name()),
+        }
     }
 }
 
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if s == "random" {
+            return Ok(Policy::Random(0));
+        }
+        if let Some(seed) = s.strip_prefix("random:") {
+            return seed
+                .parse()
+                .map(Policy::Random)
+                .map_err(|_| format!("bad seed in I/O scheduler '{s}' (random:N)"));
+        }
         Policy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown I/O scheduler '{s}' (known: fifo, clook, sptf)"))
+            .ok_or_else(|| {
+                format!("unknown I/O scheduler '{s}' (known: fifo, clook, sptf, random[:SEED])")
+            })
     }
 }
 
@@ -316,6 +337,8 @@ pub struct Scheduler {
     stats: SchedStats,
     reads_done: HashMap<ReqId, Vec<u8>>,
     started: Instant,
+    /// `Policy::Random`'s generator state (SplitMix64).
+    rng: std::sync::atomic::AtomicU64,
 }
 
 impl Scheduler {
@@ -332,7 +355,22 @@ impl Scheduler {
             stats: SchedStats::default(),
             reads_done: HashMap::new(),
             started: Instant::now(),
+            rng: std::sync::atomic::AtomicU64::new(match config.policy {
+                Policy::Random(seed) => seed,
+                _ => 0,
+            }),
         }
+    }
+
+    /// The next draw of `Policy::Random`'s generator (SplitMix64).
+    fn next_random(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let x = self.rng.load(Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.rng.store(x, Relaxed);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// The configuration.
@@ -525,6 +563,15 @@ impl Scheduler {
         let head = timing.and_then(|t| t.head_block()).unwrap_or(self.head);
         match self.config.policy {
             Policy::Fifo => ids.sort_unstable(),
+            Policy::Random(_) => {
+                // Fisher-Yates over the eligible set, in id order first so
+                // that only the seed decides.
+                ids.sort_unstable();
+                for i in (1..ids.len()).rev() {
+                    let j = (self.next_random() % (i as u64 + 1)) as usize;
+                    ids.swap(i, j);
+                }
+            }
             Policy::CLook => ids.sort_by_key(|&id| self.clook_key(head, id)),
             Policy::Sptf => {
                 let cost = |id: ReqId| {
@@ -698,7 +745,9 @@ impl Scheduler {
             p.arrival_ns.get_or_insert(arrival);
         }
         let mut out = Vec::new();
-        let concurrent = timing.is_none() && self.config.max_in_flight > 1;
+        let concurrent = timing.is_none()
+            && self.config.max_in_flight > 1
+            && !matches!(self.config.policy, Policy::Random(_));
         while !self.pending.is_empty() {
             let mut pool = self.eligible();
             assert!(

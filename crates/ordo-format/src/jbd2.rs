@@ -896,6 +896,26 @@ pub fn verify_commit(fmt: &JournalFormat, block: &[u8]) -> bool {
         && be_u32_at(block, COMMIT_CHKSUM_OFFSET) == commit_checksum(fmt, block)
 }
 
+/// Bytes of a commit block's header (`struct commit_header`: the block
+/// header, checksum type, size and values, commit time).
+pub const COMMIT_HEADER_BYTES: usize = 60;
+
+/// Whether a commit block whose [`verify_commit`] fails is a torn write of
+/// a valid one: its checksum verifies over its header followed by zeros,
+/// which is the block JBD2 wrote (a commit block is its header and zeros),
+/// so only sectors after the first failed to reach the disk. The kernel's
+/// recovery accepts such a block as the commit
+/// (`jbd2_commit_block_csum_verify_partial`). Always false without csum
+/// v2/v3.
+pub fn verify_commit_header(fmt: &JournalFormat, block: &[u8]) -> bool {
+    if !fmt.csum_v2or3() || block.len() != fmt.block_size as usize {
+        return false;
+    }
+    let mut copy = vec![0u8; block.len()];
+    copy[..COMMIT_HEADER_BYTES].copy_from_slice(&block[..COMMIT_HEADER_BYTES]);
+    be_u32_at(&copy, COMMIT_CHKSUM_OFFSET) == commit_checksum(fmt, &copy)
+}
+
 /// The next block of the circular log `first..last` after `b`: the log
 /// wraps from its last block back to `first` (journal block 0 is the
 /// superblock, and blocks from `last` on are the fast-commit area).
@@ -1214,6 +1234,29 @@ mod tests {
             (c.chksum_type, c.chksum_size, c.chksum),
             (1, 4, 0x1234_5678)
         );
+    }
+
+    #[test]
+    fn a_commit_block_torn_after_its_header_verifies_by_its_header() {
+        let f = fmt(V3_64);
+        let b = encode_commit(&f, 9, 1_700_000_000, 5, None);
+        assert!(verify_commit_header(&f, &b));
+        // The sectors after the first still hold an old block's bytes.
+        let mut torn = b.clone();
+        torn[512..].fill(0xA5);
+        assert!(!verify_commit(&f, &torn));
+        assert!(verify_commit_header(&f, &torn));
+        // Damage inside the header is still damage.
+        let mut bad = torn.clone();
+        bad[COMMIT_SEC_OFFSET] ^= 1;
+        assert!(!verify_commit_header(&f, &bad));
+        // Without block checksums there is nothing to check it by.
+        let mut v1 = fmt(0);
+        v1.feature_compat = FEATURE_COMPAT_CHECKSUM;
+        assert!(!verify_commit_header(
+            &v1,
+            &encode_commit(&v1, 9, 0, 0, Some(1))
+        ));
     }
 
     #[test]

@@ -333,6 +333,7 @@ fn recovery_env(
         data_mode,
         metadata_csum: s.has_metadata_csum(),
         clock,
+        variant: "",
     }
 }
 
@@ -414,6 +415,7 @@ impl Fs {
             data_mode: opts.data,
             metadata_csum: csum,
             clock: clock.clone(),
+            variant: opts.mode.variant(),
         };
         let proto = opts.mode.build(recovered, &env)?;
         let core_opts = CoreOptions {
@@ -450,6 +452,7 @@ impl Fs {
             streams: Mutex::new(Streams::default()),
             sched: opts
                 .sched
+                .or(opts.mode.caps().scheduler.then_some(ordo_dev::Policy::Sptf))
                 .map(|p| Mutex::new(ordo_dev::Scheduler::new(ordo_dev::SchedConfig::new(p), bs))),
         });
         // As the kernel (`ext4_setup_super`): a mount clears the "cleanly

@@ -1,6 +1,6 @@
 //! The scheduled executor: runs a protocol's [`IoPlan`] through the I/O
 //! scheduler of `ordo-dev` ([`ordo_dev::sched`]) instead of issuing its
-//! steps in order, when the mount asks for it (`-o sched=fifo|clook|sptf`,
+//! steps in order, when the mount asks for it (`-o sched=fifo|clook|sptf|random[:SEED]`,
 //! [`crate::MountOptions::sched`]). Without it the default in-order
 //! executor ([`protocol::execute_plan`]) runs, and nothing changes.
 //!

@@ -209,7 +209,7 @@ pub struct MountOptions {
     /// Seed of the mount's random source (inode generations). `None`: drawn
     /// from the operating system, so two mounts differ.
     pub seed: Option<u64>,
-    /// The I/O scheduler plans run through (`sched=fifo|clook|sptf`).
+    /// The I/O scheduler plans run through (`sched=fifo|clook|sptf|random[:SEED]`).
     /// `None`, the default: each plan's steps are issued in order.
     pub sched: Option<ordo_dev::Policy>,
 }

@@ -100,6 +100,7 @@ fn build_stamp(_r: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
 static STAMP: ProtocolSpec = ProtocolSpec {
     name: "stamp",
     summary: "test protocol: async writes, every image stamped",
+    variants: &[],
     mkfs_features: "",
     caps: Capabilities {
         ..Capabilities::NONE

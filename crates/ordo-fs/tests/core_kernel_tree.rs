@@ -330,3 +330,13 @@ fn kernel_tree_1k_sync() {
 fn kernel_tree_4k_softdep() {
     kernel_tree_then_ordo(4096, ProtocolKind::named("softdep"));
 }
+
+#[test]
+fn kernel_tree_4k_sched_flag() {
+    kernel_tree_then_ordo(4096, ProtocolKind::named("sched-flag"));
+}
+
+#[test]
+fn kernel_tree_4k_sched_chain() {
+    kernel_tree_then_ordo(4096, ProtocolKind::named("sched-chain"));
+}

@@ -1178,3 +1178,13 @@ fn model_async_1k() {
 fn model_softdep_4k_debian_defaults() {
     run_model(ProtocolKind::named("softdep"), 4096, "", 10_000);
 }
+
+#[test]
+fn model_sched_flag_4k_debian_defaults() {
+    run_model(ProtocolKind::named("sched-flag"), 4096, "", 4_000);
+}
+
+#[test]
+fn model_sched_chain_4k_debian_defaults() {
+    run_model(ProtocolKind::named("sched-chain"), 4096, "", 4_000);
+}

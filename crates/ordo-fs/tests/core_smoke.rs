@@ -80,6 +80,24 @@ fn basic_ops_4k_debian_defaults_softdep() {
 }
 
 #[test]
+fn basic_ops_4k_debian_defaults_sched_flag() {
+    let variants: Vec<ProtocolKind> = ProtocolKind::named("sched-flag").variants().collect();
+    assert_eq!(variants.len(), 8);
+    for v in variants {
+        basic_ops(4096, "", v);
+    }
+}
+
+#[test]
+fn basic_ops_4k_debian_defaults_sched_chain() {
+    let variants: Vec<ProtocolKind> = ProtocolKind::named("sched-chain").variants().collect();
+    assert_eq!(variants.len(), 4);
+    for v in variants {
+        basic_ops(4096, "", v);
+    }
+}
+
+#[test]
 fn basic_ops_1k_softdep() {
     basic_ops(1024, "^has_journal", ProtocolKind::named("softdep"));
 }
@@ -493,4 +511,10 @@ fn collapse_and_insert_range_fast_commit() {
 #[test]
 fn collapse_and_insert_range_softdep() {
     collapse_and_insert(ProtocolKind::named("softdep"), "");
+}
+
+#[test]
+fn collapse_and_insert_range_sched() {
+    collapse_and_insert(ProtocolKind::named("sched-flag"), "");
+    collapse_and_insert(ProtocolKind::named("sched-chain"), "");
 }

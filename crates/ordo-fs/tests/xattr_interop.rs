@@ -250,7 +250,15 @@ fn ordo_writes(block_size: u32, features: &str, mode: &str, files: usize) {
 
 #[test]
 fn ordo_writes_attributes_under_every_protocol_and_the_kernel_reads_them() {
-    for mode in ["async", "sync", "journal", "fast_commit", "softdep"] {
+    for mode in [
+        "async",
+        "sync",
+        "journal",
+        "fast_commit",
+        "softdep",
+        "sched-flag",
+        "sched-chain",
+    ] {
         let features = if mode == "fast_commit" {
             "fast_commit"
         } else {

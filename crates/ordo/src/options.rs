@@ -74,8 +74,8 @@ impl ParsedMount {
 pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
-        "mode={}, data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf",
+        "mode={}[:VARIANT], data=ordered|writeback|journal, \
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED]",
         modes.join("|")
     )
 }
@@ -83,7 +83,18 @@ ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|
 /// One line per protocol of the registry: `NAME  summary`.
 pub fn protocol_list() -> String {
     ProtocolKind::all()
-        .map(|k| format!("  {:<12} {}", k.name(), k.spec().summary))
+        .map(|k| {
+            let mut line = format!("  {:<12} {}", k.name(), k.spec().summary);
+            if !k.spec().variants.is_empty() {
+                line += &format!(
+                    "\n  {:<12} variants (:V): {} (default {})",
+                    "",
+                    k.spec().variants.join(", "),
+                    k.spec().variants[0]
+                );
+            }
+            line
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -130,8 +141,8 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                 if mode.is_some_and(|m| m != k) {
                     return Err(format!(
                         "conflicting options: mode={} and mode={}",
-                        mode.unwrap().name(),
-                        k.name()
+                        mode.unwrap(),
+                        k
                     ));
                 }
                 mode = Some(k);
@@ -303,12 +314,41 @@ mod tests {
     }
 
     #[test]
+    fn mode_takes_a_variant_of_protocols_that_have_them() {
+        let o = parse("mode=sched-flag:full-cb").unwrap();
+        assert_eq!(o.fs.mode.name(), "sched-flag");
+        assert_eq!(o.fs.mode.variant(), "full-cb");
+        assert_eq!(o.fs.mode.to_string(), "sched-flag:full-cb");
+        // The default variant is the bare name.
+        let o = parse("mode=sched-chain").unwrap();
+        assert_eq!(o.fs.mode.variant(), "dep-cb");
+        assert_eq!(o.fs.mode, parse("mode=sched-chain:dep-cb").unwrap().fs.mode);
+        assert_eq!(o.fs.mode.to_string(), "sched-chain");
+        let e = parse("mode=sched-flag:sideways").unwrap_err();
+        assert!(
+            e.contains("unknown variant 'sideways' of mode 'sched-flag'"),
+            "{e}"
+        );
+        let e = parse("mode=sync:fast").unwrap_err();
+        assert!(e.contains("mode 'sync' has no variants"), "{e}");
+        let e = parse("mode=sched-flag:part,mode=sched-flag:full").unwrap_err();
+        assert!(e.contains("conflicting options"), "{e}");
+    }
+
+    #[test]
     fn sched_names_a_policy_and_defaults_to_in_order() {
         assert_eq!(parse("").unwrap().fs.sched, None);
         for p in Policy::ALL {
             let o = parse(&format!("mode=sync,sched={p}")).unwrap();
             assert_eq!(o.fs.sched, Some(p));
         }
+        assert_eq!(
+            parse("sched=random:7").unwrap().fs.sched,
+            Some(Policy::Random(7))
+        );
+        assert!(parse("sched=random:x")
+            .unwrap_err()
+            .contains("bad seed in I/O scheduler"));
         let e = parse("sched=elevator").unwrap_err();
         assert!(e.contains("unknown I/O scheduler 'elevator'"), "{e}");
         assert!(parse("sched").unwrap_err().contains("needs a value"));

@@ -929,6 +929,12 @@ fn syscall_sequences_match_the_kernels_ext4_under_softdep() {
     differential("mode=softdep", &[7, 8]);
 }
 
+#[test]
+fn syscall_sequences_match_the_kernels_ext4_under_scheduler_ordering() {
+    differential("mode=sched-flag", &[9]);
+    differential("mode=sched-chain", &[10]);
+}
+
 fn differential(options: &str, default_seeds: &[u64]) {
     require_loop_devices();
     no_umask();

@@ -97,6 +97,39 @@ fn sptf_enters_a_run_at_its_start() {
 }
 
 #[test]
+fn random_is_a_function_of_its_seed_and_takes_many_orders() {
+    let order = |seed: u64| {
+        let dev = MemDevice::new(BS, BLOCKS).unwrap();
+        let mut s = Scheduler::new(SchedConfig::new(Policy::Random(seed)), BS);
+        for b in [900, 100, 700, 300, 520, 50] {
+            w(&mut s, b, 2);
+        }
+        // 40 follows 900; everything after the barrier follows all of it.
+        let first = s.submit_write(40, img(3, 1), WriteFlags::new(BlockClass::Data), &[0]);
+        s.barrier();
+        w(&mut s, 10, 4);
+        w(&mut s, 20, 4);
+        let (c, r) = s.run(&dev);
+        r.unwrap();
+        let served = blocks_served(&c);
+        let at = |b: u64| served.iter().position(|&x| x == b).unwrap();
+        assert!(at(900) < at(40), "{served:?}");
+        assert!(served[..7].contains(&40) && served[7..].iter().all(|b| [10, 20].contains(b)));
+        assert!(c.iter().any(|x| x.id == first));
+        served
+    };
+    assert_eq!(order(7), order(7));
+    let orders: std::collections::HashSet<Vec<u64>> = (0..20).map(order).collect();
+    assert!(
+        orders.len() > 10,
+        "only {} orders from 20 seeds",
+        orders.len()
+    );
+    assert_eq!("random:9".parse::<Policy>().unwrap(), Policy::Random(9));
+    assert_eq!(Policy::Random(9).to_string(), "random:9");
+}
+
+#[test]
 fn fifo_keeps_submission_order() {
     let dev = hdd();
     let mut s = sched(Policy::Fifo);
@@ -369,7 +402,10 @@ proptest! {
     #[test]
     fn dependencies_and_barriers_are_never_violated(
         steps in steps(),
-        policy in prop::sample::select(Policy::ALL.to_vec()),
+        policy in prop_oneof![
+            prop::sample::select(Policy::ALL.to_vec()),
+            any::<u64>().prop_map(Policy::Random),
+        ],
         timed in any::<bool>(),
         merge_blocks in 1usize..8,
     ) {

@@ -16,6 +16,8 @@ pub mod async_mode;
 pub mod fast_commit;
 pub mod jbd2;
 pub(crate) mod ordering;
+pub mod sched_chain;
+pub mod sched_flag;
 pub mod softdep;
 pub mod sync_mode;
 
@@ -39,6 +41,8 @@ const REGISTRY: &[&ProtocolSpec] = &[
     &jbd2::SPEC,
     &fast_commit::SPEC,
     &softdep::SPEC,
+    &sched_flag::SPEC,
+    &sched_chain::SPEC,
 ];
 
 /// What a crash leaves under a protocol, and how the crash explorer
@@ -81,6 +85,12 @@ pub struct Capabilities {
     /// Under `data=writeback` a crash may expose a freed block's old
     /// contents inside a file (metadata committed before the data).
     pub stale_data_with_writeback: bool,
+    /// Its ordering is enforced by the I/O scheduler (`ordo_dev::sched`):
+    /// its plans carry ordering constraints (`order_after`, barriers) that
+    /// only a scheduler may relax, and a mount without `sched=` runs them
+    /// through one anyway (SPTF, which is C-LOOK without a positioning
+    /// model).
+    pub scheduler: bool,
 }
 
 impl Capabilities {
@@ -94,6 +104,7 @@ impl Capabilities {
         data_modes: false,
         settle_with_sync: false,
         stale_data_with_writeback: false,
+        scheduler: false,
     };
 }
 
@@ -148,6 +159,10 @@ pub struct ProtocolSpec {
     pub name: &'static str,
     /// One line for `--help` and `ordo info`.
     pub summary: &'static str,
+    /// Its variants, chosen by `-o mode=NAME:VARIANT` and handed to `build`
+    /// in [`ProtocolEnv::variant`]; the first is the default (`-o
+    /// mode=NAME`). Empty: it has none.
+    pub variants: &'static [&'static str],
     /// Features (`mkfs -O` syntax) its images must have; `ordo mkfs`, the
     /// crash explorer and the benchmark harness format with them, and mount
     /// refuses an image without them.
@@ -162,18 +177,31 @@ pub struct ProtocolSpec {
     pub build: fn(Recovered, &ProtocolEnv) -> Result<Box<dyn Protocol>>,
 }
 
-/// A protocol, as named by `-o mode=`: a handle on its [`ProtocolSpec`].
+/// A protocol, as named by `-o mode=`: a handle on its [`ProtocolSpec`]
+/// and one of its variants (`-o mode=NAME:VARIANT`).
 #[derive(Clone, Copy)]
-pub struct ProtocolKind(&'static ProtocolSpec);
+pub struct ProtocolKind {
+    spec: &'static ProtocolSpec,
+    variant: u8,
+}
 
 impl ProtocolKind {
-    /// Every protocol ordo ships, in registry order.
+    /// Every protocol ordo ships, in registry order (each in its default
+    /// variant).
     pub fn all() -> impl Iterator<Item = ProtocolKind> {
-        REGISTRY.iter().map(|s| ProtocolKind(s))
+        REGISTRY.iter().map(|s| ProtocolKind::from_spec(s))
     }
-    /// The shipped protocol named `name`.
+    /// The shipped protocol named `name` (`NAME` or `NAME:VARIANT`).
     pub fn by_name(name: &str) -> Option<ProtocolKind> {
-        ProtocolKind::all().find(|k| k.name() == name)
+        let (base, variant) = match name.split_once(':') {
+            Some((b, v)) => (b, Some(v)),
+            None => (name, None),
+        };
+        let k = ProtocolKind::all().find(|k| k.name() == base)?;
+        match variant {
+            None => Some(k),
+            Some(v) => k.with_variant(v),
+        }
     }
     /// The shipped protocol named `name`; panics if there is none (for
     /// tests and constants: user input goes through `FromStr`).
@@ -185,35 +213,60 @@ impl ProtocolKind {
     }
     /// A protocol that is not in the registry (a test's).
     pub const fn from_spec(spec: &'static ProtocolSpec) -> ProtocolKind {
-        ProtocolKind(spec)
+        ProtocolKind { spec, variant: 0 }
     }
-    /// The `-o mode=` name.
+    /// The same protocol in its variant `v`, if it has one of that name.
+    pub fn with_variant(self, v: &str) -> Option<ProtocolKind> {
+        let i = self.spec.variants.iter().position(|&x| x == v)?;
+        Some(ProtocolKind {
+            spec: self.spec,
+            variant: u8::try_from(i).ok()?,
+        })
+    }
+    /// Every variant of this protocol (itself alone when it has none).
+    pub fn variants(self) -> impl Iterator<Item = ProtocolKind> {
+        let n = self.spec.variants.len().max(1);
+        let spec = self.spec;
+        (0..n).map(move |i| ProtocolKind {
+            spec,
+            variant: i as u8,
+        })
+    }
+    /// The `-o mode=` name, without the variant.
     pub fn name(self) -> &'static str {
-        self.0.name
+        self.spec.name
+    }
+    /// The variant's name (`""` for a protocol without variants).
+    pub fn variant(self) -> &'static str {
+        self.spec
+            .variants
+            .get(self.variant as usize)
+            .copied()
+            .unwrap_or("")
     }
     /// Its description.
     pub fn spec(self) -> &'static ProtocolSpec {
-        self.0
+        self.spec
     }
     /// What it offers.
     pub fn caps(self) -> Capabilities {
-        self.0.caps
+        self.spec.caps
     }
     /// Its recovery (see [`ProtocolSpec::recover`]).
     pub fn recover(self, dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
-        (self.0.recover)(dev, env)
+        (self.spec.recover)(dev, env)
     }
     /// Its instance for a mount (see [`ProtocolSpec::build`]).
     pub fn build(self, recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
-        (self.0.build)(recovered, env)
+        (self.spec.build)(recovered, env)
     }
     /// The features its images need, parsed.
     pub fn required_features(self) -> ordo_format::features::FeatureSet {
         let mut set = ordo_format::features::FeatureSet::EMPTY;
-        for name in self.0.mkfs_features.split(',').filter(|n| !n.is_empty()) {
+        for name in self.spec.mkfs_features.split(',').filter(|n| !n.is_empty()) {
             match ordo_format::features::feature_by_name(name) {
                 Some(f) => set.set(f, true),
-                None => panic!("protocol {}: unknown feature {name:?}", self.0.name),
+                None => panic!("protocol {}: unknown feature {name:?}", self.spec.name),
             }
         }
         set
@@ -250,35 +303,55 @@ impl ProtocolKind {
 /// The registry's first protocol (`async`), as `-o mode=` defaults to.
 impl Default for ProtocolKind {
     fn default() -> Self {
-        ProtocolKind(REGISTRY[0])
+        ProtocolKind::from_spec(REGISTRY[0])
     }
 }
 
 impl PartialEq for ProtocolKind {
     fn eq(&self, other: &Self) -> bool {
-        self.0.name == other.0.name
+        self.spec.name == other.spec.name && self.variant == other.variant
     }
 }
 impl Eq for ProtocolKind {}
 impl std::hash::Hash for ProtocolKind {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.name.hash(state)
+        self.spec.name.hash(state);
+        self.variant.hash(state)
     }
 }
 impl std::fmt::Debug for ProtocolKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name)
+        std::fmt::Display::fmt(self, f)
     }
 }
+/// `NAME`, or `NAME:VARIANT` for a variant other than the default.
 impl std::fmt::Display for ProtocolKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name)
+        f.write_str(self.spec.name)?;
+        if self.variant != 0 {
+            write!(f, ":{}", self.variant())?;
+        }
+        Ok(())
     }
 }
 
 impl std::str::FromStr for ProtocolKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if let Some((base, v)) = s.split_once(':') {
+            if let Some(k) = ProtocolKind::all().find(|k| k.name() == base) {
+                return k.with_variant(v).ok_or_else(|| {
+                    if k.spec.variants.is_empty() {
+                        format!("mode '{base}' has no variants (asked for '{v}')")
+                    } else {
+                        format!(
+                            "unknown variant '{v}' of mode '{base}' (known: {})",
+                            k.spec.variants.join(", ")
+                        )
+                    }
+                });
+            }
+        }
         ProtocolKind::by_name(s).ok_or_else(|| {
             let names: Vec<_> = ProtocolKind::all().map(|k| k.name()).collect();
             format!("unknown mode '{s}' (known: {})", names.join(", "))
@@ -664,6 +737,27 @@ impl<'a> Io<'a> {
         assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
         self.plan.push_write(block, data, flags);
     }
+    /// [`Io::write_raw`] of a write that must follow the writes `after`
+    /// (of this plan or earlier ones, as [`Io::order_after`] names them);
+    /// returns its id.
+    pub fn write_raw_after(
+        &mut self,
+        block: u64,
+        data: Arc<Vec<u8>>,
+        flags: WriteFlags,
+        after: Vec<WriteId>,
+    ) -> WriteId {
+        assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
+        let id = self.plan.push_write(block, data, flags);
+        assert!(
+            after.iter().all(|a| *a < id),
+            "{id:?} cannot be ordered after a later write ({after:?})"
+        );
+        if let Some(IoStep::Write { after: a, .. }) = self.plan.steps.last_mut() {
+            *a = after;
+        }
+        id
+    }
     /// Like [`Io::write_raw`] for a sequence of block images, in order,
     /// each joined to the write before it when it is the next block on disk
     /// and of the same class (at most [`MAX_RUN_BYTES`] per write);
@@ -782,6 +876,9 @@ pub struct ProtocolEnv {
     pub metadata_csum: bool,
     /// The mount's clock (commit-block times, the `dtime` a replay stamps).
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// The variant mounted (`-o mode=NAME:VARIANT`; see
+    /// [`ProtocolSpec::variants`]), `""` when the protocol has none.
+    pub variant: &'static str,
 }
 
 /// A set of the durability calls beyond fsync/sync ([`Protocol::osync`],

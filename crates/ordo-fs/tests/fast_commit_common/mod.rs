@@ -210,6 +210,7 @@ pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
         data_mode: DataMode::Ordered,
         metadata_csum: s.has_metadata_csum(),
         clock: ordo_fs::clock::system(),
+        variant: "",
     }
 }
 

@@ -49,6 +49,7 @@ impl Harness {
             data_mode,
             metadata_csum: ro_compat & 0x400 != 0,
             clock: ordo_fs::clock::system(),
+            variant: "",
         };
         let journal = ProtocolKind::named("journal");
         let recovered = journal.recover(&*dev, &env).unwrap();

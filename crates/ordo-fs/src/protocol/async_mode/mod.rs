@@ -38,6 +38,7 @@ use super::*;
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "async",
     summary: "delayed write-back in any order (ext2; Ganger & Patt's No Order)",
+    variants: &[],
     mkfs_features: "",
     caps: Capabilities {
         ..Capabilities::NONE

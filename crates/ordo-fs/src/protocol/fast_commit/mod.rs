@@ -128,6 +128,7 @@ pub(crate) struct Handoff {
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "fast_commit",
     summary: "ext4 fast commit: logical fsync records between JBD2 commits",
+    variants: &[],
     mkfs_features: "has_journal,fast_commit",
     caps: Capabilities {
         group_commit: true,
@@ -137,6 +138,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         data_modes: true,
         settle_with_sync: true,
         stale_data_with_writeback: true,
+        scheduler: false,
     },
     recover: replay::recover,
     build,

@@ -156,6 +156,7 @@ pub(crate) struct Handoff {
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "journal",
     summary: "JBD2 physical journaling (data=ordered, writeback or journal)",
+    variants: &[],
     mkfs_features: "has_journal",
     caps: Capabilities {
         group_commit: true,

@@ -457,6 +457,10 @@ pub struct ScannedTransaction {
     pub revoked: Vec<u64>,
     /// Commit time (seconds).
     pub commit_sec: u64,
+    /// Its commit block was torn after the header
+    /// ([`jbd2::verify_commit_header`]) and taken as the commit, as the
+    /// kernel takes it.
+    pub torn_commit: bool,
 }
 
 /// What the scan pass found.
@@ -545,6 +549,7 @@ pub fn scan(dev: &dyn BlockDevice, map: &JournalMap) -> Result<Scan> {
             blocks: Vec::new(),
             revoked: Vec::new(),
             commit_sec: 0,
+            torn_commit: false,
         };
         let mut crc32_sum: u32 = !0;
         let damaged = move |block: u32, reason: String| LogEnd::Damaged { tid, block, reason };
@@ -636,8 +641,16 @@ pub fn scan(dev: &dyn BlockDevice, map: &JournalMap) -> Result<Scan> {
                 }
                 BlockType::Commit => {
                     if !jbd2::verify_commit(&fmt, &buf) {
-                        end = damaged(here, "commit block checksum".into());
-                        break 'txns;
+                        if jbd2::verify_commit_header(&fmt, &buf) {
+                            // Torn after its header: every block of the
+                            // transaction was durable before the commit
+                            // block was written, and the header says it
+                            // was written. The kernel replays it too.
+                            txn.torn_commit = true;
+                        } else {
+                            end = damaged(here, "commit block checksum".into());
+                            break 'txns;
+                        }
                     }
                     let c = jbd2::decode_commit(&fmt, &buf).map_err(|e| e.at(here as u64))?;
                     if fmt.csum_v1() {
@@ -844,6 +857,9 @@ pub struct JournalState {
     pub damage: Option<String>,
     /// `s_errno`.
     pub errno: i32,
+    /// Transactions whose commit block is torn after its header (replayed,
+    /// as the kernel replays them; e2fsprogs 1.47.0 does not).
+    pub torn_commits: u32,
 }
 
 impl JournalState {
@@ -892,6 +908,13 @@ impl fmt::Display for JournalState {
         )?;
         if let Some(d) = &self.damage {
             writeln!(f, "Journal damage:           {d}")?;
+        }
+        if self.torn_commits > 0 {
+            writeln!(
+                f,
+                "Torn commit blocks:       {} (valid header, replayed as the kernel does)",
+                self.torn_commits
+            )?;
         }
         if self.errno != 0 {
             writeln!(f, "Journal errno:            {}", self.errno)?;
@@ -948,6 +971,7 @@ pub fn journal_state(dev: &dyn BlockDevice) -> Result<Option<JournalState>> {
             _ => None,
         },
         errno: scan.sb.errno,
+        torn_commits: scan.transactions.iter().filter(|t| t.torn_commit).count() as u32,
     }))
 }
 
@@ -970,6 +994,7 @@ mod tests {
                 .collect(),
             revoked: revoked.to_vec(),
             commit_sec: 0,
+            torn_commit: false,
         }
     }
 

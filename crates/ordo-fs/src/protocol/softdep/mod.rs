@@ -106,6 +106,7 @@ use crate::update::{BitmapKind, InodeField, LinkOp, MapOp, UpdateKind};
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "softdep",
     summary: "soft updates: delayed writes, per-update dependencies, rollback (Ganger & Patt)",
+    variants: &[],
     mkfs_features: "",
     caps: Capabilities {
         after_crash: AfterCrash::ConsistentAfterRepair,

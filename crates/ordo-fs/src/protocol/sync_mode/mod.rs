@@ -105,17 +105,18 @@
 //! Recovery: nothing to replay. After a crash the image needs only the
 //! benign repair described in `docs/DESIGN.md`.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
-use super::ordering::build_graph;
 use super::*;
 use crate::update::{CounterKind, InodeField, UpdateKind};
+
+pub(crate) mod release;
 
 /// `mode=sync`.
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "sync",
     summary: "synchronous, ordered metadata writes (Ganger & Patt's Conventional)",
+    variants: &[],
     mkfs_features: "",
     caps: Capabilities {
         after_crash: AfterCrash::ConsistentAfterRepair,
@@ -178,7 +179,7 @@ impl SyncProtocol {
 /// counters, which the benign repair recomputes; times, mode, owner; the
 /// orphan list, whose loss only leaks an inode) is a delayed write, as in
 /// FFS, written by the next write-back, fsync or sync.
-fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
+pub(crate) fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
     match &u.kind {
         UpdateKind::Inode { field, .. } => matches!(
             field,
@@ -267,122 +268,21 @@ impl Protocol for SyncProtocol {
             io.flush();
         }
 
-        // Metadata, in an order that keeps the three rules.
-        let tree_blocks: HashSet<u64> = ups
-            .iter()
-            .map(|u| u.block)
-            .filter(|&b| io.class_of(b) == BlockClass::ExtentTree)
-            .collect();
-        let g = build_graph(&ups, &tree_blocks);
-        let n = ups.len();
-        // Mount and unmount bookkeeping is written whole and at once.
+        // Metadata, in an order that keeps the three rules: each write FUA,
+        // one after another.
         let everything = h.op == crate::update::OpKind::Internal;
-        let ordered: Vec<bool> = ups
-            .iter()
-            .map(|u| everything || is_ordered(u, &tree_blocks))
-            .collect();
-        let mut by_block: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for (i, u) in ups.iter().enumerate() {
-            by_block.entry(u.block).or_default().push(i);
-        }
-        let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut missing: Vec<usize> = vec![0; n];
-        for (i, p) in g.preds.iter().enumerate() {
-            missing[i] = p.len();
-            for &j in p {
-                succs[j].push(i);
-            }
-        }
-        let mut released = vec![false; n];
-        let mut durable = vec![false; n];
-        let mut heap: BinaryHeap<Reverse<usize>> =
-            (0..n).filter(|&i| missing[i] == 0).map(Reverse).collect();
-        let mut done = 0usize;
-        let mut next_forced = 0usize;
-        while done < n {
-            let i = match heap.pop() {
-                Some(Reverse(i)) => i,
-                None => {
-                    // A cycle: release the oldest pending update anyway.
-                    while released[next_forced] {
-                        next_forced += 1;
-                    }
-                    self.stats_cycles += 1;
-                    next_forced
-                }
-            };
-            if released[i] {
-                continue;
-            }
-            // Every predecessor in another block must be on disk first.
-            let mut to_write: Vec<u64> = g.preds[i]
-                .iter()
-                .filter(|&&j| {
-                    ordered[j]
-                        && ordered[i]
-                        && released[j]
-                        && !durable[j]
-                        && ups[j].block != ups[i].block
-                })
-                .map(|&j| ups[j].block)
-                .collect();
-            to_write.sort_unstable();
-            to_write.dedup();
-            for b in to_write {
-                let members = &by_block[&b];
-                let all = members
-                    .iter()
-                    .all(|&k| released[k] || matches!(ups[k].kind, UpdateKind::Checksum));
-                if all {
-                    io.write_home(b, true);
-                } else if let Some(cur) = io.snapshot(b) {
-                    // The block as it was before this handle, plus the
-                    // released updates.
-                    let mut img = cur.to_vec();
-                    for &k in members.iter().rev() {
-                        let r = &ups[k].range;
-                        img[r.start as usize..r.end as usize].copy_from_slice(&ups[k].old);
-                    }
-                    for &k in members {
-                        if released[k] && !matches!(ups[k].kind, UpdateKind::Checksum) {
-                            let r = &ups[k].range;
-                            img[r.start as usize..r.end as usize].copy_from_slice(&ups[k].new);
-                        }
-                    }
-                    io.reseal(b, &mut img);
-                    let class = io.class_of(b);
-                    io.write_raw(b, Arc::new(img), WriteFlags::fua(class));
-                    self.stats_rewrites += 1;
-                }
-                self.stats_fua += 1;
-                for &k in members {
-                    if released[k] {
-                        durable[k] = true;
-                    }
+        let order = release::release(&[], &ups, everything, io);
+        self.stats_cycles += order.cycles;
+        self.stats_rewrites += order.intermediate;
+        for w in order.writes {
+            match w.image {
+                None => io.write_home(w.block, true),
+                Some(img) => {
+                    let class = io.class_of(w.block);
+                    io.write_raw(w.block, Arc::new(img), WriteFlags::fua(class));
                 }
             }
-            released[i] = true;
-            done += 1;
-            for &s in &succs[i] {
-                missing[s] = missing[s].saturating_sub(1);
-                if missing[s] == 0 && !released[s] {
-                    heap.push(Reverse(s));
-                }
-            }
-        }
-        // What is left: final images, FUA, one after another, in the order
-        // their first update was made.
-        let mut rest: Vec<(usize, u64)> = by_block
-            .iter()
-            .filter(|(_, m)| m.iter().any(|&k| ordered[k] && !durable[k]))
-            .map(|(&b, m)| (m[0], b))
-            .collect();
-        rest.sort_unstable();
-        for (_, b) in rest {
-            if io.is_dirty(b) {
-                io.write_home(b, true);
-                self.stats_fua += 1;
-            }
+            self.stats_fua += 1;
         }
         if !freed.is_empty() {
             if io.plan().is_empty() {
