@@ -55,6 +55,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::super::sync_mode::release::{self, Carrier};
+use super::super::sync_mode::HandleLog;
 use super::super::*;
 use crate::update::{OpKind, UpdateKind};
 
@@ -124,11 +125,8 @@ struct Queued {
 pub struct SchedProtocol {
     name: &'static str,
     cfg: Config,
-    updates: Vec<Update>,
-    fresh: Vec<u64>,
-    freed_now: Vec<u64>,
-    /// Blocks freed by the current handle: not allocated again by it.
-    not_reusable: HashSet<u64>,
+    /// The current handle; blocks it freed are not allocated again by it.
+    log: HandleLog,
     /// The queue, by id (ids grow; `first_id` is the oldest queued).
     queue: Vec<Queued>,
     first_id: u64,
@@ -167,10 +165,7 @@ impl SchedProtocol {
         SchedProtocol {
             name,
             cfg,
-            updates: Vec::new(),
-            fresh: Vec::new(),
-            freed_now: Vec::new(),
-            not_reusable: HashSet::new(),
+            log: HandleLog::default(),
             queue: Vec::new(),
             first_id: 0,
             queue_bytes: 0,
@@ -275,13 +270,8 @@ impl SchedProtocol {
     }
 
     fn queue_handle(&mut self, h: &HandleInfo, io: &mut Io) {
-        let ups = std::mem::take(&mut self.updates);
-        let mut fresh = std::mem::take(&mut self.fresh);
-        let freed = std::mem::take(&mut self.freed_now);
+        let (ups, fresh, freed) = self.log.take(io);
         self.stats.handles += 1;
-        fresh.sort_unstable();
-        fresh.dedup();
-        fresh.retain(|&b| io.is_dirty(b));
         let chain = match self.cfg.scheme {
             Scheme::Chain(f) => Some(f),
             Scheme::Flag(_) => None,
@@ -435,7 +425,7 @@ impl SchedProtocol {
             _ => {}
         }
         for b in freed {
-            self.not_reusable.remove(&b);
+            self.log.not_reusable.remove(&b);
         }
     }
 }
@@ -507,30 +497,27 @@ impl Protocol for SchedProtocol {
     }
 
     fn on_update(&mut self, u: &Update, _h: &HandleInfo) {
-        self.updates.push(u.clone());
+        self.log.on_update(u);
     }
 
     fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
-        if w.fresh {
-            self.fresh.push(w.pblk);
-        }
+        self.log.on_data_write(w);
     }
 
     fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
-        self.freed_now.push(block);
-        self.not_reusable.insert(block);
+        self.log.on_block_freed(block);
     }
 
     fn can_allocate(&self, block: u64) -> bool {
-        !self.not_reusable.contains(&block)
+        self.log.can_allocate(block)
     }
 
     fn on_block_unallocated(&mut self, block: u64, _h: &HandleInfo) {
-        self.fresh.retain(|&b| b != block);
+        self.log.on_block_unallocated(block);
     }
 
     fn has_pending_frees(&self) -> bool {
-        !self.not_reusable.is_empty()
+        self.log.has_pending_frees()
     }
 
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
@@ -539,10 +526,11 @@ impl Protocol for SchedProtocol {
         if !self.cfg.copy_blocks
             && !self.queue.is_empty()
             && (self
+                .log
                 .updates
                 .iter()
                 .any(|u| self.last_of.contains_key(&u.block))
-                || self.fresh.iter().any(|b| self.last_of.contains_key(b)))
+                || self.log.fresh.iter().any(|b| self.last_of.contains_key(b)))
         {
             self.stats.write_lock_waits += 1;
             self.issue(io, false);

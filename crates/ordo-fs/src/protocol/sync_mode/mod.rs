@@ -112,6 +112,60 @@ use crate::update::{CounterKind, InodeField, UpdateKind};
 
 pub(crate) mod release;
 
+/// What one handle reported, as `sync` and the protocols built on its
+/// release order collect it, and the freed blocks not to allocate again
+/// yet.
+#[derive(Default)]
+pub(crate) struct HandleLog {
+    /// The current handle's metadata updates, in program order.
+    pub updates: Vec<Update>,
+    /// The current handle's freshly allocated data blocks.
+    pub fresh: Vec<u64>,
+    /// Blocks freed by the current handle.
+    pub freed_now: Vec<u64>,
+    /// Freed blocks not to be allocated again yet.
+    pub not_reusable: HashSet<u64>,
+}
+
+impl HandleLog {
+    pub fn on_update(&mut self, u: &Update) {
+        self.updates.push(u.clone());
+    }
+    pub fn on_data_write(&mut self, w: &DataWrite) {
+        if w.fresh {
+            self.fresh.push(w.pblk);
+        }
+    }
+    pub fn on_block_freed(&mut self, block: u64) {
+        self.freed_now.push(block);
+        self.not_reusable.insert(block);
+    }
+    pub fn can_allocate(&self, block: u64) -> bool {
+        !self.not_reusable.contains(&block)
+    }
+    /// Allocated and given back by one handle: nothing on disk names it,
+    /// and its data need not be written.
+    pub fn on_block_unallocated(&mut self, block: u64) {
+        self.fresh.retain(|&b| b != block);
+    }
+    pub fn has_pending_frees(&self) -> bool {
+        !self.not_reusable.is_empty()
+    }
+    /// The handle's updates, its fresh blocks (ascending, still dirty) and
+    /// the blocks it freed; the log is empty for the next handle.
+    pub fn take(&mut self, io: &Io) -> (Vec<Update>, Vec<u64>, Vec<u64>) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        fresh.sort_unstable();
+        fresh.dedup();
+        fresh.retain(|&b| io.is_dirty(b));
+        (
+            std::mem::take(&mut self.updates),
+            fresh,
+            std::mem::take(&mut self.freed_now),
+        )
+    }
+}
+
 /// `mode=sync`.
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "sync",
@@ -132,15 +186,9 @@ fn build(_recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> 
 
 /// The `sync` protocol.
 pub struct SyncProtocol {
-    /// The current handle's metadata updates, in program order.
-    updates: Vec<Update>,
-    /// The current handle's freshly allocated data blocks.
-    fresh: Vec<u64>,
-    /// Blocks freed by the current handle.
-    freed_now: Vec<u64>,
+    log: HandleLog,
     /// Freed blocks whose clearing is not durable yet, by plan tag.
     freed_pending: BTreeMap<u64, Vec<u64>>,
-    not_reusable: HashSet<u64>,
     next_tag: u64,
     stats_handles: u64,
     stats_fua: u64,
@@ -152,11 +200,8 @@ impl SyncProtocol {
     /// A new instance for one mount.
     pub fn new(_env: &ProtocolEnv) -> Self {
         SyncProtocol {
-            updates: Vec::new(),
-            fresh: Vec::new(),
-            freed_now: Vec::new(),
+            log: HandleLog::default(),
             freed_pending: BTreeMap::new(),
-            not_reusable: HashSet::new(),
             next_tag: 1,
             stats_handles: 0,
             stats_fua: 0,
@@ -221,47 +266,37 @@ impl Protocol for SyncProtocol {
     }
 
     fn on_update(&mut self, u: &Update, _h: &HandleInfo) {
-        self.updates.push(u.clone());
+        self.log.on_update(u);
     }
 
     fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
-        if w.fresh {
-            self.fresh.push(w.pblk);
-        }
+        self.log.on_data_write(w);
     }
 
     fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
-        self.freed_now.push(block);
-        self.not_reusable.insert(block);
+        self.log.on_block_freed(block);
     }
 
     fn can_allocate(&self, block: u64) -> bool {
-        !self.not_reusable.contains(&block)
+        self.log.can_allocate(block)
     }
 
     fn on_block_unallocated(&mut self, block: u64, _h: &HandleInfo) {
-        // Allocated and given back by one handle: nothing on disk names it,
-        // and its data need not be written.
-        self.fresh.retain(|&b| b != block);
+        self.log.on_block_unallocated(block);
     }
 
     fn has_pending_frees(&self) -> bool {
-        !self.not_reusable.is_empty()
+        self.log.has_pending_frees()
     }
 
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
-        let ups = std::mem::take(&mut self.updates);
-        let mut fresh = std::mem::take(&mut self.fresh);
-        let freed = std::mem::take(&mut self.freed_now);
+        let (ups, fresh, freed) = self.log.take(io);
         self.stats_handles += 1;
         let tag = self.next_tag;
         self.next_tag += 1;
         io.set_tag(tag);
 
         // Fresh data first: plain writes and one flush.
-        fresh.sort_unstable();
-        fresh.dedup();
-        fresh.retain(|&b| io.is_dirty(b));
         let any_data = !fresh.is_empty();
         io.write_home_runs(&fresh, false, super::MAX_RUN_BLOCKS);
         if any_data {
@@ -287,7 +322,7 @@ impl Protocol for SyncProtocol {
         if !freed.is_empty() {
             if io.plan().is_empty() {
                 for b in freed {
-                    self.not_reusable.remove(&b);
+                    self.log.not_reusable.remove(&b);
                 }
             } else {
                 self.freed_pending.entry(tag).or_default().extend(freed);
@@ -306,7 +341,7 @@ impl Protocol for SyncProtocol {
         for t in done {
             if let Some(v) = self.freed_pending.remove(&t) {
                 for b in v {
-                    self.not_reusable.remove(&b);
+                    self.log.not_reusable.remove(&b);
                 }
             }
         }

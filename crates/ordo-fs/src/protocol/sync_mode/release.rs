@@ -165,24 +165,12 @@ pub(crate) fn release(
             } else {
                 continue;
             };
-            let w = out.writes.len();
             let carries: Vec<usize> = members
                 .iter()
                 .copied()
                 .filter(|&k| released[k] && carrier[k].is_none())
                 .collect();
-            let mut after: Vec<Carrier> = carries.iter().flat_map(|&k| deps[k].clone()).collect();
-            after.sort_unstable();
-            after.dedup();
-            for &k in &carries {
-                carrier[k] = Some(Carrier::Now(w));
-            }
-            out.writes.push(Released {
-                block: b,
-                image,
-                after,
-                carries: carries.iter().map(|&k| k - np).collect(),
-            });
+            push_write(&mut out, b, image, &carries, &deps, &mut carrier, np);
         }
         for &j in &cross {
             if let Some(c) = carrier[j] {
@@ -209,24 +197,39 @@ pub(crate) fn release(
         if !io.is_dirty(b) {
             continue;
         }
-        let w = out.writes.len();
         let carries: Vec<usize> = by_block[&b]
             .iter()
             .copied()
             .filter(|&k| carrier[k].is_none())
             .collect();
-        let mut after: Vec<Carrier> = carries.iter().flat_map(|&k| deps[k].clone()).collect();
-        after.sort_unstable();
-        after.dedup();
-        for &k in &carries {
-            carrier[k] = Some(Carrier::Now(w));
-        }
-        out.writes.push(Released {
-            block: b,
-            image: None,
-            after,
-            carries: carries.iter().map(|&k| k - np).collect(),
-        });
+        push_write(&mut out, b, None, &carries, &deps, &mut carrier, np);
     }
     out
+}
+
+/// Append the write of block `b` that first carries the updates `carries`
+/// (indexes into the combined list, `np` of them prior), after the writes
+/// carrying their predecessors.
+fn push_write(
+    out: &mut Release,
+    b: u64,
+    image: Option<Vec<u8>>,
+    carries: &[usize],
+    deps: &[Vec<Carrier>],
+    carrier: &mut [Option<Carrier>],
+    np: usize,
+) {
+    let w = out.writes.len();
+    let mut after: Vec<Carrier> = carries.iter().flat_map(|&k| deps[k].clone()).collect();
+    after.sort_unstable();
+    after.dedup();
+    for &k in carries {
+        carrier[k] = Some(Carrier::Now(w));
+    }
+    out.writes.push(Released {
+        block: b,
+        image,
+        after,
+        carries: carries.iter().map(|&k| k - np).collect(),
+    });
 }
