@@ -7,6 +7,7 @@
 #   SCALE=medium scripts/results.sh
 #   WORKLOADS="fcmicro varmail" scripts/results.sh
 #   WORKLOADS=fastcommit FC_SCALE=paper scripts/results.sh   # issue 7's sweep
+#   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=paper)
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -62,6 +63,15 @@ for w in $WORKLOADS; do
         SCALE=${FC_SCALE:-$SCALE} bench fastcommit-metadata fcmicro --fsync-every 1 \
             --append-bytes 0 --targets "ordo:fast_commit,ext4:fast_commit,ordo:journal,ext4:ordered"
         ;;
+    ganger)
+        # Ganger & Patt's tables in virtual time (deterministic, in-process),
+        # and the same workloads on the kernel's ext4 and ordo through FUSE
+        # on a real device, as a modern reference (real time).
+        "$BIN" bench ganger --scale "${GANGER_SCALE:-paper}" --seed "$SEED" -q \
+            --json "$OUT/ganger.json" --chart "$OUT/ganger.svg" >"$OUT/ganger.txt" || true
+        bench ganger-modern copy,remove,smallfiles --users 4 \
+            --targets "ext4:ordered,ordo:async,ordo:sync,ordo:sched-flag,ordo:sched-chain,ordo:softdep,ordo:journal"
+        ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.
         bench "$w" "$w" --targets "$KERNEL,$ORDO"
@@ -96,6 +106,10 @@ page=docs/RESULTS.md
         echo '```'
         echo
         echo "![$name](results/$name.svg)"
+        if [ -f "docs/results/$name.notes.md" ]; then
+            echo
+            cat "docs/results/$name.notes.md"
+        fi
     done
 } >"$page"
 echo "results.sh: wrote $page" >&2

@@ -63,6 +63,14 @@ pub struct BenchArgs {
     /// rotating disks `,wce=on|off` (write cache on or off).
     #[arg(long, value_name = "DISK[,wce=on|off]")]
     pub disk: Option<DiskSpec>,
+    /// `ganger` only: the tables and figures to run (table1, table2,
+    /// table3, fig1 ... fig5), comma-separated; default all.
+    #[arg(long, value_name = "T1,T2,...")]
+    pub tables: Option<String>,
+    /// `ganger` only: run only these of its schemes' modes (e.g.
+    /// async,softdep); default all.
+    #[arg(long, value_name = "MODE,...")]
+    pub modes: Option<String>,
     /// Directory for images and mount points.
     #[arg(long, default_value = "/var/tmp/ordo-bench")]
     pub workdir: PathBuf,
@@ -212,6 +220,9 @@ impl BenchArgs {
 /// Runs `ordo bench`: prints the table (and writes JSON and the chart when
 /// asked). Returns the exit code: 0 when every row ran, 1 when some failed.
 pub fn run(args: &BenchArgs) -> Result<i32> {
+    if args.workloads == "ganger" {
+        return run_ganger(args);
+    }
     let plan = args.plan()?;
     let command = args.command_line();
     let rows = run_plan(&plan, |r| {
@@ -244,6 +255,75 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     } else {
         0
     })
+}
+
+/// `ordo bench ganger`: Ganger & Patt's tables in virtual time (see
+/// [`crate::ganger`]). Runs in-process: no root, no devices, no targets.
+fn run_ganger(args: &BenchArgs) -> Result<i32> {
+    let list = |s: &Option<String>| -> Vec<String> {
+        s.as_deref()
+            .unwrap_or("")
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let suite = crate::ganger::Suite {
+        scale: args.scale,
+        seed: args.seed,
+        only: list(&args.tables),
+        modes: list(&args.modes),
+    };
+    let mut command = format!(
+        "ordo bench ganger --scale {} --seed {}",
+        args.scale.name(),
+        args.seed
+    );
+    if let Some(t) = &args.tables {
+        command.push_str(&format!(" --tables {t}"));
+    }
+    if let Some(m) = &args.modes {
+        command.push_str(&format!(" --modes {m}"));
+    }
+    let runs = suite.run(|r| {
+        if !args.quiet {
+            eprintln!(
+                "ordo bench ganger: {} {} on {}: {:.2} s virtual, {} disk requests ({} reads); {}",
+                r.table,
+                r.case,
+                r.mode,
+                r.elapsed_s,
+                r.disk_requests,
+                r.reads,
+                r.protocol
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    })?;
+    println!("{}", crate::ganger::report(&runs, &suite));
+    println!("reproduce with: {command}");
+    if let Some(p) = &args.json {
+        let doc = serde_json::json!({ "command": command, "runs": runs });
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        std::fs::write(p, text + "\n").map_err(|e| BenchError::Output {
+            path: p.clone(),
+            source: e,
+        })?;
+        println!("results: {}", p.display());
+    }
+    if let Some(p) = &args.chart {
+        let rows = crate::ganger::rows(&runs, &suite);
+        let caption = format!("{command}\nvirtual time on the HP C2447 model; deterministic");
+        std::fs::write(p, crate::chart::svg(&rows, &caption)).map_err(|e| BenchError::Output {
+            path: p.clone(),
+            source: e,
+        })?;
+        println!("chart: {}", p.display());
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

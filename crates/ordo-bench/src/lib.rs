@@ -20,6 +20,7 @@ pub mod chart;
 pub mod cli;
 pub mod commits;
 pub mod error;
+pub mod ganger;
 pub mod report;
 pub mod runner;
 pub mod stats;

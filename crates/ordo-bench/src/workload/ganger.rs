@@ -81,7 +81,7 @@ impl Tree {
     }
 
     /// Writes the tree under `root`.
-    fn write(&self, vfs: &dyn Vfs, root: &str, seed: u64) -> Result<()> {
+    pub fn write(&self, vfs: &dyn Vfs, root: &str, seed: u64) -> Result<()> {
         mkdir_all(vfs, root)?;
         for d in &self.dirs {
             vfs.mkdir(&format!("{root}/{d}"))?;
@@ -100,8 +100,24 @@ impl Tree {
     }
 }
 
+/// Copies the file `src` to a new file `dst` through `buf`, a read and a
+/// write per `buf.len()` bytes, like `cp`; returns the bytes copied.
+pub fn copy_file(vfs: &dyn Vfs, src: &str, dst: &str, buf: &mut [u8]) -> Result<u64> {
+    let from = vfs.open(src)?;
+    let to = vfs.create(dst)?;
+    let mut off = 0u64;
+    loop {
+        let n = from.read_at(off, buf)?;
+        if n == 0 {
+            return Ok(off);
+        }
+        to.write_at(off, &buf[..n])?;
+        off += n as u64;
+    }
+}
+
 /// Copies the tree `src` to `dst`, like `cp -r`; returns the files copied.
-fn copy_tree(vfs: &dyn Vfs, src: &str, dst: &str, ctx: &RunCtx) -> Result<u64> {
+pub fn copy_tree(vfs: &dyn Vfs, src: &str, dst: &str, ctx: &RunCtx) -> Result<u64> {
     vfs.mkdir(dst)?;
     let mut copied = 0;
     let mut buf = vec![0u8; COPY_IO_BYTES];
@@ -111,17 +127,7 @@ fn copy_tree(vfs: &dyn Vfs, src: &str, dst: &str, ctx: &RunCtx) -> Result<u64> {
             copied += copy_tree(vfs, &s, &d, ctx)?;
             continue;
         }
-        let from = vfs.open(&s)?;
-        let to = vfs.create(&d)?;
-        let mut off = 0u64;
-        loop {
-            let n = from.read_at(off, &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            to.write_at(off, &buf[..n])?;
-            off += n as u64;
-        }
+        copy_file(vfs, &s, &d, &mut buf)?;
         copied += 1;
         ctx.tick(1);
     }
@@ -234,7 +240,7 @@ pub struct SmallFiles {
 }
 
 /// Bytes in each small file.
-const SMALL_FILE_BYTES: usize = 1024;
+pub const SMALL_FILE_BYTES: usize = 1024;
 
 /// The three phases, one case each (ops: files).
 pub fn smallfiles_cases(scale: Scale, o: &Overrides) -> Vec<Box<dyn Case>> {

@@ -158,6 +158,9 @@ pub struct SoftdepProtocol {
     /// What each plan in flight carries: update ids and fresh data blocks.
     inflight: BTreeMap<u64, (Vec<u64>, Vec<u64>)>,
     next_tag: u64,
+    /// Blocks the last periodic write-back left dirty rather than write
+    /// rolled back; the next one writes them whatever they hold.
+    held_back: HashSet<u64>,
     fault: Fault,
     stats_rounds: u64,
     stats_writes: u64,
@@ -182,6 +185,7 @@ impl SoftdepProtocol {
             freed: BTreeSet::new(),
             inflight: BTreeMap::new(),
             next_tag: 1,
+            held_back: HashSet::new(),
             fault,
             stats_rounds: 0,
             stats_writes: 0,
@@ -269,6 +273,14 @@ impl SoftdepProtocol {
         let mut sim_fresh: BTreeSet<u64> = self.fresh.clone();
         // Plain dirty blocks (no pending update) already written by this plan.
         let mut plain_done: HashSet<u64> = HashSet::new();
+        // The periodic write-back makes one round; a full one runs rounds
+        // until everything is written, each leaving the blocks that need a
+        // rollback to a later round whenever something else can go out.
+        let rounds_max = if full { usize::MAX } else { 1 };
+        if full {
+            self.held_back.clear();
+        }
+        let mut round = 0usize;
         loop {
             let live: Vec<usize> = (0..self.pending.len())
                 .filter(|&k| !sim_durable.contains(&self.pending[k].id))
@@ -284,6 +296,24 @@ impl SoftdepProtocol {
             let mut included: Vec<usize> = Vec::new();
             let dirty = io.dirty_blocks();
             let mut plain: Vec<u64> = Vec::new();
+            // A block whose image needs a rollback waits for a later round
+            // of this write-back when something can be written without
+            // one: the writes of this round often make its held updates
+            // ready, and the block then goes out once, whole, instead of
+            // rolled back now and again at the next tick. Skipping a write
+            // is always safe; the last round writes rollbacks as before.
+            let new_ready = |members: &Vec<usize>| {
+                members
+                    .iter()
+                    .any(|&i| ready[i] && !self.pending[live[i]].written)
+            };
+            let defer_rollbacks = round + 1 < rounds_max
+                && dirty.iter().any(|b| match by_block.get(b) {
+                    None => !plain_done.contains(b),
+                    Some(members) => new_ready(members) && members.iter().all(|&i| ready[i]),
+                });
+            let mut deferred = false;
+            let mut whole: Vec<u64> = Vec::new();
             for b in dirty {
                 match by_block.get(&b) {
                     None => {
@@ -292,16 +322,29 @@ impl SoftdepProtocol {
                         }
                     }
                     Some(members) => {
-                        let new = members
-                            .iter()
-                            .any(|&i| ready[i] && !self.pending[live[i]].written);
-                        if !new {
+                        if !new_ready(members) {
                             continue;
                         }
                         let held: Vec<usize> =
                             members.iter().copied().filter(|&i| !ready[i]).collect();
+                        if !held.is_empty() && defer_rollbacks {
+                            deferred = true;
+                            continue;
+                        }
+                        // The periodic write-back leaves a block that needs a
+                        // rollback for the next tick, once: this tick's
+                        // writes usually make its held updates ready, and it
+                        // then goes out whole, once, rather than rolled back
+                        // now and again later (SVR4's syncer, too, writes a
+                        // block on the pass after the one that found it
+                        // dirty). Its age stays bounded by two ticks.
+                        if !full && !held.is_empty() && self.held_back.insert(b) {
+                            continue;
+                        }
+                        self.held_back.remove(&b);
                         if held.is_empty() {
-                            io.write_home(b, false);
+                            // Written with the plain blocks below, in runs.
+                            whole.push(b);
                         } else if let Some(cur) = io.snapshot(b) {
                             let mut img = cur.to_vec();
                             for &i in held.iter().rev() {
@@ -325,9 +368,14 @@ impl SoftdepProtocol {
                     }
                 }
             }
-            if !plain.is_empty() {
+            if !plain.is_empty() || !whole.is_empty() {
                 self.stats_writes += plain.len() as u64;
-                io.write_home_runs(&plain, false, super::MAX_RUN_BLOCKS);
+                // One pass in block order, adjacent blocks of a class in one
+                // request: every write of a round is independent of the
+                // others (they all wait for the round's flush).
+                let mut runs: Vec<u64> = plain.iter().chain(&whole).copied().collect();
+                runs.sort_unstable();
+                io.write_home_runs(&runs, false, super::MAX_RUN_BLOCKS);
                 for &b in &plain {
                     if sim_fresh.remove(&b) {
                         carried_fresh.push(b);
@@ -344,7 +392,8 @@ impl SoftdepProtocol {
                 io.flush();
                 self.stats_rounds += 1;
             }
-            if !full {
+            round += 1;
+            if !full && !deferred {
                 break;
             }
             // After this round's flush (and the earlier plans' writes, which
