@@ -27,7 +27,7 @@ fn softdep_is_consistent_and_the_broken_variants_are_caught() {
     let mut total = 0;
     for (w, max, e2fsck) in [
         ("seq1", None, E2fsckPolicy::Every),
-        ("seq2", Some(27_000), E2fsckPolicy::Sample(200)),
+        ("seq2", Some(20_000), E2fsckPolicy::Sample(200)),
         ("random", Some(6_000), E2fsckPolicy::Sample(100)),
         ("mix", Some(6_000), E2fsckPolicy::Sample(100)),
     ] {

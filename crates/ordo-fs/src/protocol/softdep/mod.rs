@@ -273,14 +273,9 @@ impl SoftdepProtocol {
         let mut sim_fresh: BTreeSet<u64> = self.fresh.clone();
         // Plain dirty blocks (no pending update) already written by this plan.
         let mut plain_done: HashSet<u64> = HashSet::new();
-        // The periodic write-back makes one round; a full one runs rounds
-        // until everything is written, each leaving the blocks that need a
-        // rollback to a later round whenever something else can go out.
-        let rounds_max = if full { usize::MAX } else { 1 };
         if full {
             self.held_back.clear();
         }
-        let mut round = 0usize;
         loop {
             let live: Vec<usize> = (0..self.pending.len())
                 .filter(|&k| !sim_durable.contains(&self.pending[k].id))
@@ -296,23 +291,11 @@ impl SoftdepProtocol {
             let mut included: Vec<usize> = Vec::new();
             let dirty = io.dirty_blocks();
             let mut plain: Vec<u64> = Vec::new();
-            // A block whose image needs a rollback waits for a later round
-            // of this write-back when something can be written without
-            // one: the writes of this round often make its held updates
-            // ready, and the block then goes out once, whole, instead of
-            // rolled back now and again at the next tick. Skipping a write
-            // is always safe; the last round writes rollbacks as before.
             let new_ready = |members: &Vec<usize>| {
                 members
                     .iter()
                     .any(|&i| ready[i] && !self.pending[live[i]].written)
             };
-            let defer_rollbacks = round + 1 < rounds_max
-                && dirty.iter().any(|b| match by_block.get(b) {
-                    None => !plain_done.contains(b),
-                    Some(members) => new_ready(members) && members.iter().all(|&i| ready[i]),
-                });
-            let mut deferred = false;
             let mut whole: Vec<u64> = Vec::new();
             for b in dirty {
                 match by_block.get(&b) {
@@ -327,10 +310,6 @@ impl SoftdepProtocol {
                         }
                         let held: Vec<usize> =
                             members.iter().copied().filter(|&i| !ready[i]).collect();
-                        if !held.is_empty() && defer_rollbacks {
-                            deferred = true;
-                            continue;
-                        }
                         // The periodic write-back leaves a block that needs a
                         // rollback for the next tick, once: this tick's
                         // writes usually make its held updates ready, and it
@@ -392,8 +371,7 @@ impl SoftdepProtocol {
                 io.flush();
                 self.stats_rounds += 1;
             }
-            round += 1;
-            if !full && !deferred {
+            if !full {
                 break;
             }
             // After this round's flush (and the earlier plans' writes, which
