@@ -7,7 +7,7 @@
 #   SCALE=medium scripts/results.sh
 #   WORKLOADS="fcmicro varmail" scripts/results.sh
 #   WORKLOADS=fastcommit FC_SCALE=paper scripts/results.sh   # issue 7's sweep
-#   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=paper)
+#   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=small|paper)
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -67,7 +67,7 @@ for w in $WORKLOADS; do
         # Ganger & Patt's tables in virtual time (deterministic, in-process),
         # and the same workloads on the kernel's ext4 and ordo through FUSE
         # on a real device, as a modern reference (real time).
-        "$BIN" bench ganger --scale "${GANGER_SCALE:-paper}" --seed "$SEED" -q \
+        "$BIN" bench ganger --scale "${GANGER_SCALE:-small}" --seed "$SEED" -q \
             --json "$OUT/ganger.json" --chart "$OUT/ganger.svg" >"$OUT/ganger.txt" || true
         bench ganger-modern copy,remove,smallfiles --users 4 \
             --targets "ext4:ordered,ordo:async,ordo:sync,ordo:sched-flag,ordo:sched-chain,ordo:softdep,ordo:journal"
