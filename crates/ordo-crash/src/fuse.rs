@@ -24,7 +24,9 @@ use crate::workload::Op;
 /// A FUSE mount of a library file system, unmounted when dropped.
 pub struct FuseMount {
     dir: tempfile::TempDir,
-    unmount: Option<Box<dyn FnOnce() -> io::Result<()>>>,
+    /// Given whether the mount point is already unmounted, finish the
+    /// unmount and join the serving thread.
+    unmount: Option<Box<dyn FnOnce(bool) -> io::Result<()>>>,
 }
 
 impl FuseMount {
@@ -41,8 +43,16 @@ impl FuseMount {
             fsname: "ordo-crash".to_string(),
         };
         let session = ordo_fuse::mount(fs, dir.path(), &config)?.spawn()?;
-        let unmount: Box<dyn FnOnce() -> io::Result<()>> =
-            Box::new(move || session.umount_and_join());
+        let unmount: Box<dyn FnOnce(bool) -> io::Result<()>> = Box::new(move |done| {
+            if done {
+                // The serving thread ends when the kernel drops the
+                // connection; fuser's own unmount on drop finds nothing
+                // mounted.
+                session.join()
+            } else {
+                session.umount_and_join()
+            }
+        });
         Ok(FuseMount {
             dir,
             unmount: Some(unmount),
@@ -55,18 +65,59 @@ impl FuseMount {
     }
 
     /// Unmount and wait for the serving thread.
+    ///
+    /// A FUSE mount can be busy for a moment after the last file on it is
+    /// closed: a child process forked by another thread (e2fsck, mkfs) holds
+    /// copies of the descriptors until it execs, and the kernel's release
+    /// of a file is asynchronous. So an `EBUSY` is retried for a while, then
+    /// the mount is detached (`MNT_DETACH`), which is all a crash recording
+    /// needs: the events were taken before the unmount.
     pub fn unmount(mut self) -> io::Result<()> {
+        let done = settle_unmount(self.dir.path())?;
         match self.unmount.take() {
-            Some(f) => f(),
+            Some(f) => f(done),
             None => Ok(()),
         }
     }
 }
 
+/// Unmount `path` with `umount2`, retrying `EBUSY` and finally detaching;
+/// true once it is unmounted. `EPERM` (not root) leaves the unmount to
+/// fuser, which goes through `fusermount3 -u` (false).
+fn settle_unmount(path: &Path) -> io::Result<bool> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let umount2 = |flags: libc::c_int| {
+        // SAFETY: `c` is a valid NUL-terminated path for the whole call.
+        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    const TRIES: u32 = 100;
+    for attempt in 0..TRIES {
+        match umount2(0) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < TRIES => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return umount2(libc::MNT_DETACH).map(|()| true);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
 impl Drop for FuseMount {
     fn drop(&mut self) {
         if let Some(f) = self.unmount.take() {
-            let _ = f();
+            let _ = f(false);
         }
     }
 }
