@@ -81,6 +81,8 @@ pub enum TargetKind {
         commit_s: Option<u64>,
         /// The I/O scheduler (`sched=`); `None`: plans issued in order.
         sched: Option<ordo_dev::Policy>,
+        /// What a plain fsync means (`fsync=dsync|osync`).
+        fsync: ordo_fs::FsyncMeaning,
     },
 }
 
@@ -99,7 +101,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync] (MODE: {})",
         modes.join(", ")
     )
 }
@@ -137,6 +139,7 @@ impl std::str::FromStr for TargetSpec {
                 let mut data = DataMode::default();
                 let mut commit_s = None;
                 let mut sched = None;
+                let mut fsync = ordo_fs::FsyncMeaning::default();
                 for opt in parts {
                     match opt.split_once('=') {
                         Some(("data", d)) => data = d.parse::<DataMode>().map_err(bad)?,
@@ -149,9 +152,10 @@ impl std::str::FromStr for TargetSpec {
                         Some(("sched", p)) => {
                             sched = Some(p.parse::<ordo_dev::Policy>().map_err(bad)?)
                         }
+                        Some(("fsync", f)) => fsync = f.parse().map_err(bad)?,
                         _ => {
                             return Err(bad(format!(
-                                "unknown option '{opt}' (ordo-lib takes data=, commit= and sched=)"
+                                "unknown option '{opt}' (ordo-lib takes data=, commit=, sched= and fsync=)"
                             )))
                         }
                     }
@@ -161,6 +165,7 @@ impl std::str::FromStr for TargetSpec {
                     data,
                     commit_s,
                     sched,
+                    fsync,
                 }
             }
             _ => return Err(bad("unknown target".into())),
@@ -652,6 +657,7 @@ impl Instance {
                 data,
                 commit_s,
                 sched,
+                fsync,
             } => {
                 let path = self.device_path().to_path_buf();
                 let bs = ext4_block_size(&path)?;
@@ -675,6 +681,7 @@ impl Instance {
                     // Virtual time must not depend on a timer thread.
                     background: timed.is_none(),
                     sched: *sched,
+                    fsync: *fsync,
                     ..defaults
                 };
                 let fs = Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
@@ -1005,6 +1012,7 @@ mod tests {
                 data: DataMode::Ordered,
                 commit_s: None,
                 sched: None,
+                fsync: ordo_fs::FsyncMeaning::Dsync,
             }
         );
         let t: TargetSpec = "ordo-lib:fast_commit,commit=600".parse().unwrap();
@@ -1015,6 +1023,7 @@ mod tests {
                 data: DataMode::Ordered,
                 commit_s: Some(600),
                 sched: None,
+                fsync: ordo_fs::FsyncMeaning::Dsync,
             }
         );
         let t: TargetSpec = "ordo-lib:sync,sched=sptf".parse().unwrap();

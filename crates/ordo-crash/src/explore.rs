@@ -215,7 +215,9 @@ pub struct ExploreParams {
     pub data: DataMode,
     /// Workload name or scenario path.
     pub workload: String,
-    /// Parameters of the built-in workloads (their seed is `states.seed`).
+    /// Parameters of the built-in workloads (their seed is `states.seed`,
+    /// and `durability_calls` is turned on for a protocol whose
+    /// capabilities promise a prefix of the operations after a crash).
     pub workload_params: WorkloadParams,
     /// State generation.
     pub states: StateParams,
@@ -362,6 +364,11 @@ pub fn record_workload(
 ) -> Result<(workload::Workload, Vec<Arc<Recording>>), CrashError> {
     let mut wparams = p.workload_params;
     wparams.seed = p.states.seed;
+    // osync's ordering is checked only where the protocol promises a
+    // prefix of the operations after a crash, so only there do the
+    // workloads use OptFS's calls; everywhere else they stay as they were
+    // (a caller may still ask for them).
+    wparams.durability_calls |= p.mode.caps().prefix_after_crash;
     let wl = workload::by_name(&p.workload, &wparams)?;
     if let Some(s) = only {
         if s >= wl.sequences.len() {

@@ -5,9 +5,11 @@
 //! flags reach fallocate, what close does) is what the crash states come
 //! from.
 //!
-//! `sync` is the one exception: FUSE does not forward `syncfs(2)` to an
-//! ordinary FUSE file system, so `sync` calls the library's `Fs::sync` on
-//! the mounted file system (the same object the adapter serves).
+//! The exceptions call the library on the mounted file system (the same
+//! object the adapter serves): FUSE does not forward `syncfs(2)` to an
+//! ordinary FUSE file system, so `sync` calls `Fs::sync`; and OptFS's
+//! `osync` and `dsync` have no system call at all, so they call `Fs::osync`
+//! and `Fs::dsync` on the inode the path names.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -259,6 +261,26 @@ pub fn run_op(
             }
         }
         Op::Sync => fs.sync().map_err(|err| format!("ordo sync: {err}"))?,
+        // The mount's own tick, on the library under it.
+        Op::Writeback => fs
+            .write_back()
+            .map_err(|err| format!("ordo write-back: {err}"))?,
+        // No system call reaches these: the library's, on the inode the
+        // path names. Every earlier request through the mount has been
+        // answered (the calls above wait for their replies, and the
+        // adapter has no write-back cache), so the library has seen what
+        // the workload did before.
+        Op::Osync(p) | Op::Dsync(p) => {
+            let ino = fs
+                .lookup_path(p)
+                .map_err(|err| format!("lookup {p}: {err}"))?
+                .ino;
+            let (what, r) = match op {
+                Op::Osync(_) => ("osync", fs.osync(ino)),
+                _ => ("dsync", fs.dsync(ino)),
+            };
+            r.map_err(|err| format!("ordo {what}: {err}"))?;
+        }
     }
     if let Applied::Changed { created: Some(id) } = &applied {
         let path = match op {

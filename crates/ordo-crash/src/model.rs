@@ -11,7 +11,7 @@
 //! and carry the inode number ordo gave them, so a recovered inode can be
 //! matched to the model node it should be.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use ordo_fs::Ino;
@@ -71,7 +71,8 @@ impl Node {
 pub enum Applied {
     /// A mutation; `created` is the node it made, if any.
     Changed { created: Option<NodeId> },
-    /// fsync / fdatasync of a node (by the path it had).
+    /// fsync / fdatasync / dsync of a node (by the path it had); dsync is
+    /// an fsync here.
     Fsync {
         node: NodeId,
         datasync: bool,
@@ -79,6 +80,9 @@ pub enum Applied {
     },
     /// sync.
     Sync,
+    /// osync of a node: an ordering point, which changes nothing and
+    /// promises nothing.
+    Osync { node: NodeId },
 }
 
 /// The whole tree. Nodes are never reused: a removed node's slot becomes
@@ -471,7 +475,7 @@ impl Tree {
                 self.insert(ddir, dname, id);
                 changed(None)
             }
-            Op::Fsync(path) | Op::Fdatasync(path) => {
+            Op::Fsync(path) | Op::Fdatasync(path) | Op::Dsync(path) | Op::Osync(path) => {
                 let id = self
                     .resolve(path)
                     .ok_or_else(|| format!("'{path}' does not exist"))?;
@@ -483,6 +487,7 @@ impl Tree {
                     Some(NodeData::Dir { .. }) if datasync => {
                         Err(format!("'{path}': fdatasync is for files"))
                     }
+                    _ if matches!(op, Op::Osync(_)) => Ok(Applied::Osync { node: id }),
                     _ => Ok(Applied::Fsync {
                         node: id,
                         datasync,
@@ -517,6 +522,8 @@ impl Tree {
                 changed(None)
             }
             Op::Sync => Ok(Applied::Sync),
+            // The tick changes nothing the model sees, and promises nothing.
+            Op::Writeback => Ok(Applied::Changed { created: None }),
         }
     }
 
@@ -585,6 +592,150 @@ impl Tree {
     pub fn parent_of(&self, path: &str) -> Option<(NodeId, Vec<u8>)> {
         let (parent, name) = split(path).ok()?;
         Some((self.resolve(parent)?, name.to_vec()))
+    }
+
+    /// Every reachable path with its [`Shape`] (see [`Listing`]).
+    pub fn listing(&self) -> Listing {
+        self.listing_hashed(&mut HashMap::new())
+    }
+
+    /// [`Tree::listing`], hashing each distinct file content once:
+    /// `hashes` maps a content's address to its hash, so that the
+    /// snapshots of one recording, which share the contents an operation
+    /// did not change, hash only what changed. The contents must stay
+    /// alive while `hashes` is in use (addresses are not reused then).
+    pub fn listing_hashed(&self, hashes: &mut HashMap<usize, u64>) -> Listing {
+        let names = self
+            .walk()
+            .into_iter()
+            .filter_map(|(path, id)| {
+                let shape = match &self.node(id)?.data {
+                    NodeData::Dir { .. } => Shape::Dir,
+                    NodeData::File { content } => Shape::File {
+                        len: content.len() as u64,
+                        hash: *hashes
+                            .entry(Arc::as_ptr(content) as usize)
+                            .or_insert_with(|| content_hash(content)),
+                    },
+                    NodeData::Symlink { target } => Shape::Symlink {
+                        hash: content_hash(target),
+                    },
+                };
+                Some((path, shape))
+            })
+            .collect();
+        Listing::new(names)
+    }
+}
+
+/// What the prefix oracle compares of a reachable name: its kind and, for
+/// files and symlinks, a hash of the bytes or the target. Inode numbers,
+/// link counts, attributes and times are not part of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Shape {
+    /// A directory (its entries are the paths under it).
+    Dir,
+    /// A regular file of `len` bytes.
+    File { len: u64, hash: u64 },
+    /// A symbolic link.
+    Symlink { hash: u64 },
+    /// Anything else (a device, a fifo: no workload makes one).
+    Other,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shape::Dir => write!(f, "a directory"),
+            Shape::File { len, hash } => write!(f, "a file of {len} bytes (hash {hash:016x})"),
+            Shape::Symlink { hash } => write!(f, "a symlink (target hash {hash:016x})"),
+            Shape::Other => write!(f, "neither file, directory nor symlink"),
+        }
+    }
+}
+
+/// The hash [`Shape`] takes of file contents and symlink targets.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    // SipHash with fixed keys: the same bytes hash the same within a run,
+    // which is all the comparison needs.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
+}
+
+/// A whole tree as the prefix oracle compares it: every reachable path
+/// (each name of a hard-linked file) with its [`Shape`], sorted by path,
+/// and a digest of all of it, so that unequal listings are usually told
+/// apart without walking them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listing {
+    /// `(path, shape)`, sorted by path.
+    pub names: Vec<(String, Shape)>,
+    /// A hash of `names`.
+    pub digest: u64,
+}
+
+/// One difference between two listings: a path and what each has there
+/// (`None`: nothing).
+pub type ListingDiff<'a> = (&'a str, Option<Shape>, Option<Shape>);
+
+impl Listing {
+    /// A listing of `names` (in any order; duplicates are kept).
+    pub fn new(mut names: Vec<(String, Shape)>) -> Self {
+        use std::hash::{Hash, Hasher};
+        names.sort_unstable();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        names.hash(&mut h);
+        Listing {
+            names,
+            digest: h.finish(),
+        }
+    }
+
+    /// Whether both list the same paths with the same shapes.
+    pub fn same(&self, other: &Listing) -> bool {
+        self.digest == other.digest && self.names == other.names
+    }
+
+    /// The paths whose shape differs between `self` and `other`, in path
+    /// order: the first of them, and how many there are.
+    pub fn diff<'a>(&'a self, other: &'a Listing) -> (Option<ListingDiff<'a>>, usize) {
+        let (a, b) = (&self.names, &other.names);
+        let (mut i, mut k) = (0, 0);
+        let mut first = None;
+        let mut count = 0;
+        let mut note = |d: ListingDiff<'a>| {
+            if first.is_none() {
+                first = Some(d);
+            }
+            count += 1;
+        };
+        while i < a.len() || k < b.len() {
+            match (a.get(i), b.get(k)) {
+                (Some((pa, sa)), Some((pb, sb))) if pa == pb => {
+                    if sa != sb {
+                        note((pa, Some(*sa), Some(*sb)));
+                    }
+                    i += 1;
+                    k += 1;
+                }
+                (Some((pa, sa)), Some((pb, _))) if pa < pb => {
+                    note((pa, Some(*sa), None));
+                    i += 1;
+                }
+                (Some(_), Some((pb, sb))) | (None, Some((pb, sb))) => {
+                    note((pb, None, Some(*sb)));
+                    k += 1;
+                }
+                (Some((pa, sa)), None) => {
+                    note((pa, Some(*sa), None));
+                    i += 1;
+                }
+                (None, None) => unreachable!("the loop runs while either has more"),
+            }
+        }
+        (first, count)
     }
 }
 
@@ -670,6 +821,88 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.node(foo).unwrap().content().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn osync_and_dsync_change_nothing() {
+        let base = tree_with(&crate::workload::preset());
+        let mut t = base.clone();
+        let foo = t.resolve("/A/foo").unwrap();
+        assert_eq!(
+            t.apply(&Op::Osync("/A/foo".into()), 100),
+            Ok(Applied::Osync { node: foo })
+        );
+        assert_eq!(
+            t.apply(&Op::Dsync("/A".into()), 101),
+            Ok(Applied::Fsync {
+                node: t.resolve("/A").unwrap(),
+                datasync: false,
+                path: "/A".into()
+            })
+        );
+        assert_eq!(t, base);
+        assert!(t.apply(&Op::Osync("/B/lnk".into()), 102).is_err());
+        assert!(t.apply(&Op::Dsync("/nothing".into()), 103).is_err());
+    }
+
+    #[test]
+    fn listings_tell_trees_apart() {
+        let a = tree_with(&crate::workload::preset());
+        let mut b = a.clone();
+        assert!(a.listing().same(&b.listing()));
+        assert_eq!(a.listing().names.len(), a.walk().len());
+        // Same size, other bytes.
+        b.apply(
+            &Op::Write {
+                path: "/A/foo".into(),
+                off: 0,
+                len: 10,
+            },
+            100,
+        )
+        .unwrap();
+        let (la, lb) = (a.listing(), b.listing());
+        assert!(!la.same(&lb));
+        let (first, n) = la.diff(&lb);
+        let (path, have, want) = first.unwrap();
+        assert_eq!((path, n), ("/A/foo", 1));
+        assert!(matches!(
+            (have, want),
+            (Some(Shape::File { len: 8192, hash: x }), Some(Shape::File { len: 8192, hash: y })) if x != y
+        ));
+        // A new name and a missing one, in path order.
+        b.apply(
+            &Op::Rename {
+                src: "/A/bar".into(),
+                dst: "/C/bar".into(),
+            },
+            101,
+        )
+        .unwrap();
+        let lb = b.listing();
+        let (first, n) = la.diff(&lb);
+        assert_eq!(n, 3);
+        let bar = la
+            .names
+            .iter()
+            .find(|(p, _)| p == "/A/bar")
+            .map(|(_, s)| *s);
+        assert_eq!(first, Some(("/A/bar", bar, None)));
+        assert_eq!(lb.diff(&la).0.map(|d| d.0), Some("/A/bar"));
+        // Hard links are two paths; hashing through a shared cache agrees.
+        b.apply(
+            &Op::Link {
+                src: "/foo".into(),
+                dst: "/B/foo".into(),
+            },
+            102,
+        )
+        .unwrap();
+        let mut cache = HashMap::new();
+        let l = b.listing_hashed(&mut cache);
+        assert!(l.same(&b.listing()));
+        assert_eq!(l.names.len(), b.walk().len());
+        assert!(l.names.iter().any(|(p, _)| p == "/B/foo"));
     }
 
     #[test]

@@ -17,7 +17,10 @@
 //!    file is zero or what some version of that same file held at that
 //!    offset; directory entries are names the directory had; symlinks
 //!    point where they pointed.
-//! 6. Protocol hooks ([`InvariantHook`]) add the protocol's own invariants.
+//! 6. Protocol hooks ([`InvariantHook`]) add the protocol's own invariants:
+//!    recovery is idempotent ([`RecoveryIdempotent`]) and, where the
+//!    protocol promises it, the recovered tree is the model's after some
+//!    operation ([`PrefixOfOperations`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use ordo_fs::{FileType, Fs, Ino, ProtocolKind};
 
 use crate::backend;
 use crate::log::{apply_write, EventKind};
-use crate::model::{NodeData, NodeId, Tree};
+use crate::model::{content_hash, Listing, NodeData, NodeId, Shape, Tree};
 use crate::pattern;
 use crate::record::{Promised, Recording};
 use crate::states::StateSpec;
@@ -239,16 +242,184 @@ impl InvariantHook for RecoveryIdempotent {
     }
 }
 
+/// After recovery the tree is the model's after some operation: a prefix
+/// of the workload survived the crash, and nothing of what followed it
+/// (`Capabilities::prefix_after_crash`, the guarantee of OptFS's osync).
+///
+/// The recovered tree, walked from the root (every path with its kind, a
+/// file's bytes, a symlink's target; not inode numbers, link counts,
+/// attributes or times), must equal `snapshots[k]` for some `k` in
+/// `lo..=j`: `j` is the operation in flight at the crash (its writes may
+/// all have reached the disk, or none of the ones that matter), and `lo`
+/// the operation after which the last promise before the crash was made
+/// (0, the base, if none was). So a durability call (fsync, fdatasync,
+/// dsync, sync) counts as making every operation before it durable, not
+/// only its own file: on such a protocol it commits everything issued
+/// before it (OptFS's fsync and dsync flush its one journal), and a crash
+/// after it returns keeps at least that prefix.
+///
+/// An operation is one call of the library. A write larger than one FUSE
+/// request (128 KiB), recorded through the mount, is several, and a crash
+/// could keep part of it; no workload writes that much in one operation.
+pub struct PrefixOfOperations;
+
+impl InvariantHook for PrefixOfOperations {
+    fn name(&self) -> &'static str {
+        "prefix-of-operations"
+    }
+    fn check(&self, ctx: &HookContext) -> Vec<String> {
+        let rec = ctx.recording;
+        let (lo, j) = prefix_window(rec, ctx.state);
+        let mut reader = Reader::new(ctx.fs);
+        let (recovered, inos) = match recovered_listing(&mut reader) {
+            Ok(l) => l,
+            Err(e) => return vec![e],
+        };
+        // A file both have with other bytes: where they start to differ.
+        let offset = |k: usize, path: &str| {
+            let want = rec.snapshots[k].resolve(path)?;
+            let want = rec.snapshots[k].node(want)?.content()?;
+            let have = reader.file(*inos.get(path)?).ok()?;
+            let at = have
+                .iter()
+                .zip(want.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(have.len().min(want.len()));
+            Some(format!(" (bytes differ from offset {at})"))
+        };
+        prefix_mismatch(&recovered, lo, j, |k| rec.listing(k), offset)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The operations `(lo, j)` whose trees a recovered state may be, for
+/// [`PrefixOfOperations`]: `j` is the operation in flight, `lo` the one
+/// after which the last promise logged before the crash was made (the
+/// base's, op 0, if none was). `lo <= j` always holds for a recorded log
+/// (a promise's mark is tagged with its operation); `lo` is capped at `j`
+/// regardless.
+fn prefix_window(rec: &Recording, state: &StateSpec) -> (usize, usize) {
+    let j = state.op_in_flight(&rec.events).min(rec.snapshots.len() - 1);
+    let lo = promises_to_check(rec, state)
+        .iter()
+        .map(|&p| rec.promises[p].op)
+        .max()
+        .unwrap_or(0);
+    (lo.min(j), j)
+}
+
+/// The recovered tree as [`PrefixOfOperations`] compares it, and the
+/// inode of each path.
+fn recovered_listing(reader: &mut Reader) -> Result<(Listing, HashMap<String, Ino>), String> {
+    let (reachable, errors) = walk(reader);
+    if let Some(e) = errors.first() {
+        return Err(format!("walking the recovered tree: {e}"));
+    }
+    let mut names = Vec::with_capacity(reachable.len());
+    let mut inos = HashMap::with_capacity(reachable.len());
+    for (path, ino, kind) in reachable {
+        inos.insert(path.clone(), ino);
+        let shape = match kind {
+            FileType::Directory => Shape::Dir,
+            FileType::Regular => {
+                let data = reader.file(ino).map_err(|e| format!("{path}: {e}"))?;
+                Shape::File {
+                    len: data.len() as u64,
+                    hash: content_hash(&data),
+                }
+            }
+            FileType::Symlink => {
+                let target = reader
+                    .fs
+                    .readlink(ino)
+                    .map_err(|e| format!("{path}: readlink: {e}"))?;
+                Shape::Symlink {
+                    hash: content_hash(&target),
+                }
+            }
+            _ => Shape::Other,
+        };
+        names.push((path, shape));
+    }
+    Ok((Listing::new(names), inos))
+}
+
+/// `None` if `recovered` is `snapshot(k)` for some `k` in `lo..=j`
+/// (tried from `j` down, stopping at the first match; listings with a
+/// different digest cost one comparison). Otherwise what is wrong, against
+/// the two distinct trees of the window closest to it; `detail(k, path)`
+/// may add to the description of a file whose bytes differ from op `k`'s.
+fn prefix_mismatch<'a>(
+    recovered: &Listing,
+    lo: usize,
+    j: usize,
+    snapshot: impl Fn(usize) -> &'a Listing,
+    mut detail: impl FnMut(usize, &str) -> Option<String>,
+) -> Option<String> {
+    if (lo..=j).rev().any(|k| snapshot(k).same(recovered)) {
+        return None;
+    }
+    // (differences, -k) orders the closest first, the later op on a tie;
+    // a tree equal to an earlier one's is left out (it is named by the
+    // operation that made it).
+    let mut closest: Vec<(usize, usize)> = Vec::new();
+    let mut seen = HashSet::new();
+    for k in lo..=j {
+        let l = snapshot(k);
+        if seen.insert(l.digest) {
+            closest.push((recovered.diff(l).1, k));
+        }
+    }
+    closest.sort_by_key(|&(n, k)| (n, std::cmp::Reverse(k)));
+    let near: Vec<String> = closest
+        .iter()
+        .take(2)
+        .map(|&(n, k)| {
+            let (first, _) = recovered.diff(snapshot(k));
+            let what = |s: Option<Shape>| s.map_or("nothing".to_string(), |s| s.to_string());
+            match first {
+                Some((path, have, want)) => {
+                    let both_files = matches!(
+                        (have, want),
+                        (Some(Shape::File { .. }), Some(Shape::File { .. }))
+                    );
+                    let more = if both_files { detail(k, path) } else { None };
+                    format!(
+                        "op {k}: {n} path(s) differ, first {path}: recovered {}, model {}{}",
+                        what(have),
+                        what(want),
+                        more.unwrap_or_default()
+                    )
+                }
+                None => format!("op {k}: equal"),
+            }
+        })
+        .collect();
+    let ops = if lo == j {
+        format!("op {j}")
+    } else {
+        format!("any of ops {lo}..={j}")
+    };
+    Some(format!(
+        "the recovered tree is not the model's after {ops}; closest {}",
+        near.join("; ")
+    ))
+}
+
 /// The hooks of a protocol.
 pub fn hooks_for(mode: ProtocolKind) -> Vec<Box<dyn InvariantHook>> {
+    let mut hooks: Vec<Box<dyn InvariantHook>> = Vec::new();
     // A log-replaying mount stamps the superblock (mount count, times),
     // so its idempotence is checked on the replayed blocks by the log's
     // own tests, not block for block here.
-    if mode.caps().log_replay {
-        Vec::new()
-    } else {
-        vec![Box::new(RecoveryIdempotent { mode })]
+    if !mode.caps().log_replay {
+        hooks.push(Box::new(RecoveryIdempotent { mode }));
     }
+    if mode.caps().prefix_after_crash {
+        hooks.push(Box::new(PrefixOfOperations));
+    }
+    hooks
 }
 
 /// Build the crash image of `state` (base + its writes, copy-on-write).
@@ -1101,4 +1272,80 @@ fn check_dir(win: &[Arc<Tree>], node: NodeId, path: &str, reader: &mut Reader) -
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::preset;
+
+    /// The listings of the trees after each of `ops`, on the preset tree
+    /// (`[0]` the base).
+    fn snapshots(ops: &[Op]) -> Vec<Listing> {
+        let mut t = Tree::new();
+        let mut serial = 0;
+        for op in preset() {
+            serial += 1;
+            t.apply(&op, serial).unwrap();
+        }
+        let mut out = vec![t.listing()];
+        for op in ops {
+            serial += 1;
+            t.apply(op, serial).unwrap();
+            out.push(t.listing());
+        }
+        out
+    }
+
+    fn rename(src: &str, dst: &str) -> Op {
+        Op::Rename {
+            src: src.into(),
+            dst: dst.into(),
+        }
+    }
+
+    fn write(path: &str) -> Op {
+        Op::Write {
+            path: path.into(),
+            off: 0,
+            len: 4096,
+        }
+    }
+
+    #[test]
+    fn a_prefix_matches_and_anything_else_is_named() {
+        let ops = [rename("/A/bar", "/C/bar"), write("/foo"), Op::Sync];
+        let snaps = snapshots(&ops);
+        let at = |k: usize| &snaps[k];
+        // Every snapshot is a prefix of itself, within the window.
+        let none = |_: usize, _: &str| None;
+        for (k, l) in snaps.iter().enumerate() {
+            assert_eq!(prefix_mismatch(l, 0, 3, at, none), None);
+            assert_eq!(prefix_mismatch(l, k, k, at, none), None);
+        }
+        // Below `lo` (a promise after op 2): the base no longer counts.
+        let msg = prefix_mismatch(&snaps[0], 2, 3, at, none).unwrap();
+        assert!(msg.contains("ops 2..=3"), "{msg}");
+        assert!(
+            msg.contains("op 2: 3 path(s) differ, first /A/bar"),
+            "{msg}"
+        );
+        // Op 2's write without op 1's rename: no operation's tree. The
+        // closest trees are named (op 2's, equal to op 3's, once).
+        let mut names = snaps[0].names.clone();
+        let foo = snaps[2].names.iter().find(|(p, _)| p == "/foo").unwrap();
+        for n in names.iter_mut().filter(|(p, _)| p == "/foo") {
+            n.1 = foo.1;
+        }
+        let torn = Listing::new(names);
+        let msg = prefix_mismatch(&torn, 0, 3, at, |k, p| Some(format!(" <{k} {p}>"))).unwrap();
+        assert!(msg.contains("any of ops 0..=3"), "{msg}");
+        assert!(msg.contains("op 0: 1 path(s) differ, first /foo"), "{msg}");
+        assert!(msg.contains(" <0 /foo>"), "{msg}");
+        assert!(
+            msg.contains("op 2: 2 path(s) differ, first /A/bar"),
+            "{msg}"
+        );
+        assert!(!msg.contains("op 3"), "{msg}");
+    }
 }

@@ -4,10 +4,11 @@
 //! The setup runs on a fresh copy of the empty image and ends with a clean
 //! unmount, so its result is the *base*: durable, and promised as a whole
 //! (promise 0). The recorded operations then run on a [`Recorder`] over a
-//! copy of the base. After each fsync / fdatasync / sync returns, the
-//! recorder gets a mark naming the promise, and the model a snapshot, so the
-//! oracle knows both what was promised and what the tree looked like after
-//! every operation.
+//! copy of the base. After each fsync / fdatasync / dsync / sync returns,
+//! the recorder gets a mark naming the promise (an osync makes none), and
+//! after every operation the model takes a snapshot, so the oracle knows
+//! both what was promised and what the tree looked like after every
+//! operation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +20,7 @@ use crate::backend;
 use crate::error::CrashError;
 use crate::fuse::FuseMount;
 use crate::log::{LogEvent, Recorder};
-use crate::model::{Applied, Node, NodeData, NodeId, Tree};
+use crate::model::{Applied, Listing, Node, NodeData, NodeId, Tree};
 use crate::workload::{Op, Sequence};
 
 /// What a promise covers.
@@ -68,6 +69,9 @@ pub struct Recording {
     /// Every version of every model node by inode, built on first use
     /// ([`Recording::versions_of`]).
     versions: std::sync::OnceLock<VersionIndex>,
+    /// The [`Listing`] of every snapshot, built on first use
+    /// ([`Recording::listing`]).
+    listings: std::sync::OnceLock<Vec<Listing>>,
     /// Recorded operations ordo answered with ENOSPC (a full file system,
     /// the `enospc` workload).
     pub out_of_space: usize,
@@ -111,6 +115,20 @@ impl Recording {
                 (!v.is_empty()).then_some((id, v))
             })
             .collect()
+    }
+
+    /// The [`Listing`] of `snapshots[k]` (the tree after operation `k`).
+    /// Every snapshot's is built on the first call, each distinct file
+    /// content hashed once, so a state costs a lookup.
+    pub fn listing(&self, k: usize) -> &Listing {
+        let all = self.listings.get_or_init(|| {
+            let mut hashes = HashMap::new();
+            self.snapshots
+                .iter()
+                .map(|t| t.listing_hashed(&mut hashes))
+                .collect()
+        });
+        &all[k]
     }
 }
 
@@ -418,11 +436,22 @@ fn run_on_ordo(
                 .map_err(|e| fs_err("fsync", e))?;
         }
         Op::Sync => fs.sync().map_err(|e| fs_err("sync", e))?,
+        Op::Writeback => fs.write_back().map_err(|e| fs_err("write-back", e))?,
+        Op::Osync(p) => {
+            let ino = ino_of(p)?;
+            fs.osync(ino).map_err(|e| fs_err("osync", e))?;
+        }
+        Op::Dsync(p) => {
+            let ino = ino_of(p)?;
+            fs.dsync(ino).map_err(|e| fs_err("dsync", e))?;
+        }
     }
     Ok(created_ino)
 }
 
-/// The promise an operation's result makes, if any.
+/// The promise an operation's result makes, if any: fsync, fdatasync and
+/// dsync (the model's [`Applied::Fsync`]) promise their file or directory,
+/// sync everything; osync promises nothing.
 fn promise_for(
     before: &Tree,
     after: &Tree,
@@ -433,7 +462,7 @@ fn promise_for(
 ) -> Option<Promise> {
     let label = format!("{op} (op {op_index})");
     let what = match applied {
-        Applied::Changed { .. } => return None,
+        Applied::Changed { .. } | Applied::Osync { .. } => return None,
         Applied::Sync => Promised::All,
         Applied::Fsync {
             node,
@@ -621,6 +650,7 @@ pub fn record(
         snapshots,
         promises,
         versions: std::sync::OnceLock::new(),
+        listings: std::sync::OnceLock::new(),
         out_of_space: enospc_ops,
     })
 }

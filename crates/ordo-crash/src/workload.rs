@@ -87,12 +87,31 @@ pub enum Op {
     Fdatasync(String),
     /// sync(2): a promise covering everything.
     Sync,
+    /// OptFS's osync of a file or directory (`Fs::osync`): an ordering
+    /// point. What ran before it reaches the disk before what runs after
+    /// it, but nothing need be durable when it returns, so it makes no
+    /// promise; its ordering is what the prefix oracle checks, on the
+    /// protocols that keep a prefix of the operations after a crash.
+    Osync(String),
+    /// The periodic write-back runs once (`Fs::write_back`: the commit
+    /// interval's tick, the syncer): background commits, flushes and
+    /// checkpoints happen inside recordings. No promise.
+    Writeback,
+    /// OptFS's dsync of a file or directory (`Fs::dsync`): durability, the
+    /// promise of an fsync of the same path.
+    Dsync(String),
 }
 
 impl Op {
-    /// True for the operations after which the workload holds a promise.
+    /// True for the operations after which the workload holds a promise:
+    /// fsync, fdatasync, sync and dsync. Not osync, which orders without
+    /// making anything durable (on a protocol without a native osync it is
+    /// an fsync, but the workload may not count on that).
     pub fn is_persistence(&self) -> bool {
-        matches!(self, Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync)
+        matches!(
+            self,
+            Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync | Op::Dsync(_)
+        )
     }
 }
 
@@ -144,6 +163,9 @@ impl fmt::Display for Op {
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),
             Op::Sync => write!(f, "sync"),
+            Op::Osync(p) => write!(f, "osync {p}"),
+            Op::Writeback => write!(f, "writeback"),
+            Op::Dsync(p) => write!(f, "dsync {p}"),
         }
     }
 }
@@ -195,6 +217,14 @@ pub struct WorkloadParams {
     /// Upper bound on `seq2` sequences (taken in a fixed interleaved order,
     /// so a smaller bound is a prefix of a larger one).
     pub seq2_max: usize,
+    /// Use OptFS's durability calls too: `seq1` gets osync and dsync
+    /// persistence points, and `random` and `mix` (with `enospc` and
+    /// `htree`) turn some of their fsyncs and fdatasyncs into osyncs and
+    /// dsyncs. Off, every workload is what it was without these calls
+    /// (the same seed makes the same sequences). The explorer turns it on
+    /// for the protocols whose capabilities promise a prefix of the
+    /// operations after a crash, where osync's ordering is checked.
+    pub durability_calls: bool,
 }
 
 impl Default for WorkloadParams {
@@ -204,6 +234,7 @@ impl Default for WorkloadParams {
             random_ops: 60,
             random_sequences: 4,
             seq2_max: 2000,
+            durability_calls: false,
         }
     }
 }
@@ -211,7 +242,7 @@ impl Default for WorkloadParams {
 /// Resolve a workload name: `seq1`, `seq2`, `random`, or a scenario file.
 pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashError> {
     let sequences = match name {
-        "seq1" => seq1(),
+        "seq1" => seq1_with(params),
         "seq2" => seq2(params.seq2_max),
         "random" => random(params),
         "mix" => mix(params),
@@ -660,8 +691,10 @@ fn core_ops() -> Vec<CoreOp> {
     ]
 }
 
-/// The persistence points that can follow a core operation, with a label.
-fn persistence_points(c: &CoreOp) -> Vec<(String, Op)> {
+/// The persistence points that can follow a core operation, with a label;
+/// with `durability_calls` also osync and dsync of the target and of the
+/// parents (after the others, so the others keep their order).
+fn persistence_points(c: &CoreOp, durability_calls: bool) -> Vec<(String, Op)> {
     let mut out = Vec::new();
     if let Some(t) = c.target {
         out.push(("fsync".to_string(), Op::Fsync(t.to_string())));
@@ -673,15 +706,31 @@ fn persistence_points(c: &CoreOp) -> Vec<(String, Op)> {
         out.push((format!("fsync{p}"), Op::Fsync(p.to_string())));
     }
     out.push(("sync".to_string(), Op::Sync));
+    if durability_calls {
+        let target = c.target.map(|t| (String::new(), t));
+        let parents = c.parents.iter().map(|p| (p.to_string(), *p));
+        for (at, path) in target.into_iter().chain(parents) {
+            out.push((format!("osync{at}"), Op::Osync(path.to_string())));
+            out.push((format!("dsync{at}"), Op::Dsync(path.to_string())));
+        }
+    }
     out
 }
 
 /// seq-1: every core operation followed by each persistence point that
-/// applies to it, on the preset tree.
+/// applies to it, on the preset tree (without OptFS's durability calls).
 pub fn seq1() -> Vec<Sequence> {
+    seq1_with(&WorkloadParams::default())
+}
+
+/// [`seq1`] as `params` asks: with [`WorkloadParams::durability_calls`]
+/// also every core operation followed by an osync or a dsync (of its
+/// target, or of a parent directory), and [`osync_chains`] after the rest.
+/// Without it, exactly [`seq1`].
+pub fn seq1_with(params: &WorkloadParams) -> Vec<Sequence> {
     let mut out = Vec::new();
     for c in core_ops() {
-        for (label, p) in persistence_points(&c) {
+        for (label, p) in persistence_points(&c, params.durability_calls) {
             out.push(Sequence {
                 name: format!("seq1/{}+{label}", c.name),
                 setup: preset(),
@@ -689,7 +738,47 @@ pub fn seq1() -> Vec<Sequence> {
             });
         }
     }
+    if params.durability_calls {
+        out.extend(osync_chains());
+    }
     out
+}
+
+/// Short sequences of several operations separated by osyncs, where the
+/// order matters: a crash must keep a prefix of them, and the dsync at the
+/// end makes them all durable.
+pub fn osync_chains() -> Vec<Sequence> {
+    let chains: [(&str, &str); 3] = [
+        (
+            "data-then-rename",
+            "write /A/foo 0 8192\nosync /A/foo\nrename /A/foo /C/foo\nosync /C\n\
+             append /C/foo 5000\ndsync /C/foo\n",
+        ),
+        (
+            "create-write-link",
+            "creat /B/new\nwrite /B/new 0 12288\nosync /B/new\nlink /B/new /A/new\n\
+             osync /A\nunlink /A/bar\nosync /A\ndsync /B/new\n",
+        ),
+        (
+            "overwrite-order",
+            "write /foo 0 4096\nosync /foo\nwrite /A/bar 0 4096\nosync /A/bar\n\
+             truncate /foo 100\nosync /foo\nwrite /foo 8192 4096\ndsync /foo\n",
+        ),
+    ];
+    chains
+        .iter()
+        .map(|(name, text)| {
+            let ops = text
+                .lines()
+                .map(|l| parse_op(l).expect("the osync chains parse"))
+                .collect();
+            Sequence {
+                name: format!("seq1/osync-chain-{name}"),
+                setup: preset(),
+                ops,
+            }
+        })
+        .collect()
 }
 
 /// seq-2: ordered pairs of core operations in three shapes, skipping
@@ -710,8 +799,8 @@ pub fn seq2(max: usize) -> Vec<Sequence> {
             for i in 0..n {
                 let j = (i + d) % n;
                 let (a, b) = (&ops[i], &ops[j]);
-                let pa = persistence_points(a);
-                let pb = persistence_points(b);
+                let pa = persistence_points(a, false);
+                let pb = persistence_points(b, false);
                 let (la, opa) = &pa[(i + j + shape) % pa.len()];
                 let (lb, opb) = &pb[(i + 2 * j + 1 + shape) % pb.len()];
                 let (name, seq_ops) = if shape == 2 {
@@ -749,7 +838,7 @@ pub fn random(params: &WorkloadParams) -> Vec<Sequence> {
     (0..params.random_sequences)
         .map(|k| {
             let mut rng = ChaCha8Rng::seed_from_u64(params.seed ^ (0x9e37_79b9 * (k as u64 + 1)));
-            let ops = random_ops(&mut rng, params.random_ops);
+            let ops = random_ops(&mut rng, params.random_ops, params.durability_calls);
             Sequence {
                 name: format!("random/{}#{k}", params.seed),
                 setup: preset(),
@@ -807,7 +896,7 @@ pub fn htree(params: &WorkloadParams) -> Vec<Sequence> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x6874_7265,
             );
-            let ops = mix_ops_from(&mut rng, params.random_ops, &known);
+            let ops = mix_ops_from(&mut rng, params.random_ops, &known, params.durability_calls);
             Sequence {
                 name: format!("htree/{}#{k}", params.seed),
                 setup: preset(),
@@ -830,7 +919,7 @@ pub fn mix(params: &WorkloadParams) -> Vec<Sequence> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x006d_6978,
             );
-            let ops = mix_ops(&mut rng, params.random_ops);
+            let ops = mix_ops(&mut rng, params.random_ops, params.durability_calls);
             Sequence {
                 name: format!("mix/{}#{k}", params.seed),
                 setup: mix_setup(),
@@ -840,13 +929,39 @@ pub fn mix(params: &WorkloadParams) -> Vec<Sequence> {
         .collect()
 }
 
-fn mix_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
-    mix_ops_from(rng, count, &mix_setup())
+fn mix_ops(rng: &mut ChaCha8Rng, count: usize, durability_calls: bool) -> Vec<Op> {
+    mix_ops_from(rng, count, &mix_setup(), durability_calls)
+}
+
+/// With `durability_calls`, an fsync or fdatasync becomes an osync with
+/// probability 1/2, a dsync with probability 1/4 and a write-back tick
+/// with probability 1/8, from one more draw of `rng`; without, `op` is
+/// returned and `rng` is not touched (so the sequences of a seed stay what
+/// they were).
+fn with_durability_calls(rng: &mut ChaCha8Rng, op: Op, durability_calls: bool) -> Op {
+    if !durability_calls {
+        return op;
+    }
+    let path = match &op {
+        Op::Fsync(p) | Op::Fdatasync(p) => p.clone(),
+        _ => return op,
+    };
+    match rng.gen_range(0..8) {
+        0..=3 => Op::Osync(path),
+        4 | 5 => Op::Dsync(path),
+        6 => Op::Writeback,
+        _ => op,
+    }
 }
 
 /// `mix`'s operations on a tree that `known` builds (the setup, and what
 /// the base image already holds).
-fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
+fn mix_ops_from(
+    rng: &mut ChaCha8Rng,
+    count: usize,
+    known: &[Op],
+    durability_calls: bool,
+) -> Vec<Op> {
     const DIRS: [&str; 6] = ["/A", "/B", "/C", "/B/sub", "/A/d0", "/B/d1"];
     const NAMES: [&str; 5] = ["f1", "f2", "foo", "bar", "l"];
     const SUBDIRS: [&str; 6] = ["/A/d0", "/A/d1", "/B/d1", "/B/d2", "/C/d0", "/B/sub/d3"];
@@ -966,6 +1081,7 @@ fn mix_ops_from(rng: &mut ChaCha8Rng, count: usize, known: &[Op]) -> Vec<Op> {
             },
             _ => Op::Creat(mix_big_name(rng.gen_range(0..MIX_BIG_NAMES))),
         };
+        let op = with_durability_calls(rng, op, durability_calls);
         serial += 1;
         let mut trial = tree.clone();
         if trial.apply(&op, serial).is_ok() {
@@ -1001,7 +1117,7 @@ fn shift_or_punch(rng: &mut ChaCha8Rng, path: String, off: u64) -> Op {
     }
 }
 
-fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
+fn random_ops(rng: &mut ChaCha8Rng, count: usize, durability_calls: bool) -> Vec<Op> {
     const DIRS: [&str; 4] = ["/A", "/B", "/C", "/B/sub"];
     const NAMES: [&str; 4] = ["f1", "f2", "foo", "bar"];
     let mut tree = Tree::new();
@@ -1104,6 +1220,7 @@ fn random_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<Op> {
             },
             _ => Op::Sync,
         };
+        let op = with_durability_calls(rng, op, durability_calls);
         serial += 1;
         let mut trial = tree.clone();
         if trial.apply(&op, serial).is_ok() {
@@ -1177,6 +1294,8 @@ pub fn enospc(params: &WorkloadParams) -> Vec<Sequence> {
 /// fsync /A/z               # file or directory
 /// fdatasync /A/z
 /// sync
+/// osync /A/z               # ordering point, no promise
+/// dsync /A/z               # durability, as fsync
 /// ```
 pub fn parse_scenario(name: &str, text: &str) -> Result<Sequence, CrashError> {
     let mut setup = Vec::new();
@@ -1394,6 +1513,18 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             arity(0)?;
             Op::Sync
         }
+        "osync" => {
+            arity(1)?;
+            Op::Osync(path(1)?)
+        }
+        "writeback" => {
+            arity(0)?;
+            Op::Writeback
+        }
+        "dsync" => {
+            arity(1)?;
+            Op::Dsync(path(1)?)
+        }
         other => return Err(format!("unknown operation '{other}'")),
     };
     Ok(op)
@@ -1488,10 +1619,14 @@ mod tests {
                     falloc /A/x 0 8192 keep_size\npunch /A/x 0 4096\nzero /A/x 10 20 keep_size\n\
                     insert /A/x 0 4096\ncollapse /A/x 4096 4096\ntruncate /A/x 5\n\
                     link /A/x /B/y\nrename /A/x /A/z\nunlink /B/y\nmkdir /D\nrmdir /D\n\
-                    symlink /A/z /s\nfsync /A/z\nfdatasync /A/z\nsync\n";
+                    symlink /A/z /s\nfsync /A/z\nfdatasync /A/z\nsync\nosync /A/z\n\
+                    dsync /A\n";
         let s = parse_scenario("t", text).unwrap();
         assert_eq!(s.setup, preset());
-        assert_eq!(s.ops.len(), 18);
+        assert_eq!(s.ops.len(), 20);
+        assert_eq!(s.ops[18], Op::Osync("/A/z".into()));
+        assert_eq!(s.ops[19], Op::Dsync("/A".into()));
+        assert!(!s.ops[18].is_persistence() && s.ops[19].is_persistence());
         let again: Vec<Op> = s
             .ops
             .iter()
@@ -1499,6 +1634,63 @@ mod tests {
             .collect();
         assert_eq!(again, s.ops);
         validate(&s).unwrap();
+    }
+
+    #[test]
+    fn durability_calls_are_opt_in() {
+        let off = WorkloadParams {
+            seed: 5,
+            random_ops: 200,
+            ..Default::default()
+        };
+        let on = WorkloadParams {
+            durability_calls: true,
+            ..off
+        };
+        let calls = |seqs: &[Sequence]| {
+            seqs.iter()
+                .flat_map(|s| &s.ops)
+                .filter(|o| matches!(o, Op::Osync(_) | Op::Dsync(_)))
+                .count()
+        };
+        // Off: none, and seq1 is the plain one.
+        for w in [random(&off), mix(&off), htree(&off), seq1_with(&off)] {
+            assert_eq!(calls(&w), 0);
+        }
+        assert_eq!(seq1_with(&off), seq1());
+        // On: both kinds, in valid sequences.
+        for w in [random(&on), mix(&on), enospc(&on)] {
+            let ops: Vec<&Op> = w.iter().flat_map(|s| &s.ops).collect();
+            assert!(ops.iter().any(|o| matches!(o, Op::Osync(_))));
+            assert!(ops.iter().any(|o| matches!(o, Op::Dsync(_))));
+            assert!(ops.iter().any(|o| matches!(o, Op::Fsync(_))));
+        }
+        for s in random(&on).iter().chain(&mix(&on)) {
+            validate(s).unwrap();
+        }
+        // seq1 keeps its plain sequences, in order, and adds osync / dsync
+        // points and the chains, all valid and named apart.
+        let plain = seq1();
+        let with = seq1_with(&on);
+        let kept: Vec<Sequence> = with
+            .iter()
+            .filter(|s| calls(std::slice::from_ref(*s)) == 0)
+            .cloned()
+            .collect();
+        assert_eq!(kept, plain);
+        assert!(with.len() > plain.len() + core_ops().len());
+        let mut names = std::collections::HashSet::new();
+        for s in &with {
+            validate(s).unwrap();
+            assert!(names.insert(s.name.clone()), "{} twice", s.name);
+        }
+        assert!(with.iter().any(|s| s.name == "seq1/rename+osync/A"));
+        assert!(with.iter().any(|s| s.name.starts_with("seq1/osync-chain-")));
+        let chains = osync_chains();
+        assert!(chains
+            .iter()
+            .all(|c| matches!(c.ops.last(), Some(Op::Dsync(_)))
+                && c.ops.iter().filter(|o| matches!(o, Op::Osync(_))).count() >= 2));
     }
 
     #[test]

@@ -116,12 +116,22 @@ pub const FEATURE_INCOMPAT_CSUM_V3: u32 = 0x10;
 /// `s_feature_incompat`: a fast-commit area follows the log.
 pub const FEATURE_INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// Every incompatible feature ordo understands.
+/// ordo's `mode=optimistic`: commit blocks carry a data-tag table
+/// ([`encode_commit_with_data_tags`]) and were written without a flush
+/// before them, so a replay must verify every tagged home block and stop
+/// before the first transaction whose data did not reach the disk. Set
+/// only while such transactions are live; the kernel and e2fsck refuse a
+/// journal with it (an unknown incompatible feature) instead of replaying
+/// it without the checks.
+pub const FEATURE_INCOMPAT_ORDO_DATA_TAGS: u32 = 0x8000_0000;
+/// The incompatible features ordo's journal code understands.
 pub const FEATURE_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_REVOKE
     | FEATURE_INCOMPAT_64BIT
     | FEATURE_INCOMPAT_ASYNC_COMMIT
     | FEATURE_INCOMPAT_CSUM_V2
     | FEATURE_INCOMPAT_CSUM_V3
-    | FEATURE_INCOMPAT_FAST_COMMIT;
+    | FEATURE_INCOMPAT_FAST_COMMIT
+    | FEATURE_INCOMPAT_ORDO_DATA_TAGS;
 
 /// `s_checksum_type` for CRC32C.
 pub const CHECKSUM_TYPE_CRC32C: u8 = 4;
@@ -900,6 +910,110 @@ pub fn verify_commit(fmt: &JournalFormat, block: &[u8]) -> bool {
 /// header, checksum type, size and values, commit time).
 pub const COMMIT_HEADER_BYTES: usize = 60;
 
+/// Offset of the data-tag table in a commit block (after the header,
+/// 8-byte aligned). The kernel and e2fsck read nothing past the header;
+/// the v2/v3 commit checksum covers the whole block, table included.
+pub const DATA_TAGS_OFFSET: usize = 0x40;
+/// Magic of the data-tag table (`"ODTG"`).
+pub const DATA_TAGS_MAGIC: u32 = 0x4F44_5447;
+/// Bytes of the table's header: magic, count.
+const DATA_TAGS_HEADER: usize = 8;
+/// Bytes of one data tag: big-endian home block (8), big-endian CRC32C
+/// of the block's contents (4).
+pub const DATA_TAG_BYTES: usize = 12;
+
+/// One data tag: a block of file data written in place (not journaled)
+/// by the transaction, and the checksum its contents must have for the
+/// transaction to be replayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataTag {
+    /// Home block.
+    pub block: u64,
+    /// [`JournalFormat::data_checksum`] of its contents.
+    pub checksum: u32,
+}
+
+impl JournalFormat {
+    /// How many data tags one commit block holds.
+    pub fn data_tags_per_commit(&self) -> usize {
+        (self.block_size as usize).saturating_sub(DATA_TAGS_OFFSET + DATA_TAGS_HEADER)
+            / DATA_TAG_BYTES
+    }
+    /// The checksum a data tag carries: CRC32C of the contents, seeded by
+    /// the journal's UUID (not by the transaction id: a block's contents
+    /// are compared across transactions at replay).
+    pub fn data_checksum(&self, data: &[u8]) -> u32 {
+        jbd2_crc32c(self.csum_seed(), data)
+    }
+}
+
+/// [`encode_commit`] of a commit block that also carries `tags` (at most
+/// [`JournalFormat::data_tags_per_commit`]) in its table, under the commit
+/// checksum. Needs csum v2/v3: without a commit checksum the table would
+/// be unprotected.
+pub fn encode_commit_with_data_tags(
+    fmt: &JournalFormat,
+    sequence: u32,
+    commit_sec: u64,
+    commit_nsec: u32,
+    tags: &[DataTag],
+) -> Result<Vec<u8>> {
+    if !fmt.csum_v2or3() {
+        return Err(FormatError::new(
+            "jbd2 commit data tags",
+            "a data-tag table needs journal checksums v2 or v3",
+        ));
+    }
+    if tags.len() > fmt.data_tags_per_commit() {
+        return Err(FormatError::new(
+            "jbd2 commit data tags",
+            format!(
+                "{} tags do not fit in one commit block ({} do)",
+                tags.len(),
+                fmt.data_tags_per_commit()
+            ),
+        ));
+    }
+    let mut b = encode_commit(fmt, sequence, commit_sec, commit_nsec, None);
+    put_be_u32(&mut b, DATA_TAGS_OFFSET, DATA_TAGS_MAGIC);
+    put_be_u32(&mut b, DATA_TAGS_OFFSET + 4, tags.len() as u32);
+    for (i, t) in tags.iter().enumerate() {
+        let at = DATA_TAGS_OFFSET + DATA_TAGS_HEADER + i * DATA_TAG_BYTES;
+        put_be_u64(&mut b, at, t.block);
+        put_be_u32(&mut b, at + 8, t.checksum);
+    }
+    let c = commit_checksum(fmt, &b);
+    put_be_u32(&mut b, COMMIT_CHKSUM_OFFSET, c);
+    Ok(b)
+}
+
+/// The data tags of a commit block (empty when it has no table: a plain
+/// JBD2 commit block is zeros after its header). The caller verifies the
+/// commit checksum first; a table that claims more tags than fit is an
+/// error.
+pub fn decode_data_tags(fmt: &JournalFormat, block: &[u8]) -> Result<Vec<DataTag>> {
+    fmt.check_len("jbd2 commit", block)?;
+    if be_u32_at(block, DATA_TAGS_OFFSET) != DATA_TAGS_MAGIC {
+        return Ok(Vec::new());
+    }
+    let n = be_u32_at(block, DATA_TAGS_OFFSET + 4) as usize;
+    if n > fmt.data_tags_per_commit() {
+        return Err(FormatError::new(
+            "jbd2 commit data-tag count",
+            format!("{n} tags, at most {} fit", fmt.data_tags_per_commit()),
+        ));
+    }
+    Ok((0..n)
+        .map(|i| {
+            let at = DATA_TAGS_OFFSET + DATA_TAGS_HEADER + i * DATA_TAG_BYTES;
+            DataTag {
+                block: be_u64_at(block, at),
+                checksum: be_u32_at(block, at + 8),
+            }
+        })
+        .collect())
+}
+
 /// Whether a commit block whose [`verify_commit`] fails is a torn write of
 /// a valid one: its checksum verifies over its header followed by zeros,
 /// which is the block JBD2 wrote (a commit block is its header and zeros),
@@ -1045,6 +1159,37 @@ mod tests {
     }
 
     const V3_64: u32 = FEATURE_INCOMPAT_CSUM_V3 | FEATURE_INCOMPAT_64BIT | FEATURE_INCOMPAT_REVOKE;
+
+    #[test]
+    fn data_tags_round_trip_under_the_commit_checksum() {
+        let f = fmt(V3_64);
+        assert_eq!(f.data_tags_per_commit(), 335);
+        let tags: Vec<DataTag> = (0..f.data_tags_per_commit() as u64)
+            .map(|i| DataTag {
+                block: 1000 + i,
+                checksum: f.data_checksum(&[i as u8; 64]),
+            })
+            .collect();
+        let b = encode_commit_with_data_tags(&f, 7, 1, 2, &tags).unwrap();
+        assert!(verify_commit(&f, &b));
+        assert_eq!(decode_data_tags(&f, &b).unwrap(), tags);
+        // A flipped bit in the table breaks the commit checksum.
+        let mut bad = b.clone();
+        bad[DATA_TAGS_OFFSET + 20] ^= 1;
+        assert!(!verify_commit(&f, &bad));
+        // A plain commit block has no table; too many tags do not fit.
+        assert!(decode_data_tags(&f, &encode_commit(&f, 7, 1, 2, None))
+            .unwrap()
+            .is_empty());
+        let mut more = tags.clone();
+        more.push(tags[0]);
+        assert!(encode_commit_with_data_tags(&f, 7, 1, 2, &more).is_err());
+        let mut lying = b;
+        put_be_u32(&mut lying, DATA_TAGS_OFFSET + 4, 10_000);
+        assert!(decode_data_tags(&f, &lying).is_err());
+        // No table without journal checksums.
+        assert!(encode_commit_with_data_tags(&fmt(0), 7, 1, 2, &tags[..1]).is_err());
+    }
 
     #[test]
     fn transaction_writer_lays_out_descriptors_copies_and_revokes() {

@@ -43,6 +43,8 @@ pub struct Fs {
     pub(crate) shared: Arc<Shared>,
     pub(crate) background: Mutex<Option<JoinHandle<()>>>,
     pub(crate) read_only: bool,
+    /// `fsync=osync`: a plain fsync is an osync.
+    pub(crate) fsync_is_osync: bool,
 }
 
 impl Fs {
@@ -403,6 +405,9 @@ impl Fs {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
     }
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        if self.fsync_is_osync {
+            return self.osync(ino);
+        }
         self.commit_inode(ino, true, |p, io| p.fsync(ino, datasync, io))
     }
 

@@ -311,7 +311,7 @@ pub fn recover_image_with(
     let any_log = protocol::ProtocolKind::all()
         .find(|k| k.caps().log_replay)
         .expect("a log-replaying protocol is registered");
-    let kind = any_log.recovery_for(&s);
+    let kind = any_log.recovery_for_image(&s, dev);
     let env = recovery_env(&s, 0, protocol::DataMode::Ordered, clock);
     protocol::recover(kind, dev, &env).map(Some)
 }
@@ -388,7 +388,9 @@ impl Fs {
         // is read: group descriptors and the superblock may be in the log.
         let recovered = if !opts.read_only && s.block_size() == dev.block_size() {
             let env = recovery_env(&s, opts.commit_interval_ms, opts.data, clock.clone());
-            opts.mode.recovery_for(&s).recover(dev.as_ref(), &env)?
+            opts.mode
+                .recovery_for_image(&s, dev.as_ref())
+                .recover(dev.as_ref(), &env)?
         } else {
             protocol::Recovered::none()
         };
@@ -418,6 +420,18 @@ impl Fs {
             variant: opts.mode.variant(),
         };
         let proto = opts.mode.build(recovered, &env)?;
+        let fsync_is_osync = opts.fsync == crate::types::FsyncMeaning::Osync;
+        if fsync_is_osync
+            && !proto
+                .native_durability_calls()
+                .contains(crate::protocol::DurabilityCalls::OSYNC)
+        {
+            return Err(FsError::Invalid(format!(
+                "fsync=osync: mode={} has no osync of its own (its fsync already is the \
+                 cheapest ordering point it offers)",
+                opts.mode
+            )));
+        }
         let core_opts = CoreOptions {
             cache_bytes: opts.cache_bytes,
             read_only: opts.read_only,
@@ -490,6 +504,7 @@ impl Fs {
             shared,
             background: Mutex::new(None),
             read_only: opts.read_only,
+            fsync_is_osync,
         };
         if opts.background && !opts.read_only {
             let sh = fs.shared.clone();

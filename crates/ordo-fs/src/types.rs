@@ -212,6 +212,33 @@ pub struct MountOptions {
     /// The I/O scheduler plans run through (`sched=fifo|clook|sptf|random[:SEED]`).
     /// `None`, the default: each plan's steps are issued in order.
     pub sched: Option<ordo_dev::Policy>,
+    /// What a plain fsync means (`fsync=dsync|osync`): `dsync`, the
+    /// default, makes the file durable, as every program expects;
+    /// `osync` makes it an ordering point only (OptFS's fast fsync, for
+    /// programs that want ordering), on the protocols with a native
+    /// osync.
+    pub fsync: FsyncMeaning,
+}
+
+/// What a plain fsync means on a mount (`-o fsync=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum FsyncMeaning {
+    /// Durability (fsync's meaning everywhere).
+    #[default]
+    Dsync,
+    /// An ordering point without durability ([`crate::Fs::osync`]).
+    Osync,
+}
+
+impl std::str::FromStr for FsyncMeaning {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "dsync" => Ok(FsyncMeaning::Dsync),
+            "osync" => Ok(FsyncMeaning::Osync),
+            _ => Err(format!("unknown fsync meaning '{s}' (known: dsync, osync)")),
+        }
+    }
 }
 
 impl MountOptions {
@@ -233,6 +260,7 @@ impl Default for MountOptions {
             clock: None,
             seed: None,
             sched: None,
+            fsync: FsyncMeaning::Dsync,
         }
     }
 }

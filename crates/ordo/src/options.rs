@@ -75,7 +75,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED]",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync",
         modes.join("|")
     )
 }
@@ -163,6 +163,9 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     return Err("conflicting options: ro and rw".to_string());
                 }
                 ro = Some(want);
+            }
+            "fsync" => {
+                fs.fsync = need(value)?.parse()?;
             }
             "commit" => {
                 let secs: u64 = need(value)?

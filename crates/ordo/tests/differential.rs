@@ -935,6 +935,14 @@ fn syscall_sequences_match_the_kernels_ext4_under_scheduler_ordering() {
     differential("mode=sched-chain", &[10]);
 }
 
+/// OptFS: journaled overwrites, data tags, fsync as an osync (what a
+/// call returns does not depend on when anything is durable).
+#[test]
+fn syscall_sequences_match_the_kernels_ext4_under_optimistic() {
+    differential("mode=optimistic", &[11]);
+    differential("mode=optimistic,fsync=osync", &[12]);
+}
+
 fn differential(options: &str, default_seeds: &[u64]) {
     require_loop_devices();
     no_umask();

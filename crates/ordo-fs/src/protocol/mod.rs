@@ -15,6 +15,7 @@
 pub mod async_mode;
 pub mod fast_commit;
 pub mod jbd2;
+pub mod optimistic;
 pub(crate) mod ordering;
 pub mod sched_chain;
 pub mod sched_flag;
@@ -43,6 +44,7 @@ const REGISTRY: &[&ProtocolSpec] = &[
     &softdep::SPEC,
     &sched_flag::SPEC,
     &sched_chain::SPEC,
+    &optimistic::SPEC,
 ];
 
 /// What a crash leaves under a protocol, and how the crash explorer
@@ -91,6 +93,18 @@ pub struct Capabilities {
     /// through one anyway (SPTF, which is C-LOOK without a positioning
     /// model).
     pub scheduler: bool,
+    /// After recovery the tree *and every file's data* equal the model
+    /// after some operation boundary (no operation half done, no data
+    /// newer than the metadata around it): OptFS's in-order replay with
+    /// selective data journaling. The crash explorer then checks the
+    /// whole recovered tree against the model's snapshots, which is what
+    /// makes `osync`'s ordering promise checkable.
+    pub prefix_after_crash: bool,
+    /// Journal-superblock INCOMPAT bits that mark a live log only this
+    /// protocol's recovery can read (its own extensions of JBD2). An image
+    /// whose journal carries one is recovered by this protocol, whatever
+    /// it is mounted with ([`ProtocolKind::recovery_for_image`]).
+    pub log_incompat: u32,
 }
 
 impl Capabilities {
@@ -105,6 +119,8 @@ impl Capabilities {
         settle_with_sync: false,
         stale_data_with_writeback: false,
         scheduler: false,
+        prefix_after_crash: false,
+        log_incompat: 0,
     };
 }
 
@@ -271,6 +287,34 @@ impl ProtocolKind {
         }
         set
     }
+    /// [`ProtocolKind::recovery_for`], after a look at the image's
+    /// journal superblock: a live log carrying a protocol's own
+    /// [`Capabilities::log_incompat`] bits is recovered by that protocol
+    /// (only its recovery can verify it; the others refuse it).
+    pub fn recovery_for_image(
+        self,
+        s: &ordo_format::Superblock,
+        dev: &dyn BlockDevice,
+    ) -> ProtocolKind {
+        if self.caps().log_replay {
+            let incompat = jbd2::recovery::locate_journal(dev)
+                .ok()
+                .flatten()
+                .and_then(|runs| {
+                    let map = jbd2::recovery::JournalMap::new(runs);
+                    jbd2::recovery::read_journal_super(dev, &map).ok()
+                })
+                .filter(|sb| sb.start != 0)
+                .map_or(0, |sb| sb.feature_incompat);
+            if let Some(k) = ProtocolKind::all()
+                .find(|k| k.caps().log_incompat & incompat != 0 && k.caps().log_replay)
+            {
+                return k;
+            }
+        }
+        self.recovery_for(s)
+    }
+
     /// The recovery an image needs before `self` can run on it: that of the
     /// log-replaying protocol with the most required features the image has
     /// (an image with fast commits gets the fast-commit replay whether it

@@ -139,6 +139,8 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         settle_with_sync: true,
         stale_data_with_writeback: true,
         scheduler: false,
+        prefix_after_crash: false,
+        log_incompat: 0,
     },
     recover: replay::recover,
     build,

@@ -138,6 +138,46 @@ impl Fault {
     }
 }
 
+/// How a [`JournalProtocol`] orders a commit and what it waits for. JBD2's
+/// rules ([`CommitRules::JBD2`]) put a flush before every commit block and
+/// write it FUA, so a commit is durable when its plan has run. A journal
+/// built on top may relax them (`mode=optimistic`): then the commit goes
+/// out with its blocks, checksums make a torn transaction detectable, and
+/// durability is learned from the device's durable horizon
+/// ([`PlanDone::durable`]) instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommitRules {
+    /// Flush between a transaction's blocks and its commit block, and
+    /// write the commit block FUA.
+    pub barrier_commit: bool,
+    /// Journal INCOMPAT bits set while the log is live (written with the
+    /// first commit, cleared by a clean unmount or by recovery).
+    pub live_incompat: u32,
+    /// Journal checksums v3 even without `metadata_csum` (the kernel's
+    /// `journal_checksum`): what detects a copy or descriptor that did not
+    /// reach the disk when no flush orders them before the commit block.
+    pub journal_checksums: bool,
+    /// A checkpoint first flushes unless every commit is known durable:
+    /// no committed copy goes home before its transaction, and every
+    /// earlier one, is durable (OptFS's delayed checkpoint).
+    pub checkpoint_after_durable: bool,
+    /// Freed blocks become reusable only once the device's durable horizon
+    /// covers the commit that freed them (OptFS's reuse after
+    /// notification), rather than when its plan has run.
+    pub reuse_after_durable: bool,
+}
+
+impl CommitRules {
+    /// JBD2 as the kernel runs it.
+    pub(crate) const JBD2: CommitRules = CommitRules {
+        barrier_commit: true,
+        live_incompat: 0,
+        journal_checksums: false,
+        checkpoint_after_durable: false,
+        reuse_after_durable: false,
+    };
+}
+
 /// What recovery learned about the journal, handed by value (in
 /// [`Recovered`]) to the protocol built after it (the protocol itself
 /// never reads the device).
@@ -178,12 +218,22 @@ fn build(mut recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol
 /// Mount-time recovery for `mode=journal`: replay the log, and hand the
 /// journal superblock to [`JournalProtocol::new`].
 pub fn recover(dev: &dyn BlockDevice, env: &ProtocolEnv) -> Result<Recovered> {
+    recover_with(dev, env, None)
+}
+
+/// [`recover`] with a check of the scanned log before replay (see
+/// [`recovery::recover_verified`]).
+pub(crate) fn recover_with(
+    dev: &dyn BlockDevice,
+    env: &ProtocolEnv,
+    verify: Option<recovery::VerifyScan>,
+) -> Result<Recovered> {
     let runs = if env.journal_runs.is_empty() {
         None
     } else {
         Some(env.journal_runs.as_slice())
     };
-    let (report, state) = recovery::recover_full(dev, runs)?;
+    let (report, state) = recovery::recover_verified(dev, runs, verify)?;
     let Some((journal_sb, map)) = state else {
         return Err(FsError::Invalid(
             "mode=journal needs an image with a journal (has_journal)".into(),
@@ -310,6 +360,13 @@ pub struct JournalProtocol {
     stats: Stats,
     /// The mount's clock: commit blocks carry the commit time.
     clock: Arc<dyn Clock>,
+    rules: CommitRules,
+    /// Commits whose plan has run but that are not known durable yet,
+    /// with the last device ticket of their plan
+    /// ([`CommitRules::reuse_after_durable`]).
+    commit_tickets: BTreeMap<u32, ordo_dev::Ticket>,
+    /// The device's durable horizon as last reported.
+    horizon: ordo_dev::Ticket,
 }
 
 impl JournalProtocol {
@@ -318,17 +375,32 @@ impl JournalProtocol {
     /// from (the protocol never reads the device). A protocol built without
     /// it (a read-only mount) refuses to commit.
     pub fn new(env: &ProtocolEnv, recovered: &mut Recovered) -> Result<Self> {
-        Self::new_with(env, recovered, false)
+        Self::new_with(env, recovered, false, CommitRules::JBD2)
+    }
+
+    /// [`JournalProtocol::new`] under other commit rules (a protocol built
+    /// on this journal, as `mode=optimistic` is).
+    pub(crate) fn with_rules(
+        env: &ProtocolEnv,
+        recovered: &mut Recovered,
+        rules: CommitRules,
+    ) -> Result<Self> {
+        Self::new_with(env, recovered, false, rules)
     }
 
     /// [`JournalProtocol::new`] for `mode=fast_commit`: as the kernel does
     /// at mount, set the journal's fast-commit feature, so that the log
     /// ends where the fast-commit area begins.
     pub(crate) fn new_fast_commit(env: &ProtocolEnv, recovered: &mut Recovered) -> Result<Self> {
-        Self::new_with(env, recovered, true)
+        Self::new_with(env, recovered, true, CommitRules::JBD2)
     }
 
-    fn new_with(env: &ProtocolEnv, recovered: &mut Recovered, fast_commit: bool) -> Result<Self> {
+    fn new_with(
+        env: &ProtocolEnv,
+        recovered: &mut Recovered,
+        fast_commit: bool,
+        rules: CommitRules,
+    ) -> Result<Self> {
         let handoff = recovered.take::<Handoff>().filter(|h| h.uuid == env.uuid);
         let fault = Fault::from_env();
         match handoff {
@@ -341,7 +413,7 @@ impl JournalProtocol {
                 if fast_commit {
                     sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_FAST_COMMIT;
                 }
-                let mut p = Self::with_state(&env, sb, Some(h.super_block_image), fault)?;
+                let mut p = Self::with_state(&env, sb, Some(h.super_block_image), fault, rules)?;
                 p.pre_replay = h.pre_replay_blocks.into_iter().collect();
                 Ok(p)
             }
@@ -354,7 +426,7 @@ impl JournalProtocol {
                 }
                 let len = JournalMap::new(env.journal_runs.clone()).len_blocks;
                 let sb = JournalSuperblock::new_internal(env.block_size, len, env.uuid);
-                let mut p = Self::with_state(&env, sb, None, fault)?;
+                let mut p = Self::with_state(&env, sb, None, fault, rules)?;
                 p.inert = true;
                 Ok(p)
             }
@@ -366,6 +438,7 @@ impl JournalProtocol {
         mut sb: JournalSuperblock,
         super_image: Option<Vec<u8>>,
         fault: Option<Fault>,
+        rules: CommitRules,
     ) -> Result<Self> {
         let map = JournalMap::new(env.journal_runs.clone());
         if sb.start != 0 {
@@ -390,9 +463,10 @@ impl JournalProtocol {
         sb.feature_compat &= !jbd2::FEATURE_COMPAT_CHECKSUM;
         sb.feature_incompat &= !(jbd2::FEATURE_INCOMPAT_CSUM_V2
             | jbd2::FEATURE_INCOMPAT_CSUM_V3
-            | jbd2::FEATURE_INCOMPAT_ASYNC_COMMIT);
-        sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_REVOKE;
-        if env.metadata_csum {
+            | jbd2::FEATURE_INCOMPAT_ASYNC_COMMIT
+            | jbd2::FEATURE_INCOMPAT_ORDO_DATA_TAGS);
+        sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_REVOKE | rules.live_incompat;
+        if env.metadata_csum || rules.journal_checksums {
             sb.feature_incompat |= jbd2::FEATURE_INCOMPAT_CSUM_V3;
             sb.checksum_type = jbd2::CHECKSUM_TYPE_CRC32C;
         } else {
@@ -450,6 +524,9 @@ impl JournalProtocol {
             aborted: false,
             inert: false,
             stats: Stats::default(),
+            rules,
+            commit_tickets: BTreeMap::new(),
+            horizon: 0,
         })
     }
 
@@ -555,9 +632,13 @@ impl JournalProtocol {
 
     /// Write every committed copy home, flush, and move the tail to the
     /// head (the log is empty afterwards).
-    fn checkpoint(&mut self, io: &mut Io) {
+    pub(crate) fn checkpoint(&mut self, io: &mut Io) {
         if self.committed.is_empty() && self.used == 0 {
             return;
+        }
+        if self.rules.checkpoint_after_durable && !self.all_durable() {
+            // No committed copy goes home before its transaction is durable.
+            self.flush(io);
         }
         let committed = std::mem::take(&mut self.committed);
         for (&block, c) in &committed {
@@ -602,6 +683,19 @@ impl JournalProtocol {
     /// lacks room). `durable_data` writes writeback-mode data before the
     /// commit (fsync / sync) instead of after it.
     fn commit(&mut self, io: &mut Io, durable_data: bool) -> Result<()> {
+        self.commit_with(io, durable_data, &[])
+    }
+
+    /// [`JournalProtocol::commit`] whose commit block carries `data_tags`
+    /// (the fresh data blocks the transaction writes in place, checksummed
+    /// as the plan writes them). Needs the relaxed rules.
+    pub(crate) fn commit_with(
+        &mut self,
+        io: &mut Io,
+        durable_data: bool,
+        data_tags: &[jbd2::DataTag],
+    ) -> Result<()> {
+        debug_assert!(data_tags.is_empty() || !self.rules.barrier_commit);
         self.check_alive()?;
         if self.running.is_empty() {
             if durable_data && !self.in_flight.is_empty() {
@@ -721,14 +815,28 @@ impl JournalProtocol {
         for _ in 0..body {
             commit_at = self.advance(commit_at);
         }
-        if self.fault != Some(Fault::CommitNoFlush) {
-            self.flush(io);
-        }
         let now = self.clock.now();
-        let commit = writer.commit(now.sec.max(0) as u64, now.nsec);
         let p = self.map.phys(commit_at).expect("log block is mapped");
-        io.write_raw(p, Arc::new(commit), WriteFlags::fua(BlockClass::Journal));
-        self.stats.fua_writes += 1;
+        if self.rules.barrier_commit {
+            if self.fault != Some(Fault::CommitNoFlush) {
+                self.flush(io);
+            }
+            let commit = writer.commit(now.sec.max(0) as u64, now.nsec);
+            io.write_raw(p, Arc::new(commit), WriteFlags::fua(BlockClass::Journal));
+            self.stats.fua_writes += 1;
+        } else {
+            // Ordered by checksums, not by a flush: the commit block goes
+            // out with the transaction's blocks.
+            let commit = jbd2::encode_commit_with_data_tags(
+                &self.fmt,
+                tid,
+                now.sec.max(0) as u64,
+                now.nsec,
+                data_tags,
+            )
+            .map_err(|e| FsError::Invalid(format!("commit of transaction {tid}: {e}")))?;
+            io.write_raw(p, Arc::new(commit), WriteFlags::new(BlockClass::Journal));
+        }
         self.stats.log_blocks += 1;
         if !data_first {
             let dirty: Vec<u64> = data.iter().copied().filter(|&b| io.is_dirty(b)).collect();
@@ -788,7 +896,13 @@ impl JournalProtocol {
             if awaiting_checkpoint {
                 continue;
             }
-            if io.class_of(b) == BlockClass::Data && self.data_mode != DataMode::Journal {
+            // Unordered file data may go home with the commit only where a
+            // flush orders it before the commit block; otherwise it is
+            // journaled (it has no data tag).
+            if io.class_of(b) == BlockClass::Data
+                && self.data_mode != DataMode::Journal
+                && self.rules.barrier_commit
+            {
                 self.running.data.insert(b);
             } else {
                 self.running.logged.insert(b);
@@ -802,7 +916,7 @@ impl JournalProtocol {
 
     /// Clean unmount: commit, checkpoint, mark the log empty, clear
     /// needs_recovery.
-    fn unmount(&mut self, io: &mut Io) -> Result<()> {
+    pub(crate) fn unmount(&mut self, io: &mut Io) -> Result<()> {
         self.commit(io, true)?;
         if self.stats.commits == 0 {
             // Nothing was logged this mount: the image is as recovery left it.
@@ -811,6 +925,7 @@ impl JournalProtocol {
         self.checkpoint(io);
         self.sb.start = 0;
         self.sb.sequence = self.running.tid;
+        self.sb.feature_incompat &= !self.rules.live_incompat;
         self.write_journal_super(io, true);
         if self.recover_flag_set {
             let img = io
@@ -831,6 +946,71 @@ impl JournalProtocol {
             self.recover_flag_set = false;
         }
         Ok(())
+    }
+}
+
+impl JournalProtocol {
+    /// Retire the commits the durable horizon covers, oldest first, and
+    /// let the blocks they freed be reused.
+    fn settle_durable(&mut self) {
+        let mut through = None;
+        while let Some((&tid, &ticket)) = self.commit_tickets.first_key_value() {
+            if ticket > self.horizon {
+                break;
+            }
+            self.commit_tickets.remove(&tid);
+            through = Some(tid);
+        }
+        if let Some(tid) = through {
+            self.freed_pending.retain(|_, t| jbd2::tid_gt(*t, tid));
+        }
+    }
+
+    /// Every commit planned so far is known durable.
+    pub(crate) fn all_durable(&self) -> bool {
+        self.in_flight.is_empty() && self.commit_tickets.is_empty()
+    }
+
+    /// Journal `block` (a file-data block) in the running transaction.
+    pub(crate) fn log_block(&mut self, block: u64) {
+        self.running.data.remove(&block);
+        self.running.logged.insert(block);
+    }
+
+    /// Revoke `block` in the running transaction (a protocol's own reason:
+    /// a freed block a live transaction tagged).
+    pub(crate) fn revoke(&mut self, block: u64) {
+        self.running.revoked.insert(block);
+    }
+
+    /// Checkpoints so far: each one empties the log.
+    pub(crate) fn checkpoints(&self) -> u64 {
+        self.stats.checkpoints
+    }
+
+    /// File-data blocks the running transaction writes in place.
+    pub(crate) fn running_data(&self) -> &BTreeSet<u64> {
+        &self.running.data
+    }
+
+    /// The running transaction reached the size bound (a quarter of the log).
+    pub(crate) fn over_size_bound(&self) -> bool {
+        self.running_blocks() >= self.max_txn_blocks
+    }
+
+    /// More than half of the log is in use (a timer tick checkpoints).
+    pub(crate) fn log_half_full(&self) -> bool {
+        self.used > self.log_len() / 2
+    }
+
+    /// The journal's format (checksums, data-tag capacity).
+    pub(crate) fn format(&self) -> &JournalFormat {
+        &self.fmt
+    }
+
+    /// Plan a cache flush (counted).
+    pub(crate) fn plan_flush(&mut self, io: &mut Io) {
+        self.flush(io);
     }
 }
 
@@ -921,13 +1101,24 @@ impl Protocol for JournalProtocol {
             self.aborted = true;
             return;
         }
-        if tag == 0 {
+        if !self.rules.reuse_after_durable {
+            if tag == 0 {
+                return;
+            }
+            let tid = (tag - 1) as u32;
+            self.in_flight.remove(&tid);
+            // Every commit up to tid is durable (plans run in order).
+            self.freed_pending.retain(|_, t| jbd2::tid_gt(*t, tid));
             return;
         }
-        let tid = (tag - 1) as u32;
-        self.in_flight.remove(&tid);
-        // Every commit up to tid is durable (plans run in order).
-        self.freed_pending.retain(|_, t| jbd2::tid_gt(*t, tid));
+        if tag != 0 {
+            let tid = (tag - 1) as u32;
+            self.in_flight.remove(&tid);
+            let last = done.writes.iter().map(|w| w.2).max().unwrap_or(0);
+            self.commit_tickets.insert(tid, last);
+        }
+        self.horizon = self.horizon.max(done.durable);
+        self.settle_durable();
     }
 
     fn stats(&self) -> Vec<(String, u64)> {
