@@ -8,6 +8,7 @@
 #   WORKLOADS="fcmicro varmail" scripts/results.sh
 #   WORKLOADS=fastcommit FC_SCALE=paper scripts/results.sh   # issue 7's sweep
 #   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=small|paper)
+#   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -71,6 +72,12 @@ for w in $WORKLOADS; do
             --json "$OUT/ganger.json" --chart "$OUT/ganger.svg" >"$OUT/ganger.txt" || true
         bench ganger-modern copy,remove,smallfiles --users 4 \
             --targets "ext4:ordered,ordo:async,ordo:sync,ordo:sched-flag,ordo:sched-chain,ordo:softdep,ordo:journal"
+        ;;
+    ganger-paper)
+        # The same tables at the paper's sizes (535 files and 14.3 MB per
+        # user, 10,000 small files): about 45 minutes of one core.
+        "$BIN" bench ganger --scale paper --seed "$SEED" -q \
+            --json "$OUT/ganger-paper.json" --chart "$OUT/ganger-paper.svg" >"$OUT/ganger-paper.txt" || true
         ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.
