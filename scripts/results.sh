@@ -9,6 +9,7 @@
 #   WORKLOADS=fastcommit FC_SCALE=paper scripts/results.sh   # issue 7's sweep
 #   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=small|paper)
 #   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
+#   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop)
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -72,6 +73,22 @@ for w in $WORKLOADS; do
             --json "$OUT/ganger.json" --chart "$OUT/ganger.svg" >"$OUT/ganger.txt" || true
         bench ganger-modern copy,remove,smallfiles --users 4 \
             --targets "ext4:ordered,ordo:async,ordo:sync,ordo:sched-flag,ordo:sched-chain,ordo:softdep,ordo:journal"
+        ;;
+    optfs)
+        # OptFS (Chidambaram et al., SOSP '13): fcmicro through FUSE against
+        # the kernel's fast commit (flushes per fsync, ops/s as a ratio in
+        # one run), and Figure 8's workloads on the HDD model in virtual
+        # time, ordo's journal with flushes beside optimistic with fsync as
+        # dsync and as osync; varmail also through FUSE on a loop device
+        # against the kernel's ext4 with and without barriers.
+        O="ordo:optimistic,ordo:optimistic,fsync=osync"
+        L="ordo-lib:journal,ordo-lib:optimistic,ordo-lib:optimistic,fsync=osync"
+        bench optfs-fcmicro fcmicro \
+            --targets "ext4:fast_commit,ext4:ordered,ext4:nobarrier,ordo:journal,ordo:fast_commit,$O"
+        for f8 in varmail fileserver webserver createfiles randwrite seqwrite; do
+            bench "optfs-$f8-hdd" "$f8" --targets "$L" --disk hdd
+        done
+        bench optfs-varmail varmail --targets "ext4:ordered,ext4:nobarrier,ordo:journal,$O"
         ;;
     ganger-paper)
         # The same tables at the paper's sizes (535 files and 14.3 MB per

@@ -26,43 +26,19 @@ fn run(workload: &str, max_states: Option<usize>, e2fsck: E2fsckPolicy) -> Repor
     r
 }
 
-/// OptFS's Table 1 cases as scenarios: an append and an overwrite, each
-/// osynced then made durable, several transactions in flight at once, and
-/// a write-back tick that checkpoints a log half full of journaled
-/// overwrites.
-const SCENARIOS: [(&str, &str); 3] = [
-    (
-        "append",
-        "preset\n---\nappend /A/foo 9000\nosync /A/foo\nappend /A/foo 5000\nosync /A/foo\n\
-         creat /C/n\nwrite /C/n 0 12288\nosync /C/n\nappend /A/foo 100\ndsync /A/foo\n",
-    ),
-    (
-        "overwrite",
-        "preset\n---\nwrite /A/foo 0 8192\nosync /A/foo\nwrite /A/foo 4096 4096\nosync /A/foo\n\
-         write /foo 100 9000\nosync /foo\nwrite /A/foo 0 100\ndsync /A/foo\n",
-    ),
-    (
-        "checkpoint",
-        "preset\n---\ncreat /A/big\nwrite /A/big 0 131072\nosync /A/big\n\
-         write /A/big 0 131072\nosync /A/big\nwrite /A/big 4096 131072\nosync /A/big\n\
-         write /A/big 8192 131072\nosync /A/big\nwrite /A/big 0 131072\nosync /A/big\n\
-         write /A/big 4096 131072\nosync /A/big\nwrite /A/big 0 131072\nosync /A/big\n\
-         write /A/big 12288 131072\nosync /A/big\nwrite /A/big 0 131072\nosync /A/big\n\
-         writeback\nunlink /A/big\ncreat /C/n\nwrite /C/n 0 65536\nosync /C/n\nwriteback\n\
-         dsync /C/n\n",
-    ),
-];
+/// OptFS's Table 1 cases as scenarios (`crates/ordo-crash/scenarios`): an
+/// append and an overwrite, each osynced then made durable, several
+/// transactions in flight at once, and write-back ticks that checkpoint a
+/// log half full of journaled overwrites.
+const SCENARIOS: [&str; 3] = ["optfs-append", "optfs-overwrite", "optfs-checkpoint"];
 
 #[test]
 fn optimistic_is_consistent_and_the_broken_variants_are_caught() {
     std::env::remove_var("ORDO_FAULT");
-    let dir = tempfile::tempdir().unwrap();
-    let mut scenarios = Vec::new();
-    for (name, text) in SCENARIOS {
-        let path = dir.path().join(format!("{name}.scenario"));
-        std::fs::write(&path, text).unwrap();
-        scenarios.push(path.to_str().unwrap().to_string());
-    }
+    let scenarios: Vec<String> = SCENARIOS
+        .iter()
+        .map(|n| format!("{}/scenarios/{n}.scenario", env!("CARGO_MANIFEST_DIR")))
+        .collect();
     let mut total = 0;
     let mut runs: Vec<(String, Option<usize>, E2fsckPolicy)> = vec![
         ("seq1".into(), None, E2fsckPolicy::Every),

@@ -330,6 +330,7 @@ fn recovery_env(
         uuid: s.uuid,
         journal_runs: Vec::new(),
         commit_interval_ms,
+        flush_interval_ms: 1000,
         data_mode,
         metadata_csum: s.has_metadata_csum(),
         clock,
@@ -414,6 +415,7 @@ impl Fs {
             uuid: s.uuid,
             journal_runs: Vec::new(),
             commit_interval_ms: opts.commit_interval_ms,
+            flush_interval_ms: opts.flush_interval_ms,
             data_mode: opts.data,
             metadata_csum: csum,
             clock: clock.clone(),
@@ -508,7 +510,10 @@ impl Fs {
         };
         if opts.background && !opts.read_only {
             let sh = fs.shared.clone();
-            let interval = opts.commit_interval_ms.max(10);
+            let tick = fs.shared.lock().proto.tick_interval_ms();
+            let interval = tick
+                .map_or(opts.commit_interval_ms, |t| t.min(opts.commit_interval_ms))
+                .max(10);
             let h = std::thread::spawn(move || {
                 let mut waited = 0u64;
                 while !sh.stop.load(Ordering::Relaxed) {
@@ -560,10 +565,19 @@ impl Fs {
             Ok(())
         })?;
         self.shared.write_back(WriteBackReason::Unmount)?;
-        let dirty = self.shared.lock().cache.dirty_count();
-        if dirty != 0 {
+        let dirty: Vec<String> = {
+            let c = self.shared.lock();
+            c.cache
+                .dirty_blocks()
+                .into_iter()
+                .map(|b| format!("{b} ({})", c.cache.class_of(b).name()))
+                .collect()
+        };
+        if !dirty.is_empty() {
             return Err(FsError::Invalid(format!(
-                "{dirty} dirty blocks left after the unmount write-back"
+                "{} dirty blocks left after the unmount write-back: {}",
+                dirty.len(),
+                dirty[..dirty.len().min(8)].join(", ")
             )));
         }
         self.shared.dev.flush()?;

@@ -196,6 +196,10 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Commit / write-back interval in milliseconds (`commit=SECS`, default 5 s).
     pub commit_interval_ms: u64,
+    /// Background-flush interval in milliseconds (`flush_interval=SECS`,
+    /// default 1 s), for the protocols that learn durability from flushes
+    /// ([`crate::protocol::Protocol::tick_interval_ms`]).
+    pub flush_interval_ms: u64,
     /// Upper bound of the buffer cache in bytes (`cache=SIZE`, default 256 MiB).
     pub cache_bytes: u64,
     /// Run a background thread for the commit interval (off for the crash
@@ -255,6 +259,7 @@ impl Default for MountOptions {
             data: DataMode::Ordered,
             read_only: false,
             commit_interval_ms: 5000,
+            flush_interval_ms: 1000,
             cache_bytes: 256 << 20,
             background: false,
             clock: None,

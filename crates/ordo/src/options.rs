@@ -75,7 +75,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS",
         modes.join("|")
     )
 }
@@ -163,6 +163,15 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     return Err("conflicting options: ro and rw".to_string());
                 }
                 ro = Some(want);
+            }
+            "flush_interval" => {
+                let secs: f64 = need(value)?
+                    .parse()
+                    .map_err(|_| format!("flush_interval= needs seconds, got '{opt}'"))?;
+                if !(0.01..=3600.0).contains(&secs) {
+                    return Err(format!("flush_interval={secs}: must be 0.01..3600 seconds"));
+                }
+                fs.flush_interval_ms = (secs * 1000.0).round() as u64;
             }
             "fsync" => {
                 fs.fsync = need(value)?.parse()?;

@@ -914,6 +914,8 @@ pub struct ProtocolEnv {
     pub journal_runs: Vec<(u32, u64, u32)>,
     /// Commit interval in milliseconds (`commit=`).
     pub commit_interval_ms: u64,
+    /// Background-flush interval in milliseconds (`flush_interval=`).
+    pub flush_interval_ms: u64,
     /// JBD2 data mode.
     pub data_mode: DataMode,
     /// Whether the image has `metadata_csum`.
@@ -1067,6 +1069,13 @@ pub trait Protocol: Send {
     /// by the core to know when an osync may share an fsync's commit).
     fn native_durability_calls(&self) -> DurabilityCalls {
         DurabilityCalls::NONE
+    }
+
+    /// How often the protocol wants [`WriteBackReason::Timer`], when more
+    /// often than the commit interval (a background flush that turns
+    /// ordered work durable). Default: the commit interval.
+    fn tick_interval_ms(&self) -> Option<u64> {
+        None
     }
 
     /// Background work: periodic write-back, checkpointing, write-back under

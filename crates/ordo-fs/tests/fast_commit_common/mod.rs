@@ -207,6 +207,7 @@ pub fn env_of(dev: &dyn BlockDevice) -> ProtocolEnv {
         uuid: s.uuid,
         journal_runs: Vec::new(),
         commit_interval_ms: 5000,
+        flush_interval_ms: 1000,
         data_mode: DataMode::Ordered,
         metadata_csum: s.has_metadata_csum(),
         clock: ordo_fs::clock::system(),

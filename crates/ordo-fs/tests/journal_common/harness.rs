@@ -46,6 +46,7 @@ impl Harness {
             uuid,
             journal_runs: runs,
             commit_interval_ms: 5000,
+            flush_interval_ms: 1000,
             data_mode,
             metadata_csum: ro_compat & 0x400 != 0,
             clock: ordo_fs::clock::system(),

@@ -29,9 +29,11 @@
 //!   durable horizon ([`crate::protocol::PlanDone::durable`]) covers the
 //!   last write of its plan: after a flush, a FUA write, or a write-cache
 //!   model's destage. Nothing is ever assumed durable after a delay.
-//! - **Background flush**: each timer tick (`commit=`) commits the running
-//!   transaction and, if any commit is not known durable, flushes once, off
-//!   every caller's path: `osync`ed work becomes durable within one tick.
+//! - **Background flush**: a timer tick every `flush_interval=` (default
+//!   1 s) flushes once if any commit is not known durable, off every
+//!   caller's path: `osync`ed work becomes durable within one interval.
+//!   Every `commit=` interval the tick also commits the running
+//!   transaction.
 //! - **Delayed checkpoint**: [`CommitRules::checkpoint_after_durable`]: a
 //!   checkpoint flushes first unless every commit is known durable, so no
 //!   metadata goes home before its transaction and all earlier ones are
@@ -152,6 +154,11 @@ pub struct Optimistic {
     capacity: usize,
     fault: Option<Fault>,
     stats: Stats,
+    /// Timer ticks (one per flush interval) per commit interval, and the
+    /// ticks since the last timer commit.
+    ticks_per_commit: u64,
+    ticks: u64,
+    flush_interval_ms: u64,
 }
 
 impl Optimistic {
@@ -180,6 +187,9 @@ impl Optimistic {
             capacity,
             fault,
             stats: Stats::default(),
+            ticks_per_commit: (env.commit_interval_ms / env.flush_interval_ms.max(1)).max(1),
+            ticks: 0,
+            flush_interval_ms: env.flush_interval_ms.max(1),
         })
     }
 
@@ -310,7 +320,13 @@ impl Protocol for Optimistic {
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
         match reason {
             WriteBackReason::Timer => {
-                self.commit(io)?;
+                // A tick per flush interval; the running transaction
+                // commits once per commit interval.
+                self.ticks += 1;
+                if self.ticks >= self.ticks_per_commit {
+                    self.ticks = 0;
+                    self.commit(io)?;
+                }
                 if self.j.log_half_full() {
                     // Flushes first when something is not known durable.
                     self.j.checkpoint(io);
@@ -334,6 +350,10 @@ impl Protocol for Optimistic {
 
     fn can_allocate(&self, block: u64) -> bool {
         self.j.can_allocate(block)
+    }
+
+    fn tick_interval_ms(&self) -> Option<u64> {
+        Some(self.flush_interval_ms)
     }
 
     fn plan_done(&mut self, done: &PlanDone) {
