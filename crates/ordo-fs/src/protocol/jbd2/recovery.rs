@@ -743,6 +743,20 @@ pub(crate) fn recover_full(
     recover_verified(dev, runs, None)
 }
 
+/// Write the journal superblock `sb` over journal block 0 and flush.
+fn write_super_durably(
+    dev: &dyn BlockDevice,
+    map: &JournalMap,
+    sb: &JournalSuperblock,
+) -> Result<()> {
+    let mut jbuf = vec![0u8; dev.block_size() as usize];
+    let p = read_jblock(dev, map, 0, &mut jbuf)?;
+    sb.encode_into(&mut jbuf);
+    dev.write(p, &jbuf, WriteFlags::new(BlockClass::Journal))?;
+    dev.flush()?;
+    Ok(())
+}
+
 /// A check of the scanned log before anything is replayed: it may cut
 /// transactions off the end of `scan.transactions` (and says why, in
 /// report lines). `mode=optimistic` verifies its data tags with it.
@@ -832,21 +846,13 @@ pub(crate) fn recover_verified(
         sb.start = 0;
         sb.sequence = scan.end_tid.wrapping_add(1);
         sb.feature_incompat &= !jbd2::FEATURE_INCOMPAT_ORDO_DATA_TAGS;
-        let mut jbuf = vec![0u8; bs];
-        let p = read_jblock(dev, &map, 0, &mut jbuf)?;
-        sb.encode_into(&mut jbuf);
-        dev.write(p, &jbuf, WriteFlags::new(BlockClass::Journal))?;
-        dev.flush()?;
+        write_super_durably(dev, &map, &sb)?;
         report.blocks_written += 1;
     } else if data_tags && verify.is_some() {
         // Clean, but the feature stayed (a crash between the two writes
         // of a clean unmount cannot leave this; an old image might).
         sb.feature_incompat &= !jbd2::FEATURE_INCOMPAT_ORDO_DATA_TAGS;
-        let mut jbuf = vec![0u8; bs];
-        let p = read_jblock(dev, &map, 0, &mut jbuf)?;
-        sb.encode_into(&mut jbuf);
-        dev.write(p, &jbuf, WriteFlags::new(BlockClass::Journal))?;
-        dev.flush()?;
+        write_super_durably(dev, &map, &sb)?;
         report.blocks_written += 1;
     }
     // Re-read: the replay may have rewritten the superblock block itself.
