@@ -296,6 +296,26 @@ mod tests {
     }
 
     #[test]
+    fn fsync_and_flush_interval_parse_and_bad_values_are_refused() {
+        let p = parse("mode=optimistic,fsync=osync,flush_interval=0.25").unwrap();
+        assert_eq!(p.fs.fsync, ordo_fs::FsyncMeaning::Osync);
+        assert_eq!(p.fs.flush_interval_ms, 250);
+        let p = parse("mode=optimistic").unwrap();
+        assert_eq!(p.fs.fsync, ordo_fs::FsyncMeaning::Dsync);
+        assert_eq!(p.fs.flush_interval_ms, 1000);
+        for bad in [
+            "fsync=maybe",
+            "fsync=",
+            "flush_interval=0",
+            "flush_interval=-1",
+            "flush_interval=soon",
+            "flush_interval=99999",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
     fn every_known_option_parses() {
         let p = parse("mode=journal,data=writeback,ro,commit=7,cache=64M,threads=2,attr_timeout=0")
             .unwrap();
