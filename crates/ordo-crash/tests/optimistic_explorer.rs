@@ -9,21 +9,18 @@
 //! everything runs in this file's one test, which sets and clears the
 //! variable for the whole process.
 
-use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams};
+mod protocol_common;
+
+use ordo_crash::explore::E2fsckPolicy;
 use ordo_crash::report::Report;
-use ordo_fs::ProtocolKind;
+use protocol_common::{assert_clean, params};
 
 fn run(workload: &str, max_states: Option<usize>, e2fsck: E2fsckPolicy) -> Report {
-    let mut p = ExploreParams::new(ProtocolKind::named("optimistic"), workload);
-    p.e2fsck = e2fsck;
-    p.minimize_max = 2;
-    p.max_states = max_states;
+    let mut p = params("optimistic", workload, max_states, e2fsck);
     // More random sequences than the default four, of 100 operations.
     p.workload_params.random_sequences = 12;
     p.workload_params.random_ops = 100;
-    let r = explore(&p).unwrap();
-    println!("{workload}: {}", r.summary(5));
-    r
+    protocol_common::run(workload, &p)
 }
 
 /// OptFS's Table 1 cases as scenarios (`crates/ordo-crash/scenarios`): an
@@ -51,12 +48,7 @@ fn optimistic_is_consistent_and_the_broken_variants_are_caught() {
     }
     for (w, max, e2fsck) in runs {
         let r = run(&w, max, e2fsck);
-        assert!(r.checked > 0, "{w}: no state checked");
-        assert!(r.e2fsck_checked > 0, "{w}: e2fsck never ran");
-        assert_eq!(r.inconsistent, 0, "{w}: {}", r.summary(5));
-        assert_eq!(r.broken_promises, 0, "{w}: {}", r.summary(5));
-        assert_eq!(r.foreign_data, 0, "{w}: {}", r.summary(5));
-        assert!(r.failures.is_empty(), "{w}: {}", r.summary(5));
+        assert_clean(&w, &r);
         total += r.checked;
     }
     assert!(total >= 30_000, "only {total} states checked");

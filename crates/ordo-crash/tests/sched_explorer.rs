@@ -10,18 +10,15 @@
 //! read when the protocol is built, so everything runs in this file's one
 //! test, which sets and clears it for the whole process).
 
-use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams};
+mod protocol_common;
+
+use ordo_crash::explore::E2fsckPolicy;
 use ordo_crash::report::Report;
-use ordo_fs::ProtocolKind;
+use protocol_common::{assert_clean, params};
 
 fn run(mode: &str, workload: &str, max_states: Option<usize>, e2fsck: E2fsckPolicy) -> Report {
-    let mut p = ExploreParams::new(ProtocolKind::named(mode), workload);
-    p.e2fsck = e2fsck;
-    p.minimize_max = 2;
-    p.max_states = max_states;
-    let r = explore(&p).unwrap();
-    println!("{mode} {workload}: {}", r.summary(5));
-    r
+    let p = params(mode, workload, max_states, e2fsck);
+    protocol_common::run(&format!("{mode} {workload}"), &p)
 }
 
 #[test]
@@ -41,12 +38,7 @@ fn scheduler_ordering_is_consistent_and_the_broken_variants_are_caught() {
             ("mix", Some(3_000), E2fsckPolicy::Sample(100)),
         ] {
             let r = run(mode, w, max, e2fsck);
-            assert!(r.checked > 0, "{mode} {w}: no state checked");
-            assert!(r.e2fsck_checked > 0, "{mode} {w}: e2fsck never ran");
-            assert_eq!(r.inconsistent, 0, "{mode} {w}: {}", r.summary(5));
-            assert_eq!(r.broken_promises, 0, "{mode} {w}: {}", r.summary(5));
-            assert_eq!(r.foreign_data, 0, "{mode} {w}: {}", r.summary(5));
-            assert!(r.failures.is_empty(), "{mode} {w}: {}", r.summary(5));
+            assert_clean(&format!("{mode} {w}"), &r);
             total += r.checked;
         }
         assert!(total >= 5_000, "{mode}: only {total} states checked");
