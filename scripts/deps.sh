@@ -52,11 +52,18 @@ declare -A provider=(
   [dbench]=dbench
 )
 
+# Python modules the application crash checker imports (run by the
+# Debian interpreter, /usr/bin/python3) -> Debian package.
+declare -A py_provider=(
+  [plyvel]=python3-plyvel
+)
+
 mode=install
 case "${1:-}" in
   --check) mode=check ;;
   --list)
-    for cmd in "${!provider[@]}"; do echo "$cmd ${provider[$cmd]}"; done | LC_ALL=C sort
+    { for cmd in "${!provider[@]}"; do echo "$cmd ${provider[$cmd]}"; done
+      for mod in "${!py_provider[@]}"; do echo "python3:$mod ${py_provider[$mod]}"; done; } | LC_ALL=C sort
     exit 0
     ;;
   "") ;;
@@ -64,10 +71,15 @@ case "${1:-}" in
 esac
 
 missing_pkgs() {
-  local cmd
-  for cmd in "${!provider[@]}"; do
-    command -v "$cmd" >/dev/null 2>&1 || echo "${provider[$cmd]}"
-  done | LC_ALL=C sort -u
+  local cmd mod
+  {
+    for cmd in "${!provider[@]}"; do
+      command -v "$cmd" >/dev/null 2>&1 || echo "${provider[$cmd]}"
+    done
+    for mod in "${!py_provider[@]}"; do
+      /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || echo "${py_provider[$mod]}"
+    done
+  } | LC_ALL=C sort -u
 }
 
 pkgs=$(missing_pkgs | tr '\n' ' ')
@@ -93,6 +105,9 @@ still=$(missing_pkgs | tr '\n' ' ')
 if [ -n "${still// /}" ]; then
   for cmd in "${!provider[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || echo "scripts/deps.sh: $cmd is still missing after installing ${provider[$cmd]}" >&2
+  done
+  for mod in "${!py_provider[@]}"; do
+    /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || echo "scripts/deps.sh: python3 module $mod is still missing after installing ${py_provider[$mod]}" >&2
   done
   exit 1
 fi

@@ -10,6 +10,7 @@
 #   WORKLOADS=ganger scripts/results.sh      # Ganger & Patt's tables (GANGER_SCALE=small|paper)
 #   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop)
+#   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -116,6 +117,18 @@ for w in $WORKLOADS; do
         # user, 10,000 small files): about 45 minutes of one core.
         "$BIN" bench ganger --scale paper --seed "$SEED" -q \
             --json "$OUT/ganger-paper.json" --chart "$OUT/ganger-paper.svg" >"$OUT/ganger-paper.txt" || true
+        ;;
+    apps)
+        # Issue 18's table: real SQLite, git, LevelDB and an editor's save on
+        # every protocol and on the kernel's ext4, every crash state of each
+        # (a seeded sample of 400 per cell) judged by the application.
+        echo "results.sh: apps" >&2
+        {
+            "$BIN" crash --app all --mode all -q --states 400 --seed "$SEED" --show 0 \
+                --json "$OUT/apps.json" --table "$OUT/apps.table.md" | grep -v '^  '
+            echo
+            echo "reproduce with: ordo crash --app all --mode all --states 400 --seed $SEED --table apps.md"
+        } >"$OUT/apps.txt" || true
         ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.

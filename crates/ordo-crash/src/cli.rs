@@ -5,6 +5,9 @@
 //!            [--json FILE] [--shard I/N] [--prefix-only] [--torn] [--no-e2fsck]
 //!            [--state ID] [--keep DIR]
 //! ordo crash merge A.json B.json... [--json OUT]
+//! ordo crash --app APP[,APP..|all] --mode M[,M..|kernel|all] [--steps N]
+//!            [--states N] [--states-per-point K] [--shard I/N] [--json FILE]
+//!            [--table FILE] [--state 0.P.I --keep DIR]
 //! ```
 //!
 //! Exit status: 0 when every checked state passed, 1 when some failed;
@@ -16,6 +19,8 @@ use clap::{Args, Parser, Subcommand};
 
 use ordo_fs::{DataMode, ProtocolKind};
 
+use crate::app::explore::{AppParams, AppReport, TableCell, Target};
+use crate::app::script::App;
 use crate::backend::ImageParams;
 use crate::error::CrashError;
 use crate::explore::{self, E2fsckPolicy, ExploreParams, JudgePolicy, LogFault, StateId};
@@ -30,8 +35,22 @@ pub struct CrashArgs {
     #[command(subcommand)]
     pub command: Option<CrashCommand>,
     /// Consistency protocol (`-o mode=`; `ordo mount --help` lists them).
+    /// With `--app` also `kernel` (the kernel's ext4), `MODE/DATA`
+    /// (`journal/writeback`), a comma list, or `all`.
     #[arg(long)]
-    pub mode: Option<ProtocolKind>,
+    pub mode: Option<Targets>,
+    /// Run a real application instead of a file-system workload:
+    /// sqlite-rollback, sqlite-wal, git, leveldb, editor, a comma list, or
+    /// `all` (docs/CRASH.md, "Application crash checking").
+    #[arg(long, conflicts_with = "workload")]
+    pub app: Option<Apps>,
+    /// Updates the application workload makes after its setup.
+    #[arg(long, default_value_t = crate::app::explore::STEPS_DEFAULT)]
+    pub steps: u32,
+    /// With `--app`: write the table of every application and target
+    /// (markdown) here.
+    #[arg(long)]
+    pub table: Option<PathBuf>,
     /// JBD2 data mode (ordered, writeback, journal).
     #[arg(long, default_value = "ordered")]
     pub data: DataMode,
@@ -75,18 +94,19 @@ pub struct CrashArgs {
     /// Never run the kernel / `e2fsck -fy` judge.
     #[arg(long)]
     pub no_judge: bool,
-    /// Upper bound of states per crash point (all subsets below it).
-    #[arg(long, default_value_t = StateParams::default().max_states_per_point)]
-    pub states_per_point: usize,
+    /// Upper bound of states per crash point (all subsets below it;
+    /// default 256, with `--app` 16).
+    #[arg(long)]
+    pub states_per_point: Option<usize>,
     /// Rebuild and check only this state (SEQUENCE.POINT.INDEX).
     #[arg(long)]
     pub state: Option<StateId>,
     /// Keep images of the state given by --state (or of failures) here.
     #[arg(long)]
     pub keep: Option<PathBuf>,
-    /// Image size in MiB.
-    #[arg(long, default_value_t = ImageParams::default().size_mib)]
-    pub size_mib: u64,
+    /// Image size in MiB (default 16, with `--app` 32).
+    #[arg(long)]
+    pub size_mib: Option<u64>,
     /// File-system block size.
     #[arg(long, default_value_t = ImageParams::default().block_size)]
     pub block_size: u32,
@@ -181,6 +201,40 @@ pub enum CrashCommand {
     },
 }
 
+/// `--mode` as given: one target, a comma list, or `all`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Targets(pub Vec<Target>);
+
+impl std::str::FromStr for Targets {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Targets(Target::all()));
+        }
+        s.split(',')
+            .map(|t| t.trim().parse::<Target>())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Targets)
+    }
+}
+
+/// `--app` as given: one application, a comma list, or `all`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apps(pub Vec<App>);
+
+impl std::str::FromStr for Apps {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Apps(App::ALL.to_vec()));
+        }
+        s.split(',')
+            .map(|a| a.trim().parse::<App>())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Apps)
+    }
+}
+
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     let (i, n) = s
         .split_once('/')
@@ -205,18 +259,40 @@ struct Standalone {
 impl CrashArgs {
     /// The exploration these arguments ask for.
     pub fn explore_params(&self) -> Result<ExploreParams, CrashError> {
-        let mode = self
-            .mode
-            .ok_or_else(|| CrashError::Invalid("--mode is required".into()))?;
+        let (mode, data) = match self.mode.as_ref().map(|t| t.0.as_slice()) {
+            Some([Target::Ordo { mode, data }]) => (
+                *mode,
+                if *data == DataMode::Ordered {
+                    self.data
+                } else {
+                    *data
+                },
+            ),
+            Some([Target::Kernel]) => {
+                return Err(CrashError::Invalid(
+                    "--mode kernel is for --app (the kernel's ext4 runs applications, not ordo's workloads)"
+                        .into(),
+                ))
+            }
+            Some(_) => {
+                return Err(CrashError::Invalid(
+                    "one --mode for a file-system workload (lists and `all` are for --app)".into(),
+                ))
+            }
+            None => return Err(CrashError::Invalid("--mode is required".into())),
+        };
         let workload = self
             .workload
             .clone()
             .ok_or_else(|| CrashError::Invalid("--workload is required".into()))?;
         let mut p = ExploreParams::new(mode, &workload);
-        p.data = self.data;
+        p.data = data;
         p.states = StateParams {
             seed: self.seed,
-            max_states_per_point: self.states_per_point.max(1),
+            max_states_per_point: self
+                .states_per_point
+                .unwrap_or(StateParams::default().max_states_per_point)
+                .max(1),
             prefix_only: self.prefix_only,
             torn: self.torn,
         };
@@ -242,7 +318,7 @@ impl CrashArgs {
             JudgePolicy::Sample(self.judge_every)
         };
         p.image = ImageParams {
-            size_mib: self.size_mib,
+            size_mib: self.size_mib.unwrap_or(ImageParams::default().size_mib),
             block_size: self.block_size,
         };
         p.minimize_max = self.minimize;
@@ -267,6 +343,20 @@ pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
         return run_soak(s);
     }
     if let Some(CrashCommand::Merge { reports, json }) = &args.command {
+        if let Some(first) = reports.first() {
+            if AppReport::read_json(first).is_ok() {
+                let loaded = reports
+                    .iter()
+                    .map(|r| AppReport::read_json(r))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let merged = crate::app::explore::merge(&loaded)?;
+                print!("{}", merged.summary(args.show));
+                if let Some(out) = json {
+                    merged.write_json(out)?;
+                }
+                return Ok(if merged.inconsistent() == 0 { 0 } else { 1 });
+            }
+        }
         let mut loaded = Vec::new();
         for path in reports {
             loaded.push((path.clone(), Report::read_json(path)?));
@@ -277,6 +367,9 @@ pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
             merged.write_json(out)?;
         }
         return Ok(if merged.failures_total == 0 { 0 } else { 1 });
+    }
+    if args.app.is_some() {
+        return run_apps(args);
     }
     let params = args.explore_params()?;
     let report = explore::explore(&params)?;
@@ -291,6 +384,109 @@ pub fn run_args(args: &CrashArgs) -> Result<i32, CrashError> {
         report.write_json(path)?;
     }
     Ok(if report.failures_total == 0 { 0 } else { 1 })
+}
+
+impl CrashArgs {
+    /// The application explorations these arguments ask for, one per
+    /// application and target.
+    pub fn app_params(&self) -> Result<Vec<AppParams>, CrashError> {
+        let apps = self
+            .app
+            .as_ref()
+            .ok_or_else(|| CrashError::Invalid("--app is required".into()))?;
+        let targets = self
+            .mode
+            .as_ref()
+            .ok_or_else(|| CrashError::Invalid("--mode is required".into()))?;
+        let cells = apps.0.len() * targets.0.len();
+        if cells > 1 && (self.state.is_some() || self.shard.is_some()) {
+            return Err(CrashError::Invalid(
+                "--state and --shard take one --app and one --mode".into(),
+            ));
+        }
+        if self.state.is_some() && self.shard.is_some() {
+            return Err(CrashError::Invalid(
+                "--state and --shard exclude each other".into(),
+            ));
+        }
+        let mut out = Vec::new();
+        for &app in &apps.0 {
+            for &target in &targets.0 {
+                let target = match target {
+                    Target::Ordo {
+                        mode,
+                        data: DataMode::Ordered,
+                    } => Target::Ordo {
+                        mode,
+                        data: self.data,
+                    },
+                    t => t,
+                };
+                let mut p = AppParams::new(app, target);
+                p.steps = self.steps;
+                p.states = StateParams {
+                    seed: self.seed,
+                    max_states_per_point: self
+                        .states_per_point
+                        .unwrap_or(p.states.max_states_per_point)
+                        .max(1),
+                    prefix_only: self.prefix_only,
+                    torn: self.torn,
+                };
+                p.max_states = self.states;
+                p.jobs = self.jobs;
+                p.shard = self.shard;
+                p.progress = !self.quiet;
+                p.size_mib = self.size_mib.unwrap_or(p.size_mib);
+                p.only_state = self.state;
+                p.keep = self.keep.clone();
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `ordo crash --app`: every application on every target asked for.
+fn run_apps(args: &CrashArgs) -> Result<i32, CrashError> {
+    let all = args.app_params()?;
+    let mut cells = Vec::new();
+    for p in &all {
+        let report = crate::app::explore::explore_app(p)?;
+        print!("{}", report.summary(args.show));
+        if let (Some(dir), Some(id)) = (&p.keep, p.only_state) {
+            println!(
+                "state {id}: crash.img, recovered.img and the application's files (app/) kept in {}",
+                dir.display()
+            );
+        }
+        cells.push(TableCell {
+            app: report.app.clone(),
+            target: report.target.clone(),
+            report,
+        });
+    }
+    if cells.len() > 1 {
+        print!("\n{}", crate::app::explore::table(&cells));
+    }
+    if let Some(path) = &args.json {
+        if let [one] = cells.as_slice() {
+            one.report.write_json(path)?;
+        } else {
+            let text = serde_json::to_string_pretty(&cells)
+                .map_err(|e| CrashError::Invalid(format!("JSON: {e}")))?;
+            std::fs::write(path, text).map_err(|e| CrashError::io(format!("writing {path}"), e))?;
+        }
+    }
+    if let Some(path) = &args.table {
+        std::fs::write(path, crate::app::explore::table(&cells))
+            .map_err(|e| CrashError::io(format!("writing {}", path.display()), e))?;
+    }
+    Ok(if cells.iter().all(|c| c.report.inconsistent() == 0) {
+        0
+    } else {
+        1
+    })
 }
 
 fn run_soak(a: &SoakArgs) -> Result<i32, CrashError> {
@@ -411,6 +607,45 @@ mod tests {
         assert_eq!(p.states.seed, 3);
         assert!(parse(&["--mode", "sync", "--workload", "seq1", "--shard", "4/4"]).is_err());
         assert!(parse(&["--mode", "nope", "--workload", "seq1"]).is_err());
+    }
+
+    #[test]
+    fn app_flags_parse() {
+        let a = parse(&[
+            "--app",
+            "sqlite-wal,git",
+            "--mode",
+            "journal/journal,kernel,async",
+            "--states",
+            "50",
+        ])
+        .unwrap();
+        let ps = a.app_params().unwrap();
+        assert_eq!(ps.len(), 6);
+        assert_eq!(ps[0].app, App::SqliteWal);
+        assert_eq!(ps[0].target.to_string(), "journal/journal");
+        assert_eq!(ps[1].target, Target::Kernel);
+        assert_eq!(ps[0].max_states, Some(50));
+        assert_eq!(ps[0].states.max_states_per_point, 16);
+        let all = parse(&["--app", "all", "--mode", "all"]).unwrap();
+        let ps = all.app_params().unwrap();
+        assert_eq!(ps.len(), App::ALL.len() * Target::all().len());
+        assert!(parse(&["--app", "emacs", "--mode", "journal"]).is_err());
+        assert!(parse(&["--app", "git", "--mode", "journal/bogus"]).is_err());
+        // One state names one run.
+        let a = parse(&[
+            "--app",
+            "git",
+            "--mode",
+            "journal,async",
+            "--state",
+            "0.3.1",
+        ])
+        .unwrap();
+        assert!(a.app_params().is_err());
+        // The kernel runs applications, not ordo's workloads.
+        let a = parse(&["--mode", "kernel", "--workload", "seq1"]).unwrap();
+        assert!(a.explore_params().is_err());
     }
 
     #[test]

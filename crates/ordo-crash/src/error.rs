@@ -36,6 +36,15 @@ pub enum CrashError {
         /// What went wrong.
         detail: String,
     },
+    /// An application workload or checker could not run (a missing
+    /// program, a broken control channel), as opposed to a verdict.
+    #[error("application {app}: {detail}")]
+    App {
+        /// The application (`sqlite-wal`, `git`, `kernel-ext4`, ...).
+        app: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// Host I/O (temporary files, e2fsck, --keep directory).
     #[error("{what}: {source}")]
     Io {

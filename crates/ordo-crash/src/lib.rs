@@ -15,6 +15,7 @@
 //! parallel and [`report`] says what it found, with a command that rebuilds
 //! each failing state. See `docs/CRASH.md`.
 
+pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod error;
