@@ -130,6 +130,50 @@ for w in $WORKLOADS; do
             echo "reproduce with: ordo crash --app all --mode all --states 400 --seed $SEED --table apps.md"
         } >"$OUT/apps.txt" || true
         ;;
+    optfs-table3)
+        # OptFS Table 3: gedit's atomic save and a SQLite transaction on the
+        # kernel's ext4 without and with flushes and on ordo optimistic with
+        # fsync=osync (the paper's modified applications), every crash
+        # state judged by the application.
+        echo "results.sh: optfs-table3" >&2
+        "$BIN" crash --app editor,sqlite-rollback --mode kernel+nobarrier,kernel,optimistic+osync \
+            -q --states 1000 --seed "$SEED" --json "$OUT/optfs-table3.json" >/dev/null || true
+        /usr/bin/python3 - "$OUT/optfs-table3.json" "$SEED" >"$OUT/optfs-table3.txt" <<'PY'
+import json, sys
+cells = {(c["app"], c["target"]): c["report"] for c in json.load(open(sys.argv[1]))}
+cols = ["kernel+nobarrier", "kernel", "optimistic+osync"]
+paper = {
+    "editor": {"total": [50, 50, 50], "inconsistent": [7, 0, 0], "old": [26, 21, 36], "new": [17, 29, 14]},
+    "sqlite-rollback": {"total": [100, 100, 100], "inconsistent": [73, 0, 0], "old": [8, 50, 76], "new": [19, 50, 24]},
+}
+print("OptFS Table 3: crash states of an application update, ordo / paper")
+print("columns: ext4 without flushes (kernel, -o nobarrier) | ext4 with flushes (kernel) | OptFS (ordo optimistic, fsync=osync)")
+for app, name in [("editor", "gedit (the editor's atomic save)"), ("sqlite-rollback", "SQLite (rollback journal)")]:
+    print()
+    print(name)
+    print(f"{'':<26}" + "".join(f"{c:>24}" for c in cols))
+    rows = [
+        ("crash states checked", "total", lambda r: r["checked"]),
+        ("inconsistent", "inconsistent", lambda r: r["checked"] - r["consistent"]),
+        ("old state", "old", lambda r: r["old_state"]),
+        ("new state", "new", lambda r: r["new_state"]),
+    ]
+    for label, key, f in rows:
+        line = f"{label:<26}"
+        for i, c in enumerate(cols):
+            r = cells.get((app, c))
+            v = f(r) if r else "-"
+            line += f"{f'{v} / {paper[app][key][i]}':>24}"
+        print(line)
+    line = f"{'flushes per update':<26}"
+    for c in cols:
+        r = cells.get((app, c))
+        line += f"{(r['flushes'] / max(r['marks'], 1)) if r else 0:>24.2f}"
+    print(line)
+print()
+print(f"reproduce with: ordo crash --app editor,sqlite-rollback --mode kernel+nobarrier,kernel,optimistic+osync --states 1000 --seed {sys.argv[2]}")
+PY
+        ;;
     sqlite | git | postmark | fsmark)
         # Programs need a mounted file system: no in-process targets.
         bench "$w" "$w" --targets "$KERNEL,$ORDO"

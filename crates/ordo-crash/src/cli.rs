@@ -260,7 +260,11 @@ impl CrashArgs {
     /// The exploration these arguments ask for.
     pub fn explore_params(&self) -> Result<ExploreParams, CrashError> {
         let (mode, data) = match self.mode.as_ref().map(|t| t.0.as_slice()) {
-            Some([Target::Ordo { mode, data }]) => (
+            Some([Target::Ordo {
+                mode,
+                data,
+                osync: false,
+            }]) => (
                 *mode,
                 if *data == DataMode::Ordered {
                     self.data
@@ -268,7 +272,7 @@ impl CrashArgs {
                     *data
                 },
             ),
-            Some([Target::Kernel]) => {
+            Some([Target::Kernel { .. }]) => {
                 return Err(CrashError::Invalid(
                     "--mode kernel is for --app (the kernel's ext4 runs applications, not ordo's workloads)"
                         .into(),
@@ -416,9 +420,11 @@ impl CrashArgs {
                     Target::Ordo {
                         mode,
                         data: DataMode::Ordered,
+                        osync,
                     } => Target::Ordo {
                         mode,
                         data: self.data,
+                        osync,
                     },
                     t => t,
                 };
@@ -624,7 +630,7 @@ mod tests {
         assert_eq!(ps.len(), 6);
         assert_eq!(ps[0].app, App::SqliteWal);
         assert_eq!(ps[0].target.to_string(), "journal/journal");
-        assert_eq!(ps[1].target, Target::Kernel);
+        assert_eq!(ps[1].target, Target::Kernel { nobarrier: false });
         assert_eq!(ps[0].max_states, Some(50));
         assert_eq!(ps[0].states.max_states_per_point, 16);
         let all = parse(&["--app", "all", "--mode", "all"]).unwrap();

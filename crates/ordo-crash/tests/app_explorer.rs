@@ -31,6 +31,7 @@ fn ordo(mode: &str, data: DataMode) -> Target {
     Target::Ordo {
         mode: ProtocolKind::named(mode),
         data,
+        osync: false,
     }
 }
 
@@ -40,6 +41,7 @@ fn run(app: App, target: Target, max_states: usize) -> AppReport {
     p.jobs = 2;
     let r = explore_app(&p).unwrap_or_else(|e| panic!("{app} on {target}: {e}"));
     println!("{}", r.summary(5));
+    assert_eq!(r.old_state + r.new_state, r.consistent);
     r
 }
 
@@ -133,8 +135,30 @@ fn kernel_ext4_keeps_the_editor_consistent() {
     if !fuse_available() {
         return;
     }
-    let r = run(App::Editor, Target::Kernel, 100);
+    let r = run(App::Editor, Target::Kernel { nobarrier: false }, 100);
     assert!(r.writes > 0 && r.flushes > 0);
     assert!(r.checked > 10);
     assert_eq!(r.consistent, r.checked, "{}", r.summary(5));
+}
+
+/// OptFS Table 3, the OptFS column: with `fsync=osync` the editor's save
+/// and SQLite's transactions are ordered, not durable, and every crash
+/// state holds the old or the new version, never a mix.
+#[test]
+fn optimistic_osync_keeps_order() {
+    if !fuse_available() {
+        return;
+    }
+    let target: Target = "optimistic+osync".parse().unwrap();
+    assert_eq!(target.to_string(), "optimistic+osync");
+    assert!(!target.keeps_durability());
+    for app in [App::Editor, App::SqliteRollback] {
+        let r = run(app, target, 150);
+        assert!(r.checked > 10);
+        assert_eq!(r.consistent, r.checked, "{}", r.summary(5));
+        assert!(r.old_state > 0, "osync delays durability: some crash finds the old version");
+    }
+    // A mode without an osync of its own refuses the option at mount.
+    let p = AppParams::new(App::Editor, "journal+osync".parse().unwrap());
+    assert!(explore_app(&p).is_err());
 }

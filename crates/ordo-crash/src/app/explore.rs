@@ -60,19 +60,32 @@ pub enum Target {
         mode: ProtocolKind,
         /// Its data mode.
         data: DataMode,
+        /// Mounted with `-o fsync=osync` (`MODE+osync`): the application's
+        /// fsync orders instead of making durable (OptFS's modified gedit
+        /// and SQLite, Table 3).
+        osync: bool,
     },
     /// The kernel's ext4 (data=ordered) on a recording loop device.
-    Kernel,
+    Kernel {
+        /// Mounted with `-o nobarrier` (`kernel+nobarrier`): no flush, no
+        /// FUA ("ext4 without flushes", OptFS Table 3).
+        nobarrier: bool,
+    },
 }
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Kernel => write!(f, "kernel"),
-            Target::Ordo { mode, data } => {
+            Target::Kernel { nobarrier } => {
+                write!(f, "kernel{}", if *nobarrier { "+nobarrier" } else { "" })
+            }
+            Target::Ordo { mode, data, osync } => {
                 write!(f, "{mode}")?;
                 if *data != DataMode::Ordered {
                     write!(f, "/{}", data_name(*data))?;
+                }
+                if *osync {
+                    write!(f, "+osync")?;
                 }
                 Ok(())
             }
@@ -82,11 +95,18 @@ impl fmt::Display for Target {
 
 impl FromStr for Target {
     type Err = String;
-    /// `kernel`, `MODE` or `MODE/DATA` (`journal/writeback`).
+    /// `kernel[+nobarrier]`, or `MODE[/DATA][+osync]`
+    /// (`journal/writeback`, `optimistic+osync`).
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "kernel" || s == "kernel-ext4" {
-            return Ok(Target::Kernel);
+        match s {
+            "kernel" | "kernel-ext4" => return Ok(Target::Kernel { nobarrier: false }),
+            "kernel+nobarrier" => return Ok(Target::Kernel { nobarrier: true }),
+            _ => {}
         }
+        let (s, osync) = match s.strip_suffix("+osync") {
+            Some(base) => (base, true),
+            None => (s, false),
+        };
         let (m, d) = match s.split_once('/') {
             Some((m, d)) => (m, Some(d)),
             None => (s, None),
@@ -96,7 +116,7 @@ impl FromStr for Target {
             None => DataMode::Ordered,
             Some(d) => d.parse::<DataMode>().map_err(|e| e.to_string())?,
         };
-        Ok(Target::Ordo { mode, data })
+        Ok(Target::Ordo { mode, data, osync })
     }
 }
 
@@ -105,20 +125,35 @@ impl Target {
     /// protocol ordo ships in its default variant (the journal in each
     /// data mode; `MODE:VARIANT` names the others).
     pub fn all() -> Vec<Target> {
-        let mut v = vec![Target::Kernel];
+        let mut v = vec![Target::Kernel { nobarrier: false }];
         for mode in ProtocolKind::all() {
             if mode.caps().data_modes {
                 for data in [DataMode::Ordered, DataMode::Writeback, DataMode::Journal] {
-                    v.push(Target::Ordo { mode, data });
+                    v.push(Target::Ordo {
+                        mode,
+                        data,
+                        osync: false,
+                    });
                 }
             } else {
                 v.push(Target::Ordo {
                     mode,
                     data: DataMode::Ordered,
+                    osync: false,
                 });
             }
         }
         v
+    }
+
+    /// Whether a durable point of the application is durable on this
+    /// target: not when its fsync only orders (`+osync`) or the kernel
+    /// was told to skip flushes (`+nobarrier`).
+    pub fn keeps_durability(self) -> bool {
+        match self {
+            Target::Kernel { nobarrier } => !nobarrier,
+            Target::Ordo { osync, .. } => !osync,
+        }
     }
 }
 
@@ -286,7 +321,7 @@ pub fn kernel_base(size_mib: u64) -> Result<Arc<MemDevice>, CrashError> {
 pub fn record_app(p: &AppParams) -> Result<AppRecording, CrashError> {
     let name = p.app.name();
     let base = match p.target {
-        Target::Kernel => kernel_base(p.size_mib)?,
+        Target::Kernel { .. } => kernel_base(p.size_mib)?,
         Target::Ordo { mode, .. } => backend::make_image(
             &ImageParams {
                 size_mib: p.size_mib,
@@ -316,10 +351,14 @@ pub fn record_app(p: &AppParams) -> Result<AppRecording, CrashError> {
         Control::Done => {}
     };
     let events = match p.target {
-        Target::Ordo { mode, data } => {
+        Target::Ordo { mode, data, osync } => {
+            let mut options = backend::mount_options(mode, data, false);
+            if osync {
+                options.fsync = ordo_fs::FsyncMeaning::Osync;
+            }
+            let dev: Arc<dyn BlockDevice> = rec.device();
             let fs = Arc::new(
-                backend::mount(rec.device(), mode, data, false)
-                    .map_err(|e| app_err(name, format!("mount: {e}")))?,
+                Fs::mount(dev, options).map_err(|e| app_err(name, format!("mount: {e}")))?,
             );
             let mnt =
                 FuseMount::new(fs.clone()).map_err(|e| app_err(name, format!("FUSE: {e}")))?;
@@ -353,8 +392,8 @@ pub fn record_app(p: &AppParams) -> Result<AppRecording, CrashError> {
             unmounted.map_err(|e| app_err(name, format!("FUSE unmount: {e}")))?;
             events
         }
-        Target::Kernel => {
-            let k = KernelExt4::mount(rec.device(), "")?;
+        Target::Kernel { nobarrier } => {
+            let k = KernelExt4::mount(rec.device(), if nobarrier { "nobarrier" } else { "" })?;
             let dir = k.path().join(APP_DIR);
             let ran = std::fs::create_dir(&dir)
                 .map_err(|e| app_err(name, format!("mkdir {APP_DIR}: {e}")))
@@ -383,8 +422,10 @@ fn recover(
     image: Arc<MemDevice>,
 ) -> Result<(Arc<MemDevice>, &'static str), String> {
     match target {
-        Target::Kernel => crate::judge::kernel_recover(&image).map(|i| (i, "kernel mount")),
-        Target::Ordo { mode, data } => match crate::oracle::recover(mode, data, &image) {
+        Target::Kernel { .. } => {
+            crate::judge::kernel_recover(&image).map(|i| (i, "kernel mount"))
+        }
+        Target::Ordo { mode, data, .. } => match crate::oracle::recover(mode, data, &image) {
             Ok(_) => Ok((image, "protocol recovery")),
             Err(e) if mode.caps().after_crash == AfterCrash::ConsistentAfterReplay => Err(e),
             Err(_) => crate::judge::e2fsck_recover(&image).map(|(i, _)| (i, "e2fsck -fy")),
@@ -553,8 +594,8 @@ fn check_state(
             .map_err(|e| CrashError::io("writing recovered.img", e))?;
     }
     let (mode, data) = match p.target {
-        Target::Ordo { mode, data } => (mode, data),
-        Target::Kernel => (ProtocolKind::named("journal"), DataMode::Ordered),
+        Target::Ordo { mode, data, .. } => (mode, data),
+        Target::Kernel { .. } => (ProtocolKind::named("journal"), DataMode::Ordered),
     };
     let dev: Arc<dyn BlockDevice> = image;
     let fs = match backend::mount(dev, mode, data, true) {
@@ -584,7 +625,7 @@ fn check_state(
         }
     }
     drop(fs);
-    let durable = if p.app.syncs_its_durable_points() {
+    let durable = if p.app.syncs_its_durable_points() && p.target.keeps_durability() {
         durable
     } else {
         -1
@@ -746,6 +787,14 @@ pub struct AppReport {
     pub checked: u64,
     /// Consistent states.
     pub consistent: u64,
+    /// Consistent states that hold an update before the one in flight
+    /// (OptFS Table 3's "old state").
+    #[serde(default)]
+    pub old_state: u64,
+    /// Consistent states that hold the update in flight, or the last one
+    /// when none was ("new state").
+    #[serde(default)]
+    pub new_state: u64,
     /// States whose recovery or read-back failed (counted as inconsistent).
     pub fs_failures: u64,
     /// Checker runs (states recovering to the same files share one).
@@ -767,11 +816,13 @@ impl AppReport {
     /// The human summary.
     pub fn summary(&self, shown: usize) -> String {
         let mut s = format!(
-            "app {} on {}: {} of {} states consistent ({} inconsistent, {} of them file-system failures); {} distinct vulnerabilities\n",
+            "app {} on {}: {} of {} states consistent ({} old, {} new; {} inconsistent, {} of them file-system failures); {} distinct vulnerabilities\n",
             self.app,
             self.target,
             self.consistent,
             self.checked,
+            self.old_state,
+            self.new_state,
             self.inconsistent(),
             self.fs_failures,
             self.vulnerabilities.len()
@@ -833,6 +884,8 @@ pub fn merge(reports: &[AppReport]) -> Result<AppReport, CrashError> {
     for f in [
         &mut m.checked,
         &mut m.consistent,
+        &mut m.old_state,
+        &mut m.new_state,
         &mut m.fs_failures,
         &mut m.checker_runs,
         &mut m.repaired_by_e2fsck,
@@ -862,6 +915,8 @@ pub fn merge(reports: &[AppReport]) -> Result<AppReport, CrashError> {
         }
         m.checked += r.checked;
         m.consistent += r.consistent;
+        m.old_state += r.old_state;
+        m.new_state += r.new_state;
         m.fs_failures += r.fs_failures;
         m.checker_runs += r.checker_runs;
         m.repaired_by_e2fsck += r.repaired_by_e2fsck;
@@ -918,6 +973,8 @@ fn explore_in_pool(p: &AppParams) -> Result<AppReport, CrashError> {
         states_total: 0,
         checked: 0,
         consistent: 0,
+        old_state: 0,
+        new_state: 0,
         fs_failures: 0,
         checker_runs: 0,
         repaired_by_e2fsck: 0,
@@ -987,8 +1044,13 @@ fn explore_in_pool(p: &AppParams) -> Result<AppReport, CrashError> {
         if v.recovered_by == "e2fsck -fy" {
             report.repaired_by_e2fsck += 1;
         }
-        if v.consistent.is_some() {
+        if let Some(j) = v.consistent {
             report.consistent += 1;
+            if j < rec.promised_at(spec).1 {
+                report.old_state += 1;
+            } else {
+                report.new_state += 1;
+            }
             continue;
         }
         if v.reason.starts_with("file system:") {
