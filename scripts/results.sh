@@ -11,6 +11,7 @@
 #   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop)
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
+#   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
 # and fsmark are installed from Debian on demand. A target that fails (a mode
@@ -125,10 +126,14 @@ for w in $WORKLOADS; do
         echo "results.sh: apps" >&2
         {
             "$BIN" crash --app all --mode all -q --states 400 --seed "$SEED" --show 0 \
-                --json "$OUT/apps.json" --table "$OUT/apps.table.md" | grep -v '^  '
+                --json "$OUT/apps.json" --table "$OUT/apps.table.md" |
+                grep -v -e '^  ' -e '^|' -e '^Each cell' -e '^$'
             echo
             echo "reproduce with: ordo crash --app all --mode all --states 400 --seed $SEED --table apps.md"
         } >"$OUT/apps.txt" || true
+        ;;
+    page)
+        # Only rewrite docs/RESULTS.md from what docs/results/ holds.
         ;;
     optfs-table3)
         # OptFS Table 3: gedit's atomic save and a SQLite transaction on the
@@ -207,6 +212,10 @@ page=docs/RESULTS.md
         cat "$f"
         echo '```'
         echo
+        if [ -f "$OUT/$name.table.md" ]; then
+            cat "$OUT/$name.table.md"
+            echo
+        fi
         if [ -f "$OUT/$name.svg" ]; then
             echo "![$name](results/$name.svg)"
         fi

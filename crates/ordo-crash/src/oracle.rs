@@ -30,7 +30,7 @@ use ordo_fs::protocol::AfterCrash;
 use ordo_fs::{FileType, Fs, Ino, ProtocolKind};
 
 use crate::backend;
-use crate::log::{apply_write, EventKind};
+use crate::log::{apply_write, EventKind, LogEvent};
 use crate::model::{content_hash, Listing, NodeData, NodeId, Shape, Tree};
 use crate::pattern;
 use crate::record::{Promised, Recording};
@@ -424,7 +424,12 @@ pub fn hooks_for(mode: ProtocolKind) -> Vec<Box<dyn InvariantHook>> {
 
 /// Build the crash image of `state` (base + its writes, copy-on-write).
 pub fn build_image(rec: &Recording, state: &StateSpec) -> Arc<MemDevice> {
-    let image = Arc::new(rec.base.snapshot());
+    Arc::new(image_of(&rec.base, &rec.events, state))
+}
+
+/// The crash image of `state` of the write log `events` over `base`.
+pub fn image_of(base: &MemDevice, events: &[LogEvent], state: &StateSpec) -> MemDevice {
+    let image = base.snapshot();
     let torn_event = state.torn.as_ref().map(|t| t.event);
     let mut order: Vec<usize> = state.writes.clone();
     if let Some(t) = torn_event {
@@ -432,7 +437,7 @@ pub fn build_image(rec: &Recording, state: &StateSpec) -> Arc<MemDevice> {
         order.sort_unstable();
     }
     for i in order {
-        if let EventKind::Write(w) = &rec.events[i].kind {
+        if let EventKind::Write(w) = &events[i].kind {
             let sectors = match &state.torn {
                 Some(t) if t.event == i => Some(t.sectors.as_slice()),
                 _ => None,

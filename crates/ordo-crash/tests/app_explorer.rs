@@ -156,7 +156,10 @@ fn optimistic_osync_keeps_order() {
         let r = run(app, target, 150);
         assert!(r.checked > 10);
         assert_eq!(r.consistent, r.checked, "{}", r.summary(5));
-        assert!(r.old_state > 0, "osync delays durability: some crash finds the old version");
+        assert!(
+            r.old_state > 0,
+            "osync delays durability: some crash finds the old version"
+        );
     }
     // A mode without an osync of its own refuses the option at mount.
     let p = AppParams::new(App::Editor, "journal+osync".parse().unwrap());

@@ -422,9 +422,7 @@ fn recover(
     image: Arc<MemDevice>,
 ) -> Result<(Arc<MemDevice>, &'static str), String> {
     match target {
-        Target::Kernel { .. } => {
-            crate::judge::kernel_recover(&image).map(|i| (i, "kernel mount"))
-        }
+        Target::Kernel { .. } => crate::judge::kernel_recover(&image).map(|i| (i, "kernel mount")),
         Target::Ordo { mode, data, .. } => match crate::oracle::recover(mode, data, &image) {
             Ok(_) => Ok((image, "protocol recovery")),
             Err(e) if mode.caps().after_crash == AfterCrash::ConsistentAfterReplay => Err(e),
@@ -663,22 +661,7 @@ fn check_state(
 }
 
 fn build_image(rec: &AppRecording, spec: &StateSpec) -> MemDevice {
-    let image = rec.base.snapshot();
-    let mut order = spec.writes.clone();
-    if let Some(t) = &spec.torn {
-        order.push(t.event);
-        order.sort_unstable();
-    }
-    for i in order {
-        if let EventKind::Write(w) = &rec.events[i].kind {
-            let sectors = match &spec.torn {
-                Some(t) if t.event == i => Some(t.sectors.as_slice()),
-                _ => None,
-            };
-            crate::log::apply_write(&image, w, sectors);
-        }
-    }
-    image
+    crate::oracle::image_of(&rec.base, &rec.events, spec)
 }
 
 /// Which persistence order a crash state broke: the earliest write since
