@@ -51,6 +51,10 @@ pub struct CrashArgs {
     /// (markdown) here.
     #[arg(long)]
     pub table: Option<PathBuf>,
+    /// With `--app`: read each recovered image through ordo (read-only) or
+    /// through the kernel (a read-only loop mount).
+    #[arg(long, default_value = "ordo")]
+    pub serve: crate::app::explore::Serve,
     /// JBD2 data mode (ordered, writeback, journal).
     #[arg(long, default_value = "ordered")]
     pub data: DataMode,
@@ -446,6 +450,7 @@ impl CrashArgs {
                 p.size_mib = self.size_mib.unwrap_or(p.size_mib);
                 p.only_state = self.state;
                 p.keep = self.keep.clone();
+                p.serve = self.serve;
                 out.push(p);
             }
         }

@@ -165,3 +165,37 @@ fn optimistic_osync_keeps_order() {
     let p = AppParams::new(App::Editor, "journal+osync".parse().unwrap());
     assert!(explore_app(&p).is_err());
 }
+
+/// Reading each recovered image through the kernel (a read-only loop
+/// mount) finds the same application files as ordo's read path: the same
+/// verdict on every state.
+#[test]
+fn kernel_and_ordo_read_the_same_recovered_files() {
+    if !fuse_available() {
+        return;
+    }
+    let mut p = AppParams::new(App::Editor, ordo("async", DataMode::Ordered));
+    p.max_states = Some(120);
+    p.jobs = 2;
+    let by_ordo = explore_app(&p).unwrap();
+    p.serve = ordo_crash::app::explore::Serve::Kernel;
+    let by_kernel = explore_app(&p).unwrap();
+    println!("{}{}", by_ordo.summary(3), by_kernel.summary(3));
+    assert!(by_ordo.checked > 10);
+    assert_eq!(by_kernel.fs_failures, 0, "{}", by_kernel.summary(5));
+    assert_eq!(
+        (by_ordo.checked, by_ordo.consistent, by_ordo.checker_runs),
+        (
+            by_kernel.checked,
+            by_kernel.consistent,
+            by_kernel.checker_runs
+        )
+    );
+    assert_eq!(by_ordo.vulnerabilities, {
+        let mut v = by_kernel.vulnerabilities.clone();
+        for (a, b) in v.iter_mut().zip(&by_ordo.vulnerabilities) {
+            a.reproduce = b.reproduce.clone();
+        }
+        v
+    });
+}

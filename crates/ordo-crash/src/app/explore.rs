@@ -183,6 +183,8 @@ pub struct AppParams {
     /// With `only_state`: keep its crash image, recovered image and the
     /// application directory here.
     pub keep: Option<PathBuf>,
+    /// How the recovered image is read.
+    pub serve: Serve,
 }
 
 impl AppParams {
@@ -203,6 +205,7 @@ impl AppParams {
             size_mib: 32,
             only_state: None,
             keep: None,
+            serve: Serve::Ordo,
         }
     }
 
@@ -221,6 +224,9 @@ impl AppParams {
             o.push("--torn".into());
         }
         o.push(format!("--size-mib {}", self.size_mib));
+        if self.serve == Serve::Kernel {
+            o.push("--serve kernel".into());
+        }
         o.join(" ")
     }
 
@@ -526,6 +532,146 @@ fn extract(fs: &Fs, out: &Path) -> Result<u64, String> {
     Ok(h.0)
 }
 
+/// How a recovered image is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// Through ordo's read path (what the FUSE adapter calls), read-only.
+    Ordo,
+    /// Through the kernel: a read-only loop mount (`ro,noload`) of the
+    /// recovered image, which must be plain ext4 by then.
+    Kernel,
+}
+
+impl FromStr for Serve {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ordo" => Ok(Serve::Ordo),
+            "kernel" => Ok(Serve::Kernel),
+            _ => Err(format!("'{s}': serve through ordo or kernel")),
+        }
+    }
+}
+
+/// A recovered image being read.
+enum Server {
+    Ordo(Fs),
+    Kernel(KernelRo),
+}
+
+impl Server {
+    fn extract(&self, out: &Path) -> Result<u64, String> {
+        match self {
+            Server::Ordo(fs) => extract(fs, out),
+            Server::Kernel(k) => extract_host(&k.mnt.path().join(APP_DIR), out),
+        }
+    }
+}
+
+/// A recovered image mounted read-only by the kernel, unmounted on drop.
+struct KernelRo {
+    _img: tempfile::NamedTempFile,
+    mnt: tempfile::TempDir,
+}
+
+impl KernelRo {
+    fn mount(image: &MemDevice) -> Result<KernelRo, String> {
+        let dir = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let img = tempfile::Builder::new()
+            .prefix("ordo-app-serve-")
+            .suffix(".img")
+            .tempfile_in(dir)
+            .map_err(|e| format!("temporary image: {e}"))?;
+        backend::write_image(image, img.path()).map_err(|e| format!("writing the image: {e}"))?;
+        let mnt = tempfile::Builder::new()
+            .prefix("ordo-app-serve-mnt-")
+            .tempdir()
+            .map_err(|e| format!("mount point: {e}"))?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop,ro,noload"])
+            .arg(img.path())
+            .arg(mnt.path())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(KernelRo { _img: img, mnt })
+    }
+}
+
+impl Drop for KernelRo {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            match std::process::Command::new("umount")
+                .arg(self.mnt.path())
+                .output()
+            {
+                Ok(o) if o.status.success() => return,
+                Ok(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Err(_) => return,
+            }
+        }
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.mnt.path())
+            .output();
+    }
+}
+
+/// Copy a host directory (the kernel's mount of `/app`) into `out`,
+/// hashing as [`extract`] does, so both ways of reading agree on a state.
+fn extract_host(src: &Path, out: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut h = Fnv::default();
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if !src.exists() {
+        return Ok(h.0);
+    }
+    let mut stack = vec![(src.to_path_buf(), out.to_path_buf(), String::new())];
+    while let Some((from, to, rel)) = stack.pop() {
+        std::fs::create_dir_all(&to).map_err(|e| format!("{}: {e}", to.display()))?;
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(&from)
+            .map_err(|e| format!("/{APP_DIR}{rel}: readdir: {e}"))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("/{APP_DIR}{rel}: readdir: {e}"))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().to_string();
+            let crel = format!("{rel}/{name}");
+            let cto = to.join(&name);
+            h.write(crel.as_bytes());
+            let ft = e
+                .file_type()
+                .map_err(|err| format!("/{APP_DIR}{crel}: {err}"))?;
+            if ft.is_dir() {
+                h.write(b"/d");
+                stack.push((e.path(), cto, crel));
+            } else if ft.is_file() {
+                let data = std::fs::read(e.path())
+                    .map_err(|err| format!("/{APP_DIR}{crel}: read: {err}"))?;
+                h.write(b"/f");
+                h.write(&data);
+                std::fs::write(&cto, &data).map_err(|err| format!("{}: {err}", cto.display()))?;
+            } else if ft.is_symlink() {
+                let target = std::fs::read_link(e.path())
+                    .map_err(|err| format!("/{APP_DIR}{crel}: readlink: {err}"))?;
+                h.write(b"/l");
+                h.write(target.as_os_str().as_bytes());
+                std::os::unix::fs::symlink(&target, &cto)
+                    .map_err(|err| format!("{}: {err}", cto.display()))?;
+            } else {
+                h.write(b"/o");
+            }
+        }
+    }
+    Ok(h.0)
+}
+
 /// FNV-1a, stable across runs.
 struct Fnv(u64);
 
@@ -595,17 +741,25 @@ fn check_state(
         Target::Ordo { mode, data, .. } => (mode, data),
         Target::Kernel { .. } => (ProtocolKind::named("journal"), DataMode::Ordered),
     };
-    let dev: Arc<dyn BlockDevice> = image;
-    let fs = match backend::mount(dev, mode, data, true) {
-        Ok(fs) => fs,
-        Err(e) => return Ok(fs_failure(format!("read-only mount: {e}"), by)),
+    let server = match p.serve {
+        Serve::Ordo => {
+            let dev: Arc<dyn BlockDevice> = image;
+            match backend::mount(dev, mode, data, true) {
+                Ok(fs) => Server::Ordo(fs),
+                Err(e) => return Ok(fs_failure(format!("read-only mount: {e}"), by)),
+            }
+        }
+        Serve::Kernel => match KernelRo::mount(&image) {
+            Ok(k) => Server::Kernel(k),
+            Err(e) => return Ok(fs_failure(format!("kernel read-only mount: {e}"), by)),
+        },
     };
     let tmp = tempfile::Builder::new()
         .prefix("ordo-app-state-")
         .tempdir()
         .map_err(|e| CrashError::io("temporary directory", e))?;
     let dir = tmp.path().join(APP_DIR);
-    let hash = match extract(&fs, &dir) {
+    let hash = match server.extract(&dir) {
         Ok(h) => h,
         Err(e) => {
             return Ok(fs_failure(
@@ -619,10 +773,12 @@ fn check_state(
         // log, probe-commit): keep what recovery left, untouched.
         let kept = k.join(APP_DIR);
         if kept != dir {
-            extract(&fs, &kept).map_err(|e| app_err(p.app.name(), e))?;
+            server
+                .extract(&kept)
+                .map_err(|e| app_err(p.app.name(), e))?;
         }
     }
-    drop(fs);
+    drop(server);
     let durable = if p.app.syncs_its_durable_points() && p.target.keeps_durability() {
         durable
     } else {
