@@ -779,11 +779,7 @@ fn check_state(
         }
     }
     drop(server);
-    let durable = if p.app.syncs_its_durable_points() && p.target.keeps_durability() {
-        durable
-    } else {
-        -1
-    };
+    let durable = promised_durable(p, durable);
     let key = (hash, durable, started);
     let cached = cache.lock().map(|c| c.get(&key).cloned()).unwrap_or(None);
     let verdict = match cached {
@@ -818,6 +814,17 @@ fn check_state(
 
 fn build_image(rec: &AppRecording, spec: &StateSpec) -> MemDevice {
     crate::oracle::image_of(&rec.base, &rec.events, spec)
+}
+
+/// The durable update the checker is told of: the last one marked, unless
+/// the application does not sync its durable points (git) or the target
+/// does not keep them (`+osync`, `+nobarrier`).
+fn promised_durable(p: &AppParams, marked: i64) -> i64 {
+    if p.app.syncs_its_durable_points() && p.target.keeps_durability() {
+        marked
+    } else {
+        -1
+    }
 }
 
 /// Which persistence order a crash state broke: the earliest write since
@@ -1200,7 +1207,11 @@ fn explore_in_pool(p: &AppParams) -> Result<AppReport, CrashError> {
             point: spec.point,
             index: spec.index,
         };
-        let (durable, started) = rec.promised_at(spec);
+        let (marked, started) = rec.promised_at(spec);
+        let durable = match promised_durable(p, marked) {
+            -1 if marked >= 0 => format!("update {marked} marked, none promised durable"),
+            d => format!("durable update {d}"),
+        };
         vulns
             .entry(breach(&rec, spec))
             .and_modify(|e| e.states += 1)
@@ -1208,10 +1219,7 @@ fn explore_in_pool(p: &AppParams) -> Result<AppReport, CrashError> {
                 what: breach(&rec, spec),
                 states: 1,
                 example: id.to_string(),
-                reason: format!(
-                    "{} (durable update {durable}, in flight {started})",
-                    v.reason
-                ),
+                reason: format!("{} ({durable}, in flight {started})", v.reason),
                 reproduce: p.reproduce_command(id),
             });
     }
