@@ -112,17 +112,8 @@ pub fn tree_of(fs: &Fs) -> Result<Walked, String> {
                 if attr.size > FILE_BYTES_MAX {
                     return Err(format!("{path}: size {} too large", attr.size));
                 }
-                let mut data = Vec::with_capacity(attr.size as usize);
-                while (data.len() as u64) < attr.size {
-                    let want = (attr.size - data.len() as u64).min(1 << 20) as u32;
-                    let chunk = fs
-                        .read(ino, data.len() as u64, want)
-                        .map_err(|e| format!("{path}: read: {e}"))?;
-                    if chunk.is_empty() {
-                        return Err(format!("{path}: short read at {}", data.len()));
-                    }
-                    data.extend_from_slice(&chunk);
-                }
+                let data = crate::read::whole_file(fs, ino, attr.size)
+                    .map_err(|e| format!("{path}: {e}"))?;
                 hash(&data)
             }
             FileType::Symlink => hash(
@@ -145,39 +136,18 @@ pub fn tree_of(fs: &Fs) -> Result<Walked, String> {
         if attr.kind != FileType::Directory {
             continue;
         }
-        let mut cookie = 0;
-        let mut entries = 0usize;
-        loop {
-            let batch = fs
-                .readdir(ino, cookie, 256)
-                .map_err(|e| format!("{path}: readdir: {e}"))?;
-            if batch.is_empty() {
-                break;
+        let entries =
+            crate::read::dir_entries(fs, ino, 100_000).map_err(|e| format!("{path}: {e}"))?;
+        for e in entries {
+            let child = if path == "/" {
+                format!("/{}", String::from_utf8_lossy(&e.name))
+            } else {
+                format!("{path}/{}", String::from_utf8_lossy(&e.name))
+            };
+            if e.kind == FileType::Directory && !seen_dirs.insert(e.ino) {
+                return Err(format!("{child}: directory reachable twice"));
             }
-            let before = cookie;
-            entries += batch.len();
-            for e in batch {
-                cookie = e.next_offset;
-                if e.name == b"." || e.name == b".." {
-                    continue;
-                }
-                let child = if path == "/" {
-                    format!("/{}", String::from_utf8_lossy(&e.name))
-                } else {
-                    format!("{path}/{}", String::from_utf8_lossy(&e.name))
-                };
-                if e.kind == FileType::Directory {
-                    if !seen_dirs.insert(e.ino) {
-                        return Err(format!("{child}: directory reachable twice"));
-                    }
-                    stack.push((child, e.ino));
-                } else {
-                    stack.push((child, e.ino));
-                }
-            }
-            if cookie == before || entries > 100_000 {
-                return Err(format!("{path}: readdir does not end"));
-            }
+            stack.push((child, e.ino));
         }
     }
     Ok((out, held))

@@ -26,6 +26,7 @@ pub mod log;
 pub mod model;
 pub mod oracle;
 pub mod pattern;
+pub mod read;
 pub mod record;
 pub mod report;
 pub mod soak;

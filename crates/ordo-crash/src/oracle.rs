@@ -755,22 +755,7 @@ impl<'a> Reader<'a> {
                 if attr.size > 1 << 26 {
                     return Err(format!("size {} is beyond anything written", attr.size));
                 }
-                let mut data = Vec::with_capacity(attr.size as usize);
-                while (data.len() as u64) < attr.size {
-                    let want = (attr.size - data.len() as u64).min(1 << 20) as u32;
-                    let chunk = fs
-                        .read(ino, data.len() as u64, want)
-                        .map_err(|e| format!("read at {}: {e}", data.len()))?;
-                    if chunk.is_empty() {
-                        return Err(format!(
-                            "read returned nothing at {} of {}",
-                            data.len(),
-                            attr.size
-                        ));
-                    }
-                    data.extend_from_slice(&chunk);
-                }
-                Ok(Arc::new(data))
+                crate::read::whole_file(fs, ino, attr.size).map(Arc::new)
             })
             .clone()
     }
@@ -797,32 +782,12 @@ impl<'a> Reader<'a> {
         self.dirs
             .entry(ino)
             .or_insert_with(|| {
-                let mut out = BTreeMap::new();
-                let mut cookie = 0;
-                let mut seen = 0usize;
-                loop {
-                    let batch = fs
-                        .readdir(ino, cookie, 256)
-                        .map_err(|e| format!("readdir of inode {ino}: {e}"))?;
-                    if batch.is_empty() {
-                        break;
-                    }
-                    let before = cookie;
-                    seen += batch.len();
-                    for e in batch {
-                        cookie = e.next_offset;
-                        if e.name != b"." && e.name != b".." {
-                            out.insert(e.name, (e.ino, e.kind));
-                        }
-                    }
-                    if cookie == before {
-                        return Err(format!("readdir of inode {ino} does not advance"));
-                    }
-                    if seen > DIR_ENTRIES_MAX {
-                        return Err(format!("directory inode {ino} has too many entries"));
-                    }
-                }
-                Ok(out)
+                let entries = crate::read::dir_entries(fs, ino, DIR_ENTRIES_MAX)
+                    .map_err(|e| format!("directory inode {ino}: {e}"))?;
+                Ok(entries
+                    .into_iter()
+                    .map(|e| (e.name, (e.ino, e.kind)))
+                    .collect::<BTreeMap<_, _>>())
             })
             .clone()
     }

@@ -459,26 +459,8 @@ fn extract(fs: &Fs, out: &Path) -> Result<u64, String> {
             return Err(format!("/{APP_DIR}{rel}: directory reachable twice"));
         }
         std::fs::create_dir_all(&dst).map_err(|e| format!("{}: {e}", dst.display()))?;
-        let mut cookie = 0;
-        let mut entries = Vec::new();
-        loop {
-            let batch = fs
-                .readdir(ino, cookie, 256)
-                .map_err(|e| format!("/{APP_DIR}{rel}: readdir: {e}"))?;
-            if batch.is_empty() {
-                break;
-            }
-            let before = cookie;
-            for e in batch {
-                cookie = e.next_offset;
-                if e.name != b"." && e.name != b".." {
-                    entries.push(e);
-                }
-            }
-            if cookie == before || entries.len() > 1_000_000 {
-                return Err(format!("/{APP_DIR}{rel}: readdir does not end"));
-            }
-        }
+        let mut entries = crate::read::dir_entries(fs, ino, 1_000_000)
+            .map_err(|e| format!("/{APP_DIR}{rel}: {e}"))?;
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         for e in entries {
             let name = String::from_utf8_lossy(&e.name).to_string();
@@ -497,17 +479,8 @@ fn extract(fs: &Fs, out: &Path) -> Result<u64, String> {
                     if attr.size > FILE_BYTES_MAX {
                         return Err(format!("/{APP_DIR}{crel}: size {} too large", attr.size));
                     }
-                    let mut data = Vec::with_capacity(attr.size as usize);
-                    while (data.len() as u64) < attr.size {
-                        let want = (attr.size - data.len() as u64).min(1 << 20) as u32;
-                        let chunk = fs
-                            .read(e.ino, data.len() as u64, want)
-                            .map_err(|err| format!("/{APP_DIR}{crel}: read: {err}"))?;
-                        if chunk.is_empty() {
-                            return Err(format!("/{APP_DIR}{crel}: short read at {}", data.len()));
-                        }
-                        data.extend_from_slice(&chunk);
-                    }
+                    let data = crate::read::whole_file(fs, e.ino, attr.size)
+                        .map_err(|err| format!("/{APP_DIR}{crel}: {err}"))?;
                     h.write(b"/f");
                     h.write(&data);
                     std::fs::write(&cdst, &data)
@@ -1040,7 +1013,13 @@ pub fn merge(reports: &[AppReport]) -> Result<AppReport, CrashError> {
         *f = 0;
     }
     let mut vulns: BTreeMap<String, Vulnerability> = BTreeMap::new();
+    let mut shards = HashSet::new();
     for r in reports {
+        if let Some(s) = &r.shard {
+            if !shards.insert(s.clone()) {
+                return Err(CrashError::Invalid(format!("shard {s} is given twice")));
+            }
+        }
         if (
             r.app.as_str(),
             r.target.as_str(),
