@@ -17,6 +17,14 @@
 //! (512 on most disks: the unit a disk writes atomically).
 //!
 //! The same seed always gives the same image.
+//!
+//! A real cache is also bounded, and destages on its own: with
+//! [`WriteCacheDevice::with_capacity`], once more than `capacity` versions
+//! are pending, the oldest (by ticket) are written to the medium until half
+//! remain, and [`durable`](BlockDevice::durable) moves past them without
+//! any flush. That is the durability notification OptFS's protocol waits
+//! for: a commit can become durable because the disk destaged it, and the
+//! protocol then owes it no flush.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -84,6 +92,11 @@ pub struct WriteCacheDevice<D: BlockDevice> {
     /// Block -> pending versions, oldest first.
     pending: Mutex<BTreeMap<u64, Vec<Version>>>,
     book: Bookkeeping,
+    /// Most pending versions before the cache destages on its own
+    /// (`None`: only a flush or a FUA write reaches the medium).
+    capacity: Option<usize>,
+    /// Versions destaged without a flush, for tests and reports.
+    destaged: std::sync::atomic::AtomicU64,
 }
 
 impl<D: BlockDevice> WriteCacheDevice<D> {
@@ -93,7 +106,76 @@ impl<D: BlockDevice> WriteCacheDevice<D> {
             inner,
             pending: Mutex::new(BTreeMap::new()),
             book: Bookkeeping::new(),
+            capacity: None,
+            destaged: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A cache that holds at most `capacity` pending versions (at least
+    /// 2): a write that goes past it destages the oldest versions, in
+    /// ticket order, to the medium until `capacity / 2` remain, and the
+    /// durable horizon moves to just before the oldest still pending.
+    pub fn with_capacity(inner: D, capacity: usize) -> Self {
+        WriteCacheDevice {
+            capacity: Some(capacity.max(2)),
+            ..Self::new(inner)
+        }
+    }
+
+    /// Versions written to the medium by the cache on its own (not by a
+    /// flush or a FUA write).
+    pub fn destaged_versions(&self) -> u64 {
+        self.destaged.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The disk writes its whole cache back on its own, in ticket order,
+    /// as a disk does when it is idle: no flush command is counted, yet
+    /// every write so far becomes durable ([`durable`](BlockDevice::durable)
+    /// moves, which is all a file system can observe of it).
+    pub fn destage_all(&self) -> io::Result<()> {
+        let mut pending = self.lock();
+        if self.destage(&mut pending, 0)?.is_some() {
+            self.inner.flush()?;
+        }
+        // Writes take this lock before their ticket, so none is in flight.
+        self.book.destaged(self.book.last_issued());
+        Ok(())
+    }
+
+    /// Destages the oldest pending versions until at most `keep` remain.
+    /// Returns the ticket below which every write is now on the medium
+    /// (every pending version left is newer), or `None` if nothing moved.
+    fn destage(
+        &self,
+        pending: &mut BTreeMap<u64, Vec<Version>>,
+        keep: usize,
+    ) -> io::Result<Option<Ticket>> {
+        let total: usize = pending.values().map(Vec::len).sum();
+        if total <= keep {
+            return Ok(None);
+        }
+        let mut order: Vec<(Ticket, u64)> = pending
+            .iter()
+            .flat_map(|(&b, vs)| vs.iter().map(move |v| (v.ticket, b)))
+            .collect();
+        order.sort_unstable();
+        for &(_, block) in &order[..total - keep] {
+            // Versions of one block leave oldest first, so the one to
+            // write is always at the front.
+            let vs = pending.get_mut(&block).expect("a pending block");
+            let v = vs.remove(0);
+            if vs.is_empty() {
+                pending.remove(&block);
+            }
+            self.inner.write(block, &v.data, WriteFlags::new(v.class))?;
+            self.destaged
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(Some(
+            order
+                .get(total - keep)
+                .map_or(order[total - 1].0, |o| o.0 - 1),
+        ))
     }
 
     /// The medium.
@@ -251,6 +333,17 @@ impl<D: BlockDevice> BlockDevice for WriteCacheDevice<D> {
                         data: Arc::from(chunk),
                     });
                 }
+                if let Some(cap) = self.capacity {
+                    let total: usize = pending.values().map(Vec::len).sum();
+                    if total > cap {
+                        if let Some(upto) = self.destage(&mut pending, cap / 2)? {
+                            // The medium is the inner device: what reached
+                            // it is durable once the inner device says so.
+                            self.inner.flush()?;
+                            self.book.destaged(upto);
+                        }
+                    }
+                }
             }
             Ok(())
         })
@@ -314,6 +407,50 @@ mod tests {
             "{outcomes:?}"
         );
         assert_eq!(d.durable(), 0);
+    }
+
+    #[test]
+    fn a_full_cache_destages_its_oldest_writes_and_reports_them_durable() {
+        let d = WriteCacheDevice::with_capacity(MemDevice::new(1024, 64).unwrap(), 4);
+        let w = |b: u64, v: u8| {
+            d.write(b, &[v; 1024], WriteFlags::new(BlockClass::Data))
+                .unwrap()
+        };
+        let t1 = w(1, 1);
+        w(2, 2);
+        w(1, 3); // a second version of block 1, newer than block 2's
+        w(3, 4);
+        assert_eq!(d.durable(), 0, "four versions fit");
+        assert_eq!(d.destaged_versions(), 0);
+        let t5 = w(4, 5);
+        // Five pending: the three oldest (tickets 1..3) reach the medium.
+        assert_eq!(d.destaged_versions(), 3);
+        assert_eq!(d.durable(), t1 + 2);
+        assert!(d.durable() < t5);
+        assert_eq!(d.pending_blocks(), 2, "blocks 3 and 4 are still pending");
+        let img = d.crash(7, CrashPolicy::lose_all()).unwrap();
+        assert_eq!(
+            byte_at(&img, 1),
+            3,
+            "the newest destaged version of block 1"
+        );
+        assert_eq!(byte_at(&img, 2), 2);
+        assert_eq!(byte_at(&img, 3), 0, "still pending: lost");
+        assert_eq!(byte_at(&img, 4), 0);
+        // An idle disk writes the rest back: durable, with no flush counted.
+        d.destage_all().unwrap();
+        assert_eq!(d.durable(), t5);
+        assert_eq!(d.pending_blocks(), 0);
+        assert_eq!(d.counters().flushes, 0);
+        assert_eq!(byte_at(&d.crash(7, CrashPolicy::lose_all()).unwrap(), 4), 5);
+        // Without a capacity nothing moves on its own.
+        let u = dev();
+        for b in 0..32 {
+            u.write(b, &[1u8; 1024], WriteFlags::new(BlockClass::Data))
+                .unwrap();
+        }
+        assert_eq!(u.durable(), 0);
+        assert_eq!(u.destaged_versions(), 0);
     }
 
     #[test]

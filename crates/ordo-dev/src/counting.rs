@@ -252,6 +252,17 @@ impl Bookkeeping {
         self.tickets.durable()
     }
 
+    /// The last ticket handed out (0 if none).
+    pub fn last_issued(&self) -> Ticket {
+        self.tickets.last_issued()
+    }
+
+    /// Every write with a ticket `<= upto` reached the medium without a
+    /// flush (a write cache destaged it): the durable horizon moves there.
+    pub fn destaged(&self, upto: Ticket) {
+        self.tickets.flush_done(FlushCover(upto));
+    }
+
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
         self.counters.snapshot()

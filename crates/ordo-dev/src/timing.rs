@@ -212,8 +212,12 @@ struct TimeState {
     now_ns: f64,
     /// HDD: the block after the previous medium access.
     head_block: u64,
-    /// HDD with cache: cached write requests (block, blocks), oldest first.
-    hdd_cached: Vec<(u64, u64)>,
+    /// HDD with cache: cached write requests (block, blocks, ticket),
+    /// oldest first.
+    hdd_cached: Vec<(u64, u64, Ticket)>,
+    /// HDD with cache: every write at or below this ticket was destaged
+    /// by the disk on its own (the cache filled), without a flush.
+    destaged: Ticket,
     /// SSD: a write is cached since the last flush.
     ssd_dirty: bool,
     /// HDD without cache: the highest ticket acknowledged (durable, since a
@@ -251,6 +255,7 @@ impl<D: BlockDevice> TimedDevice<D> {
                 now_ns: 0.0,
                 head_block: 0,
                 hdd_cached: Vec::new(),
+                destaged: 0,
                 ssd_dirty: false,
                 written_through: 0,
             }),
@@ -309,11 +314,11 @@ impl<D: BlockDevice> TimedDevice<D> {
     }
 
     /// Writes back `requests` from an HDD cache, in block order.
-    fn hdd_write_back_ns(&self, s: &mut TimeState, mut requests: Vec<(u64, u64)>) -> f64 {
+    fn hdd_write_back_ns(&self, s: &mut TimeState, mut requests: Vec<(u64, u64, Ticket)>) -> f64 {
         requests.sort_unstable();
         requests
             .into_iter()
-            .map(|(b, n)| self.hdd_access_ns(s, b, n))
+            .map(|(b, n, _)| self.hdd_access_ns(s, b, n))
             .sum()
     }
 
@@ -330,7 +335,7 @@ impl<D: BlockDevice> TimedDevice<D> {
         };
     }
 
-    fn charge_write(&self, s: &mut TimeState, block: u64, blocks: u64, fua: bool) {
+    fn charge_write(&self, s: &mut TimeState, block: u64, blocks: u64, fua: bool, ticket: Ticket) {
         let bytes = blocks * self.inner.block_size() as u64;
         s.now_ns += match self.model {
             DiskModel::Hdd {
@@ -339,12 +344,16 @@ impl<D: BlockDevice> TimedDevice<D> {
                 ..
             } => {
                 if cache && !fua {
-                    s.hdd_cached.push((block, blocks));
+                    s.hdd_cached.push((block, blocks, ticket));
                     let mut ns = transfer_ns(bytes, transfer_mb_s);
                     if s.hdd_cached.len() > HDD_CACHE_REQUESTS_MAX {
                         let oldest: Vec<_> =
                             s.hdd_cached.drain(..HDD_CACHE_REQUESTS_MAX / 2).collect();
                         ns += self.hdd_write_back_ns(s, oldest);
+                        // A durability notification without a flush: every
+                        // write older than the oldest still cached is on
+                        // the medium (FUA writes went there directly).
+                        s.destaged = s.hdd_cached[0].2 - 1;
                     }
                     ns
                 } else {
@@ -408,7 +417,7 @@ impl<D: BlockDevice> BlockDevice for TimedDevice<D> {
         let mut s = self.lock();
         let ticket = self.inner.write(block, data, flags)?;
         let blocks = (data.len() / self.inner.block_size() as usize) as u64;
-        self.charge_write(&mut s, block, blocks, flags.fua);
+        self.charge_write(&mut s, block, blocks, flags.fua, ticket);
         if matches!(self.model, DiskModel::Hdd { cache: false, .. }) {
             s.written_through = s.written_through.max(ticket);
         }
@@ -423,8 +432,10 @@ impl<D: BlockDevice> BlockDevice for TimedDevice<D> {
     }
 
     fn durable(&self) -> Ticket {
-        // Write-through (`wce=off`): a completed write is on the medium.
-        self.inner.durable().max(self.lock().written_through)
+        // Write-through (`wce=off`): a completed write is on the medium;
+        // with a cache, what the disk destaged on its own is too.
+        let s = self.lock();
+        self.inner.durable().max(s.written_through).max(s.destaged)
     }
 
     fn counters(&self) -> Counters {
@@ -624,6 +635,27 @@ mod tests {
         );
         cached.flush().unwrap();
         assert!(cached.durable() >= t);
+    }
+
+    #[test]
+    fn a_full_hdd_cache_destages_and_reports_it() {
+        let d =
+            TimedDevice::new(MemDevice::new(4096, 16384).unwrap(), DiskModel::hdd_7200()).unwrap();
+        let mut tickets = Vec::new();
+        for i in 0..=HDD_CACHE_REQUESTS_MAX as u64 {
+            let t = d
+                .write(i * 2, &[0u8; 4096], WriteFlags::new(BlockClass::Data))
+                .unwrap();
+            tickets.push(t);
+            if i < HDD_CACHE_REQUESTS_MAX as u64 {
+                assert_eq!(d.durable(), 0, "nothing destaged while the cache has room");
+            }
+        }
+        // The oldest half went to the medium: durable without a flush.
+        let half = HDD_CACHE_REQUESTS_MAX / 2;
+        assert_eq!(d.durable(), tickets[half - 1]);
+        assert!(d.durable() < tickets[half]);
+        assert_eq!(d.counters().flushes, 0);
     }
 
     #[test]

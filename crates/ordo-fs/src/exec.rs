@@ -247,6 +247,9 @@ impl Shared {
             if c.read_only {
                 return Ok(());
             }
+            if reason == WriteBackReason::Timer {
+                c.proto.durable_notice(self.dev.durable());
+            }
             c.plan_with(|p, io| p.write_back(reason, io))
         })
     }

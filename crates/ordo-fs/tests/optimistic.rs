@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fast_commit_common::{can_loop_mount, e2fsck_fn, env_of, have, run};
-use ordo_dev::{BlockDevice, MemDevice};
+use ordo_dev::{BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_format::jbd2::{self, JournalSuperblock};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::{Creds, FileType, Fs, FsyncMeaning, MountOptions, ProtocolKind, ROOT_INO};
@@ -126,6 +126,47 @@ fn osync_costs_no_flush_and_dsync_exactly_one() {
     fs.write_back().unwrap();
     assert_eq!(flushes(&fs), f + 1);
     assert_eq!(stat(&fs, "background_flushes"), 1);
+    fs.unmount().unwrap();
+}
+
+/// Durability notifications without a flush: a disk that wrote its cache
+/// back on its own (idle destage) made every commit durable, the next tick
+/// learns it from the device's durable horizon, and neither the tick nor a
+/// dsync then flushes. A power cut that loses every pending write keeps
+/// what was destaged.
+#[test]
+fn a_cache_that_destages_on_its_own_saves_the_flushes() {
+    let dev = Arc::new(WriteCacheDevice::new(image()));
+    let fs = Fs::mount(dev.clone(), opts(FsyncMeaning::Dsync)).unwrap();
+    let a = create(&fs, b"a", &[1; 8192]);
+    fs.osync(a).unwrap();
+    // Nothing destaged: the tick owes the osync one flush.
+    let f = flushes(&fs);
+    fs.write_back().unwrap();
+    assert_eq!(flushes(&fs), f + 1);
+    assert_eq!(stat(&fs, "background_flushes"), 1);
+
+    let b = create(&fs, b"b", &[2; 12288]);
+    fs.osync(b).unwrap();
+    dev.destage_all().unwrap();
+    let f = flushes(&fs);
+    fs.write_back().unwrap();
+    assert_eq!(
+        flushes(&fs),
+        f,
+        "the destage made the commit durable: no flush"
+    );
+    assert_eq!(stat(&fs, "background_flushes"), 1);
+    fs.dsync(b).unwrap();
+    assert_eq!(flushes(&fs), f, "nothing left to make durable");
+
+    let crashed = Arc::new(dev.crash(3, CrashPolicy::lose_all()).unwrap());
+    drop(fs);
+    let env = env_of(crashed.as_ref());
+    ordo_fs::protocol::recover(mode(), crashed.as_ref(), &env).unwrap();
+    let fs = Fs::mount(crashed, opts(FsyncMeaning::Dsync)).unwrap();
+    let b = fs.lookup(ROOT_INO, b"b").expect("b was destaged").ino;
+    assert_eq!(fs.read(b, 0, 12288).unwrap(), vec![2; 12288]);
     fs.unmount().unwrap();
 }
 

@@ -1110,6 +1110,15 @@ pub trait Protocol: Send {
         let _ = done;
     }
 
+    /// A durability notification that came without a plan: the device's
+    /// durable horizon now (every write whose ticket is at or below it is
+    /// durable). The core sends one before every timer write-back, so
+    /// that a write the device made durable on its own (a write cache
+    /// destaged it) is known without asking for a flush.
+    fn durable_notice(&mut self, durable: ordo_dev::Ticket) {
+        let _ = durable;
+    }
+
     /// Statistics for `ordo info` / benchmarks, as name/value pairs.
     fn stats(&self) -> Vec<(String, u64)> {
         Vec::new()

@@ -1121,6 +1121,13 @@ impl Protocol for JournalProtocol {
         self.settle_durable();
     }
 
+    fn durable_notice(&mut self, durable: ordo_dev::Ticket) {
+        if self.rules.reuse_after_durable && !self.aborted {
+            self.horizon = self.horizon.max(durable);
+            self.settle_durable();
+        }
+    }
+
     fn stats(&self) -> Vec<(String, u64)> {
         let s = self.stats;
         vec![

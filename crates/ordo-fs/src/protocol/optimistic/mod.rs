@@ -28,7 +28,10 @@
 //! - **Durability notifications**: a commit is durable once the device's
 //!   durable horizon ([`crate::protocol::PlanDone::durable`]) covers the
 //!   last write of its plan: after a flush, a FUA write, or a write-cache
-//!   model's destage. Nothing is ever assumed durable after a delay.
+//!   model's destage. A destage between plans (a disk writing its cache
+//!   back on its own) arrives as [`Protocol::durable_notice`] before each
+//!   tick, so the tick flushes only for what the disk has not made durable
+//!   itself. Nothing is ever assumed durable after a delay.
 //! - **Background flush**: a timer tick every `flush_interval=` (default
 //!   1 s) flushes once if any commit is not known durable, off every
 //!   caller's path: `osync`ed work becomes durable within one interval.
@@ -358,6 +361,10 @@ impl Protocol for Optimistic {
 
     fn plan_done(&mut self, done: &PlanDone) {
         self.j.plan_done(done);
+    }
+
+    fn durable_notice(&mut self, durable: ordo_dev::Ticket) {
+        self.j.durable_notice(durable);
     }
 
     fn stats(&self) -> Vec<(String, u64)> {
