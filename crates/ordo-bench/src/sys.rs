@@ -266,6 +266,12 @@ pub fn reset_own_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+/// Resets the peak resident memory of process `pid` (a child serving a
+/// file system), as [`reset_own_peak`] does for this one. Best effort.
+pub fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
 /// True if `dir` is a mount point (listed in `/proc/self/mountinfo`).
 pub fn is_mount_point(dir: &Path) -> bool {
     let Ok(canon) = dir.canonicalize() else {

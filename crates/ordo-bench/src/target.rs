@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
+//! | `fuse-floor` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device) |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
 //! | `ordo-lib:MODE[,data=D][,sched=P]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`) |
 //!
@@ -15,6 +16,9 @@
 //! caused it, nothing of the setup is, and every target pays one mount and
 //! one unmount. ordo's own counters cover the same window: the device is
 //! opened at that mount and its counters are read after that unmount.
+//! tmpfs and the FUSE floor are not remounted (they would lose the setup's
+//! files); the floor's CPU time and peak memory are measured from the start
+//! of the window all the same.
 
 use std::fs::File;
 use std::io::Read;
@@ -63,6 +67,11 @@ pub enum TargetKind {
     Ext4(Ext4Mode),
     /// tmpfs.
     Tmpfs,
+    /// The FUSE floor: `ordo fuse-floor`, a FUSE server with ordo's session
+    /// (threads, mount options, capabilities, TTLs) that stores nothing,
+    /// so that what any FUSE file system pays per request shows apart from
+    /// what ordo does.
+    FuseFloor,
     /// ordo through FUSE with these `-o` options (starting with `mode=`).
     Ordo {
         /// The `-o` list.
@@ -100,7 +109,7 @@ pub struct TargetSpec {
 pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
-        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, \
+        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor, \
 ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync] (MODE: {})",
         modes.join(", ")
     )
@@ -114,6 +123,7 @@ impl std::str::FromStr for TargetSpec {
         };
         let kind = match s.split_once(':') {
             None if s == "tmpfs" => TargetKind::Tmpfs,
+            None if s == "fuse-floor" => TargetKind::FuseFloor,
             Some(("ext4", m)) => TargetKind::Ext4(match m {
                 "ordered" => Ext4Mode::Ordered,
                 "fast_commit" => Ext4Mode::FastCommit,
@@ -182,12 +192,12 @@ impl TargetSpec {
     pub fn uses_loop(&self, device: DeviceKind) -> bool {
         match self.kind {
             TargetKind::Ext4(_) => true,
-            TargetKind::Tmpfs => false,
+            TargetKind::Tmpfs | TargetKind::FuseFloor => false,
             TargetKind::Ordo { .. } | TargetKind::OrdoLib { .. } => device == DeviceKind::Loop,
         }
     }
 
-    /// True for ordo targets.
+    /// True for ordo targets (not the FUSE floor, which has no image).
     pub fn is_ordo(&self) -> bool {
         matches!(
             self.kind,
@@ -549,13 +559,28 @@ impl Instance {
         BenchError::target(&self.spec.name, detail)
     }
 
+    /// False for the targets without an image: tmpfs and the FUSE floor.
+    /// They are not remounted for the measurement window either, since
+    /// their files live only as long as the mount.
+    fn has_device(&self) -> bool {
+        !matches!(self.spec.kind, TargetKind::Tmpfs | TargetKind::FuseFloor)
+    }
+
+    /// What the FUSE server of this target is called in messages.
+    fn server_name(&self) -> &'static str {
+        match self.spec.kind {
+            TargetKind::FuseFloor => "ordo fuse-floor",
+            _ => "ordo mount",
+        }
+    }
+
     /// The device or image the file system lives on.
     fn device_path(&self) -> &Path {
         self.loopdev.as_deref().unwrap_or(&self.image)
     }
 
     fn make_device(&mut self) -> Result<()> {
-        if self.spec.kind == TargetKind::Tmpfs {
+        if !self.has_device() {
             return Ok(());
         }
         let f = File::create(&self.image).map_err(|e| BenchError::io("create", &self.image, e))?;
@@ -628,29 +653,23 @@ impl Instance {
             }
             TargetKind::Ordo { options, .. } => {
                 let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
-                let log = self.dir.join("ordo-mount.log");
-                let log_file = File::create(&log).map_err(|e| BenchError::io("create", &log, e))?;
                 let counters = self.dir.join("counters.json");
                 let _ = std::fs::remove_file(&counters);
-                let child = Command::new(ordo)
-                    .arg("mount")
+                let mut cmd = Command::new(ordo);
+                cmd.arg("mount")
                     .arg("-f")
                     .arg(self.device_path())
                     .arg(&self.mnt)
                     .arg("-o")
                     .arg(options)
-                    .env(COUNTERS_ENV, &counters)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::from(log_file))
-                    .spawn()
-                    .map_err(|e| self.err(format!("cannot start ordo mount: {e}")))?;
-                self.mounted = Mounted::Fuse {
-                    child,
-                    log,
-                    cpu_start_us: None,
-                };
-                self.wait_for_fuse()?;
+                    .env(COUNTERS_ENV, &counters);
+                self.start_fuse(cmd)?;
+            }
+            TargetKind::FuseFloor => {
+                let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
+                let mut cmd = Command::new(ordo);
+                cmd.arg("fuse-floor").arg(&self.mnt);
+                self.start_fuse(cmd)?;
             }
             TargetKind::OrdoLib {
                 mode,
@@ -696,6 +715,25 @@ impl Instance {
         Ok(())
     }
 
+    /// Starts a FUSE server in the foreground (`ordo mount -f`, `ordo
+    /// fuse-floor`), its standard error to a log, and waits for its mount.
+    fn start_fuse(&mut self, mut cmd: Command) -> Result<()> {
+        let log = self.dir.join("ordo-mount.log");
+        let log_file = File::create(&log).map_err(|e| BenchError::io("create", &log, e))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .map_err(|e| self.err(format!("cannot start {}: {e}", self.server_name())))?;
+        self.mounted = Mounted::Fuse {
+            child,
+            log,
+            cpu_start_us: None,
+        };
+        self.wait_for_fuse()
+    }
+
     fn log_tail(log: &Path) -> String {
         let s = std::fs::read_to_string(log).unwrap_or_default();
         let lines: Vec<&str> = s.lines().collect();
@@ -715,13 +753,15 @@ impl Instance {
                 let tail = Self::log_tail(log);
                 self.mounted = Mounted::No;
                 return Err(self.err(format!(
-                    "ordo mount exited ({status}) before mounting: {tail}"
+                    "{} exited ({status}) before mounting: {tail}",
+                    self.server_name()
                 )));
             }
             if start.elapsed() > MOUNT_WAIT {
                 let tail = Self::log_tail(log);
                 return Err(self.err(format!(
-                    "ordo mount did not mount within {} s: {tail}",
+                    "{} did not mount within {} s: {tail}",
+                    self.server_name(),
                     MOUNT_WAIT.as_secs()
                 )));
             }
@@ -766,13 +806,18 @@ impl Instance {
                     };
                     return Err(e);
                 }
+                let server = self.server_name();
                 let status = wait_child(&mut child, UNMOUNT_WAIT)
-                    .map_err(|e| self.err(format!("waiting for ordo mount to exit: {e}")))?;
+                    .map_err(|e| self.err(format!("waiting for {server} to exit: {e}")))?;
                 if !status.success() {
                     return Err(self.err(format!(
-                        "ordo mount exited with {status} at unmount: {}",
+                        "{server} exited with {status} at unmount: {}",
                         Self::log_tail(&log)
                     )));
+                }
+                if self.spec.kind == TargetKind::FuseFloor {
+                    // No device, so no counters, as for tmpfs.
+                    return Ok(m);
                 }
                 let counters = self.dir.join("counters.json");
                 match std::fs::read_to_string(&counters) {
@@ -821,7 +866,17 @@ impl Instance {
     /// Ends the setup session and starts the measured one (see the module
     /// comment).
     pub fn start_window(&mut self) -> Result<()> {
-        if self.spec.kind == TargetKind::Tmpfs {
+        if !self.has_device() {
+            // Not remounted: the FUSE floor's server is measured from now.
+            if let Mounted::Fuse {
+                child,
+                cpu_start_us,
+                ..
+            } = &mut self.mounted
+            {
+                *cpu_start_us = sys::process_cpu_us(child.id());
+                sys::reset_peak(child.id());
+            }
             return Ok(());
         }
         self.unmount()?;
@@ -995,6 +1050,10 @@ mod tests {
         assert!(t.uses_loop(DeviceKind::File));
         let t: TargetSpec = "tmpfs".parse().unwrap();
         assert!(!t.uses_loop(DeviceKind::Loop));
+        let t: TargetSpec = "fuse-floor".parse().unwrap();
+        assert_eq!(t.kind, TargetKind::FuseFloor);
+        assert!(!t.is_ordo() && !t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));
+        assert!(target_names().contains("fuse-floor"));
         let t: TargetSpec = "ordo:journal,data=journal".parse().unwrap();
         assert_eq!(
             t.kind,
@@ -1042,6 +1101,7 @@ mod tests {
             "ordo-lib:async,commit=0",
             "ordo-lib:async,commit=x",
             "ordo-lib:async,sched=elevator",
+            "fuse-floor:x",
             "",
         ] {
             let e = bad.parse::<TargetSpec>().unwrap_err();

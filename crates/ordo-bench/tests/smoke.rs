@@ -14,15 +14,23 @@ use ordo_bench::target::{DeviceKind, DiskName, DiskSpec, TargetConfig, TargetSpe
 use ordo_bench::workload::{self, Overrides, Scale, WorkloadName};
 
 /// Workloads that run a program and so need a mounted target.
-const EXTERNAL: [WorkloadName; 4] = [
+const EXTERNAL: [WorkloadName; 5] = [
     WorkloadName::Sqlite,
+    WorkloadName::Oltp,
     WorkloadName::Git,
     WorkloadName::Postmark,
     WorkloadName::Fsmark,
 ];
 
 /// Workloads that time fsyncs.
-const FSYNCING: [&str; 5] = ["fcmicro", "varmail", "randwrite", "seqwrite", "twofile"];
+const FSYNCING: [&str; 6] = [
+    "fcmicro",
+    "varmail",
+    "randwrite",
+    "seqwrite",
+    "overwrite",
+    "twofile",
+];
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.

@@ -52,6 +52,7 @@ use ordo_fs::{
 };
 
 pub mod callers;
+pub mod floor;
 pub mod ioctl;
 
 /// The longest name ext4 stores in a directory entry, in bytes.
@@ -94,12 +95,18 @@ impl MountConfig {
     /// fsname and subtype "ordo", the worker threads with cloned
     /// descriptors.
     pub fn fuser_config(&self) -> Config {
+        self.fuser_config_as(ORDO_SUBTYPE)
+    }
+
+    /// The same configuration with another subtype (the mount shows as
+    /// `fuse.SUBTYPE`); everything else, options and threads, is ordo's.
+    pub fn fuser_config_as(&self, subtype: &str) -> Config {
         let mut options = vec![
             MountOption::FSName(self.fsname.clone()),
             // As a kernel option, not `MountOption::Subtype` (which fuser
             // hands to fusermount only): mounted directly by root, the
             // mount then shows as `fuse.ordo`, as mount(8) and fstab name it.
-            MountOption::CUSTOM("subtype=ordo".to_string()),
+            MountOption::CUSTOM(format!("subtype={subtype}")),
             MountOption::DefaultPermissions,
             MountOption::Dev,
             MountOption::Suid,
@@ -133,7 +140,48 @@ pub fn mount(
     config: &MountConfig,
 ) -> io::Result<Session<OrdoFuse>> {
     let adapter = OrdoFuse::new(fs, config.attr_ttl);
-    Session::new(adapter, mountpoint, &config.fuser_config())
+    session(adapter, mountpoint, config, ORDO_SUBTYPE)
+}
+
+/// The subtype of ordo's mounts (`fuse.ordo` in `/proc/mounts`).
+pub const ORDO_SUBTYPE: &str = "ordo";
+
+/// Mount any `fuser::Filesystem` as ordo's mounts are: the options,
+/// worker threads and cloned descriptors of `config` (see
+/// [`MountConfig::fuser_config_as`]). A file system served this way should
+/// also ask for [`request_capabilities`] in its `init`, so that the kernel
+/// sends it the requests it sends ordo ([`floor::FloorFs`] does).
+pub fn session<FS: fuser::Filesystem>(
+    fs: FS,
+    mountpoint: &Path,
+    config: &MountConfig,
+    subtype: &str,
+) -> io::Result<Session<FS>> {
+    Session::new(fs, mountpoint, &config.fuser_config_as(subtype))
+}
+
+/// The optional capabilities an ordo session asks the kernel for at
+/// `init`. Atomic O_TRUNC brings `open(O_TRUNC)` to the file system whole
+/// (see `OrdoFuse::truncate_on_open`); readdirplus saves a lookup per
+/// entry for `ls -l` and `find`; parallel dirops lets lookups and readdirs
+/// in one directory run at once (the core has its own locking). Each is
+/// optional: a kernel that lacks one is served without it, and the results
+/// are the same.
+pub fn request_capabilities(config: &mut KernelConfig) {
+    for flag in [
+        InitFlags::FUSE_ATOMIC_O_TRUNC,
+        InitFlags::FUSE_DO_READDIRPLUS,
+        InitFlags::FUSE_READDIRPLUS_AUTO,
+        InitFlags::FUSE_PARALLEL_DIROPS,
+        // POSIX ACLs: the kernel checks permissions with the access ACL
+        // it reads through getxattr, and sends the mode of a create
+        // unmasked with the umask beside it, so that the core can let a
+        // directory's default ACL decide (see `creds_umask`).
+        InitFlags::FUSE_POSIX_ACL,
+        InitFlags::FUSE_DONT_MASK,
+    ] {
+        let _ = config.add_capabilities(flag);
+    }
 }
 
 /// A `fuser::Filesystem` over a shared [`Fs`].
@@ -567,26 +615,7 @@ macro_rules! name_or_reply {
 
 impl fuser::Filesystem for OrdoFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // Atomic O_TRUNC brings `open(O_TRUNC)` here whole (see
-        // `truncate_on_open`); readdirplus saves a lookup per entry for
-        // `ls -l` and `find`; parallel dirops lets lookups and readdirs in
-        // one directory run at once (the core has its own locking). Each is
-        // optional: a kernel that lacks one is served without it, and the
-        // results are the same.
-        for flag in [
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            // POSIX ACLs: the kernel checks permissions with the access ACL
-            // it reads through getxattr, and sends the mode of a create
-            // unmasked with the umask beside it, so that the core can let a
-            // directory's default ACL decide (see `creds_umask`).
-            InitFlags::FUSE_POSIX_ACL,
-            InitFlags::FUSE_DONT_MASK,
-        ] {
-            let _ = config.add_capabilities(flag);
-        }
+        request_capabilities(config);
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! e2fsck (0 clean, 1 corrected, 4 left uncorrected, 8 operational error,
 //! 16 usage), the others 0 on success and 1 on failure.
 
+mod cmd_floor;
 mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
@@ -75,6 +76,12 @@ enum Cmd {
     /// Make a stream of an ordo mount durable (the caller's stream unless
     /// --stream names one).
     Streamsync(cmd_streams::StreamSyncArgs),
+    /// Serve a FUSE file system that stores nothing, with ordo's session
+    /// (threads, mount options, capabilities, TTLs), in the foreground
+    /// until unmounted: the FUSE floor of `ordo bench` (target
+    /// `fuse-floor`).
+    #[command(name = "fuse-floor", hide = true)]
+    FuseFloor(cmd_floor::FloorArgs),
 }
 
 #[derive(Args, Debug)]
@@ -208,6 +215,7 @@ fn main() -> ExitCode {
         Cmd::Osync(a) => cmd_streams::sync_file(&a, false),
         Cmd::Dsync(a) => cmd_streams::sync_file(&a, true),
         Cmd::Streamsync(a) => cmd_streams::streamsync(&a),
+        Cmd::FuseFloor(a) => cmd_floor::run(&a),
     };
     ExitCode::from(code)
 }

@@ -1,4 +1,5 @@
-//! Workloads that are real programs: SQLite, git, PostMark and fs_mark.
+//! Workloads that are real programs: SQLite (inserts and an OLTP mix), git,
+//! PostMark and fs_mark.
 //! Nobody here wrote them, so they exercise the file system the way
 //! applications do (rename-based journals, directory fsyncs, small
 //! synchronous writes) rather than the way ordo's authors expect. They need
@@ -10,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use rand::Rng;
 use serde_json::json;
 
 use super::{pattern, Case, RunCtx, RunOutput, Scale};
@@ -20,6 +22,14 @@ use crate::vfs::{mkdir_all, Vfs};
 
 /// Bytes of each SQLite row's payload.
 const SQLITE_ROW_BYTES: usize = 120;
+/// Point SELECTs per OLTP transaction (sysbench's `--point-selects`).
+const OLTP_POINT_SELECTS: u32 = 10;
+/// Rows of the OLTP range SELECT (sysbench's `--range-size`).
+const OLTP_RANGE_ROWS: u64 = 100;
+/// Groups of 11 digits in an OLTP row's `c` (119 characters, as sysbench).
+const OLTP_C_GROUPS: usize = 10;
+/// Groups of 11 digits in an OLTP row's `pad` (59 characters, as sysbench).
+const OLTP_PAD_GROUPS: usize = 5;
 /// Files per directory in the git tree.
 const GIT_FILES_PER_DIR: u64 = 20;
 /// Mean size of a file in the git tree.
@@ -125,6 +135,182 @@ impl Case for Sqlite {
         })?;
         Ok(RunOutput {
             ops: self.rows,
+            ..RunOutput::default()
+        })
+    }
+}
+
+/// OLTP: a sysbench `oltp_read_write`-style transaction mix on a SQLite
+/// table, standing in for MariaDB + sysbench (OptFS's Figure 8).
+pub struct Oltp {
+    rows: u64,
+    transactions: u64,
+}
+
+/// oltp at `scale` (ops: transactions).
+pub fn oltp(scale: Scale) -> Box<dyn Case> {
+    Box::new(Oltp {
+        rows: scale.pick(1000, 10_000, 100_000, 100_000),
+        transactions: scale.pick(50, 500, 2000, 10_000),
+    })
+}
+
+/// sysbench's string columns: `groups` runs of 11 random digits joined by
+/// dashes.
+fn sysbench_string(rng: &mut impl Rng, groups: usize) -> String {
+    let mut s = String::with_capacity(groups * 12);
+    for g in 0..groups {
+        if g > 0 {
+            s.push('-');
+        }
+        for _ in 0..11 {
+            s.push(char::from(b'0' + rng.gen_range(0..10u8)));
+        }
+    }
+    s
+}
+
+impl Oltp {
+    /// The table's initial `k` column, in id order (ids 1..=rows), and the
+    /// SQL that loads it: the same for setup and for the run's check.
+    fn initial(&self, seed: u64, sql: Option<&mut String>) -> Vec<u64> {
+        let mut rng = thread_rng(seed ^ 0x0171, 0);
+        let mut ks = Vec::with_capacity(self.rows as usize);
+        let mut sql = sql;
+        for id in 1..=self.rows {
+            let k = rng.gen_range(1..=self.rows);
+            let c = sysbench_string(&mut rng, OLTP_C_GROUPS);
+            let pad = sysbench_string(&mut rng, OLTP_PAD_GROUPS);
+            if let Some(sql) = sql.as_deref_mut() {
+                sql.push_str(&format!(
+                    "INSERT INTO sbtest(id,k,c,pad) VALUES({id},{k},'{c}','{pad}');\n"
+                ));
+            }
+            ks.push(k);
+        }
+        ks
+    }
+}
+
+impl Case for Oltp {
+    fn workload(&self) -> &'static str {
+        "oltp"
+    }
+    fn params(&self) -> serde_json::Value {
+        json!({
+            "rows": self.rows,
+            "transactions": self.transactions,
+            "point_selects": OLTP_POINT_SELECTS,
+            "range_rows": OLTP_RANGE_ROWS,
+            "transaction": "10 point SELECTs, 1 range SELECT, UPDATE k (indexed), UPDATE c, DELETE, INSERT",
+            "journal_mode": "delete",
+            "synchronous": "full",
+        })
+    }
+    fn expected_ops(&self) -> u64 {
+        self.transactions
+    }
+    fn needs_host_path(&self) -> bool {
+        true
+    }
+    fn setup(&self, vfs: &dyn Vfs, seed: u64) -> Result<()> {
+        let root = host_root(vfs, "oltp")?;
+        let sqlite3 = ensure_program("sqlite3", "sqlite3")?;
+        let mut script = String::from(
+            ".bail on\nPRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n\
+             CREATE TABLE sbtest(id INTEGER PRIMARY KEY, k INTEGER NOT NULL DEFAULT 0, \
+             c CHAR(120) NOT NULL DEFAULT '', pad CHAR(60) NOT NULL DEFAULT '');\n\
+             BEGIN;\n",
+        );
+        self.initial(seed, Some(&mut script));
+        // The index is built after the load, as sysbench's `prepare` does.
+        script.push_str("COMMIT;\nCREATE INDEX k_1 ON sbtest(k);\n");
+        let script_path = host_scratch("oltp-load.sql");
+        std::fs::write(&script_path, script)
+            .map_err(|e| BenchError::io("write", &script_path, e))?;
+        let file = std::fs::File::open(&script_path)
+            .map_err(|e| BenchError::io("open", &script_path, e))?;
+        let r = run_with_stdin(
+            Command::new(&sqlite3).arg(root.join("oltp.db")),
+            Stdio::from(file),
+        );
+        let _ = std::fs::remove_file(&script_path);
+        r?;
+        Ok(())
+    }
+    fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
+        let root = host_root(vfs, "oltp")?;
+        let sqlite3 = ensure_program("sqlite3", "sqlite3")?;
+        let db = root.join("oltp.db");
+        // The k column every committed transaction leaves (one row's k + 1,
+        // another row reinserted with a fresh k): its sum is checked below.
+        let mut ks = self.initial(ctx.seed, None);
+        let mut rng = thread_rng(ctx.seed ^ 0x0172, 0);
+        // The SELECTs' rows go to /dev/null: the shell still steps through
+        // every one of them.
+        let mut script = String::from(
+            ".bail on\n.output /dev/null\nPRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n",
+        );
+        for _ in 0..self.transactions {
+            script.push_str("BEGIN;\n");
+            for _ in 0..OLTP_POINT_SELECTS {
+                let id = rng.gen_range(1..=self.rows);
+                script.push_str(&format!("SELECT c FROM sbtest WHERE id={id};\n"));
+            }
+            let lo = rng.gen_range(1..=self.rows);
+            script.push_str(&format!(
+                "SELECT c FROM sbtest WHERE id BETWEEN {lo} AND {};\n",
+                lo + OLTP_RANGE_ROWS - 1
+            ));
+            let id = rng.gen_range(1..=self.rows);
+            script.push_str(&format!("UPDATE sbtest SET k=k+1 WHERE id={id};\n"));
+            ks[(id - 1) as usize] += 1;
+            let id = rng.gen_range(1..=self.rows);
+            let c = sysbench_string(&mut rng, OLTP_C_GROUPS);
+            script.push_str(&format!("UPDATE sbtest SET c='{c}' WHERE id={id};\n"));
+            let id = rng.gen_range(1..=self.rows);
+            let k = rng.gen_range(1..=self.rows);
+            let c = sysbench_string(&mut rng, OLTP_C_GROUPS);
+            let pad = sysbench_string(&mut rng, OLTP_PAD_GROUPS);
+            script.push_str(&format!(
+                "DELETE FROM sbtest WHERE id={id};\n\
+                 INSERT INTO sbtest(id,k,c,pad) VALUES({id},{k},'{c}','{pad}');\n\
+                 COMMIT;\n"
+            ));
+            ks[(id - 1) as usize] = k;
+        }
+        let script_path = host_scratch("oltp.sql");
+        std::fs::write(&script_path, script)
+            .map_err(|e| BenchError::io("write", &script_path, e))?;
+        let file = std::fs::File::open(&script_path)
+            .map_err(|e| BenchError::io("open", &script_path, e))?;
+        let r = run_with_stdin(Command::new(&sqlite3).arg(&db), Stdio::from(file));
+        let _ = std::fs::remove_file(&script_path);
+        r?;
+        ctx.tick(self.transactions);
+        let out = run(Command::new(&sqlite3).arg(&db).arg(
+            "SELECT count(*) FROM sbtest; SELECT sum(k) FROM sbtest; PRAGMA integrity_check;",
+        ))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().map(str::trim).collect();
+        let count = lines.first().copied().unwrap_or("");
+        check("oltp", count == self.rows.to_string(), || {
+            format!("table holds {count} rows, expected {}", self.rows)
+        })?;
+        let integrity = lines.get(2..).unwrap_or(&[]).join("; ");
+        check("oltp", integrity == "ok", || {
+            format!("PRAGMA integrity_check: {integrity}")
+        })?;
+        let sum_k = lines.get(1).and_then(|s| s.parse::<u64>().ok());
+        let want: u64 = ks.iter().sum();
+        check("oltp", sum_k == Some(want), || {
+            format!(
+                "sum(k) is {}, expected {want}: a transaction is missing",
+                lines.get(1).copied().unwrap_or("")
+            )
+        })?;
+        Ok(RunOutput {
+            ops: self.transactions,
             ..RunOutput::default()
         })
     }
@@ -367,5 +553,26 @@ mod tests {
         let out = "Files:\n\t102 created (102 per second)\n\t\tCreation alone: 50 files (50 per second)\n\t52 read (52 per second)\n\t48 appended (48 per second)\n\t102 deleted (102 per second)\n";
         assert_eq!(postmark_ops(out), Some(304));
         assert_eq!(postmark_ops("nothing"), None);
+    }
+
+    #[test]
+    fn oltp_rows_are_sysbench_shaped_and_seeded() {
+        let mut rng = thread_rng(1, 0);
+        let c = sysbench_string(&mut rng, OLTP_C_GROUPS);
+        let pad = sysbench_string(&mut rng, OLTP_PAD_GROUPS);
+        assert_eq!((c.len(), pad.len()), (119, 59));
+        assert!(c
+            .split('-')
+            .all(|g| g.len() == 11 && g.bytes().all(|b| b.is_ascii_digit())));
+        let o = Oltp {
+            rows: 50,
+            transactions: 1,
+        };
+        let mut sql = String::new();
+        let ks = o.initial(7, Some(&mut sql));
+        assert_eq!(ks, o.initial(7, None), "the run's check sees setup's rows");
+        assert_ne!(ks, o.initial(8, None));
+        assert_eq!(sql.lines().count(), 50);
+        assert!(ks.iter().all(|&k| (1..=50).contains(&k)));
     }
 }

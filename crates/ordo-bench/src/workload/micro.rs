@@ -4,7 +4,8 @@
 //! FAST '12) and OptFS (SOSP '13): an overwrite needs no allocation, so
 //! what a protocol charges on top of the data block is pure ordering cost;
 //! a sequential write shows what journaling data (`data=journal`) costs in
-//! bandwidth.
+//! bandwidth, and a sequential overwrite what journaling overwrites costs
+//! (OptFS's selective data journaling writes every overwritten block twice).
 
 use rand::Rng;
 use serde_json::json;
@@ -131,6 +132,60 @@ impl Case for SeqWrite {
         let t0 = vfs.now_ns();
         let f = vfs.create("seq")?;
         let buf = pattern(SEQWRITE_IO_BYTES, ctx.seed);
+        let writes = self.expected_ops();
+        for i in 0..writes {
+            f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;
+            ctx.tick(1);
+        }
+        let mut lat = Vec::new();
+        timed_fsync(vfs, &*f, &mut lat)?;
+        let secs = vfs.now_ns().saturating_sub(t0) as f64 / 1e9;
+        let mut out = RunOutput {
+            ops: writes,
+            fsync_ns: lat,
+            ..RunOutput::default()
+        };
+        if secs > 0.0 {
+            out.extra.insert(
+                "mib_per_sec".into(),
+                json!(self.file_bytes as f64 / (1u64 << 20) as f64 / secs),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Sequential 64 KiB overwrites of one existing file, one fsync at the end
+/// (OptFS's "overwrite": every block already holds data).
+pub struct Overwrite {
+    file_bytes: u64,
+}
+
+/// overwrite at `scale` (the same sizes as seqwrite).
+pub fn overwrite(scale: Scale) -> Box<dyn Case> {
+    Box::new(Overwrite {
+        file_bytes: scale.pick(4 << 20, 64 << 20, 256 << 20, 1 << 30),
+    })
+}
+
+impl Case for Overwrite {
+    fn workload(&self) -> &'static str {
+        "overwrite"
+    }
+    fn params(&self) -> serde_json::Value {
+        json!({ "file_bytes": self.file_bytes, "write_bytes": SEQWRITE_IO_BYTES, "fsync": "at end", "file": "filled and fsynced before the run" })
+    }
+    fn expected_ops(&self) -> u64 {
+        self.file_bytes / SEQWRITE_IO_BYTES as u64
+    }
+    fn setup(&self, vfs: &dyn Vfs, seed: u64) -> Result<()> {
+        fill(vfs, "over", self.file_bytes, seed)
+    }
+    fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
+        let t0 = vfs.now_ns();
+        let f = vfs.open("over")?;
+        // Different bytes from the fill, so every write changes its block.
+        let buf = pattern(SEQWRITE_IO_BYTES, ctx.seed ^ 0x0e);
         let writes = self.expected_ops();
         for i in 0..writes {
             f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;

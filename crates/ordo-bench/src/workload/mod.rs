@@ -73,6 +73,8 @@ pub enum WorkloadName {
     Randwrite,
     /// Sequential writes of one large file.
     Seqwrite,
+    /// Sequential overwrites of one large existing file.
+    Overwrite,
     /// Ganger & Patt: N users copy a 535-file tree.
     Copy,
     /// Ganger & Patt: N users remove a 535-file tree.
@@ -83,6 +85,8 @@ pub enum WorkloadName {
     Twofile,
     /// sqlite3 inserts, each its own transaction, rollback journal.
     Sqlite,
+    /// sqlite3 OLTP: sysbench oltp_read_write-style transactions (for MariaDB + sysbench).
+    Oltp,
     /// git add + commit of a generated tree.
     Git,
     /// NetApp's PostMark (Debian package `postmark`).
@@ -93,7 +97,7 @@ pub enum WorkloadName {
 
 impl WorkloadName {
     /// Every workload, in documentation order.
-    pub const ALL: [WorkloadName; 15] = [
+    pub const ALL: [WorkloadName; 17] = [
         WorkloadName::Fcmicro,
         WorkloadName::Varmail,
         WorkloadName::Fileserver,
@@ -101,11 +105,13 @@ impl WorkloadName {
         WorkloadName::Createfiles,
         WorkloadName::Randwrite,
         WorkloadName::Seqwrite,
+        WorkloadName::Overwrite,
         WorkloadName::Copy,
         WorkloadName::Remove,
         WorkloadName::Smallfiles,
         WorkloadName::Twofile,
         WorkloadName::Sqlite,
+        WorkloadName::Oltp,
         WorkloadName::Git,
         WorkloadName::Postmark,
         WorkloadName::Fsmark,
@@ -121,11 +127,13 @@ impl WorkloadName {
             WorkloadName::Createfiles => "createfiles",
             WorkloadName::Randwrite => "randwrite",
             WorkloadName::Seqwrite => "seqwrite",
+            WorkloadName::Overwrite => "overwrite",
             WorkloadName::Copy => "copy",
             WorkloadName::Remove => "remove",
             WorkloadName::Smallfiles => "smallfiles",
             WorkloadName::Twofile => "twofile",
             WorkloadName::Sqlite => "sqlite",
+            WorkloadName::Oltp => "oltp",
             WorkloadName::Git => "git",
             WorkloadName::Postmark => "postmark",
             WorkloadName::Fsmark => "fsmark",
@@ -210,11 +218,13 @@ pub fn cases(name: WorkloadName, scale: Scale, o: &Overrides) -> Result<Vec<Box<
         WorkloadName::Createfiles => vec![filebench::createfiles(scale, o)],
         WorkloadName::Randwrite => micro::randwrite_cases(scale, o),
         WorkloadName::Seqwrite => vec![micro::seqwrite(scale)],
+        WorkloadName::Overwrite => vec![micro::overwrite(scale)],
         WorkloadName::Copy => vec![ganger::copy(scale, o)],
         WorkloadName::Remove => vec![ganger::remove(scale, o)],
         WorkloadName::Smallfiles => ganger::smallfiles_cases(scale, o),
         WorkloadName::Twofile => vec![twofile::twofile(scale)],
         WorkloadName::Sqlite => vec![apps::sqlite(scale)],
+        WorkloadName::Oltp => vec![apps::oltp(scale)],
         WorkloadName::Git => vec![apps::git(scale)],
         WorkloadName::Postmark => vec![apps::postmark(scale)],
         WorkloadName::Fsmark => vec![apps::fsmark(scale)],

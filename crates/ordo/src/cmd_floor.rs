@@ -1,0 +1,75 @@
+//! `ordo fuse-floor MOUNTPOINT [--threads N]` (hidden): the FUSE floor of
+//! the benchmarks, a FUSE file system that stores nothing, served with the
+//! session of `ordo mount` (`ordo_fuse::floor`). It stays in the
+//! foreground until unmounted (umount MOUNTPOINT, fusermount3 -u
+//! MOUNTPOINT, or SIGTERM / Ctrl-C), as `ordo mount -f` does.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cmd_mount::{EXIT_MOUNT_FAILED, EXIT_USAGE};
+
+#[derive(Args, Debug)]
+pub struct FloorArgs {
+    /// An existing directory.
+    pub mountpoint: PathBuf,
+    /// Worker threads serving requests (ordo's default unless given).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: Option<u16>,
+}
+
+/// Run `ordo fuse-floor`; returns the exit code.
+pub fn run(a: &FloorArgs) -> u8 {
+    match std::fs::metadata(&a.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            eprintln!(
+                "ordo fuse-floor: mountpoint {}: not a directory",
+                a.mountpoint.display()
+            );
+            return EXIT_USAGE;
+        }
+        Err(e) => {
+            eprintln!(
+                "ordo fuse-floor: mountpoint {}: {e}",
+                a.mountpoint.display()
+            );
+            return EXIT_USAGE;
+        }
+    }
+    let threads = a
+        .threads
+        .map_or(ordo_fuse::MountConfig::default().threads, usize::from);
+    let mut session = match ordo_fuse::floor::mount_floor(&a.mountpoint, threads) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "ordo fuse-floor: {}: FUSE mount failed: {e}",
+                a.mountpoint.display()
+            );
+            return EXIT_MOUNT_FAILED;
+        }
+    };
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = a.mountpoint.clone();
+    if let Err(e) = ctrlc::set_handler(move || {
+        if let Err(e) = unmounter.unmount() {
+            eprintln!("ordo fuse-floor: unmounting {}: {e}", mountpoint.display());
+        }
+    }) {
+        eprintln!("ordo fuse-floor: cannot handle Ctrl-C/SIGTERM: {e}");
+    }
+    eprintln!(
+        "ordo: FUSE floor (stores nothing) mounted on {} ({threads} threads); unmount with: umount {}",
+        a.mountpoint.display(),
+        a.mountpoint.display()
+    );
+    match session.run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ordo fuse-floor: FUSE session ended with an error: {e}");
+            1
+        }
+    }
+}
