@@ -43,6 +43,7 @@ impl FuseMount {
             read_only: false,
             attr_ttl: std::time::Duration::ZERO,
             fsname: "ordo-crash".to_string(),
+            ..ordo_fuse::MountConfig::default()
         };
         let session = ordo_fuse::mount(fs, dir.path(), &config)?.spawn()?;
         let unmount: Box<dyn FnOnce(bool) -> io::Result<()>> = Box::new(move |done| {

@@ -324,6 +324,31 @@ impl Fs {
     /// that runs out of space returns the bytes it wrote (short write);
     /// ENOSPC only when it wrote none.
     pub fn write_as(&self, ino: Ino, offset: u64, data: &[u8], creds: &Creds) -> Result<u32> {
+        self.write_inner(ino, offset, data, creds, false)
+    }
+    /// [`Fs::write_as`] by a caller without `CAP_FSETID` whose write must
+    /// also drop the file's set-user-ID bit (and set-group-ID, by
+    /// [`kill_suid_sgid`](crate::types::kill_suid_sgid)'s rule), in the same
+    /// handle as the first bytes, so no crash keeps new bytes with the old
+    /// privileges. This is FUSE's `FUSE_WRITE_KILL_SUIDGID`: on a direct-I/O
+    /// handle the kernel leaves the clearing to the file system.
+    pub fn write_killing_suid_as(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        creds: &Creds,
+    ) -> Result<u32> {
+        self.write_inner(ino, offset, data, creds, true)
+    }
+    fn write_inner(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        creds: &Creds,
+        kill_suid: bool,
+    ) -> Result<u32> {
         self.mutating()?;
         let reserve = self.may_use_reserve(creds);
         if data.is_empty() {
@@ -338,6 +363,9 @@ impl Fs {
         while done < data.len() {
             let end = (done + chunk).min(data.len());
             let r = self.shared.with_handle_as(OpKind::Write, reserve, |c| {
+                if kill_suid && done == 0 {
+                    c.kill_suid_for_write(ino, creds)?;
+                }
                 c.file_write(ino, offset + done as u64, &data[done..end])
             });
             match r {

@@ -632,6 +632,25 @@ impl Core {
         Ok(())
     }
 
+    /// Drop set-user-ID (and set-group-ID by the kernel's rule) of a
+    /// regular file before `creds` writes to it; nothing when neither is
+    /// set (the common case: no inode change at all).
+    pub fn kill_suid_for_write(&mut self, ino: Ino, creds: &Creds) -> Result<()> {
+        let i = self.live_inode(ino)?;
+        if !i.is_reg() || i.mode & 0o6000 == 0 {
+            return Ok(());
+        }
+        let in_group = creds.gid == i.gid || creds.groups.contains(&i.gid);
+        let perm = crate::types::kill_suid_sgid(i.mode & 0o7777, in_group);
+        let mode = (i.mode & 0o170000) | perm;
+        if mode != i.mode {
+            self.set_mode(ino, mode);
+            // A mode change stamps ctime; the write stamps it again.
+            self.touch_times(ino, false);
+        }
+        Ok(())
+    }
+
     pub fn op_setattr(&mut self, ino: Ino, set: &SetAttr, creds: Option<&Creds>) -> Result<Attr> {
         self.check_writable()?;
         let i = self.live_inode(ino)?;

@@ -102,6 +102,18 @@ pub struct SetAttr {
     pub ctime: Option<Timespec>,
 }
 
+/// Permission bits after a write or truncation by a caller without
+/// `CAP_FSETID`: set-user-ID goes; set-group-ID goes when group execute is
+/// set, or when the caller is not in the file's group (`in_group`), as the
+/// kernel's `setattr_should_drop_sgid` decides.
+pub fn kill_suid_sgid(perm: u16, in_group: bool) -> u16 {
+    let mut p = perm & !0o4000;
+    if p & 0o2010 == 0o2010 || (p & 0o2000 != 0 && !in_group) {
+        p &= !0o2000;
+    }
+    p
+}
+
 /// The caller's identity, for ownership of new inodes (setgid directories).
 /// Permission checks are the VFS's job (FUSE `default_permissions`); the
 /// library offers [`crate::Fs::access`] for library users.

@@ -646,6 +646,9 @@ impl Namespace {
 pub struct FloorFs {
     ns: RwLock<Namespace>,
     ttl: Duration,
+    /// A create's handle is served with direct I/O, as ordo's is when the
+    /// kernel allows it (set at `init`).
+    direct_create: bool,
 }
 
 impl FloorFs {
@@ -657,6 +660,7 @@ impl FloorFs {
         FloorFs {
             ns: RwLock::new(Namespace::new(uid, gid)),
             ttl,
+            direct_create: false,
         }
     }
 
@@ -739,7 +743,7 @@ fn masked(mode: u32, umask: u32) -> u16 {
 
 impl fuser::Filesystem for FloorFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        request_capabilities(config);
+        self.direct_create = request_capabilities(config);
         Ok(())
     }
 
@@ -1175,7 +1179,11 @@ impl fuser::Filesystem for FloorFs {
                 &attr,
                 Generation(0),
                 FileHandle(0),
-                FopenFlags::empty(),
+                if self.direct_create {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::empty()
+                },
             ),
             Err(e) => reply.error(e),
         }
@@ -1426,6 +1434,7 @@ mod tests {
         let fs = FloorFs {
             ns: RwLock::new(ns),
             ttl: Duration::from_secs(1),
+            direct_create: false,
         };
         let collect = |offset: u64, max: usize| {
             let mut out = Vec::new();

@@ -76,6 +76,12 @@ pub struct MountConfig {
     pub attr_ttl: Duration,
     /// The source shown in `/proc/mounts` (usually the image path).
     pub fsname: String,
+    /// Serve the handle a create returns with direct I/O (when the kernel
+    /// lets such files be mmapped, `FUSE_DIRECT_IO_ALLOW_MMAP`): a write
+    /// through it then skips the kernel's `file_remove_privs`, which costs a
+    /// GETXATTR round trip per write, and the kernel asks the file system
+    /// to clear set-user-ID instead (`FUSE_WRITE_KILL_SUIDGID`).
+    pub direct_io_on_create: bool,
 }
 
 impl Default for MountConfig {
@@ -86,6 +92,7 @@ impl Default for MountConfig {
             read_only: false,
             attr_ttl: Duration::from_secs(1),
             fsname: "ordo".to_string(),
+            direct_io_on_create: true,
         }
     }
 }
@@ -139,7 +146,8 @@ pub fn mount(
     mountpoint: &Path,
     config: &MountConfig,
 ) -> io::Result<Session<OrdoFuse>> {
-    let adapter = OrdoFuse::new(fs, config.attr_ttl);
+    let mut adapter = OrdoFuse::new(fs, config.attr_ttl);
+    adapter.want_direct_create = config.direct_io_on_create;
     session(adapter, mountpoint, config, ORDO_SUBTYPE)
 }
 
@@ -167,7 +175,11 @@ pub fn session<FS: fuser::Filesystem>(
 /// in one directory run at once (the core has its own locking). Each is
 /// optional: a kernel that lacks one is served without it, and the results
 /// are the same.
-pub fn request_capabilities(config: &mut KernelConfig) {
+///
+/// Returns whether the kernel lets files opened with direct I/O be mmapped
+/// (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6): only then may a create's
+/// handle be served with direct I/O without breaking mmap.
+pub fn request_capabilities(config: &mut KernelConfig) -> bool {
     for flag in [
         InitFlags::FUSE_ATOMIC_O_TRUNC,
         InitFlags::FUSE_DO_READDIRPLUS,
@@ -182,6 +194,9 @@ pub fn request_capabilities(config: &mut KernelConfig) {
     ] {
         let _ = config.add_capabilities(flag);
     }
+    config
+        .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+        .is_ok()
 }
 
 /// A `fuser::Filesystem` over a shared [`Fs`].
@@ -190,6 +205,10 @@ pub struct OrdoFuse {
     ttl: Duration,
     /// The stream of each process using the mount (SETSTREAM).
     streams: PidStreams,
+    /// The mount asked for direct I/O on create ([`MountConfig`]).
+    want_direct_create: bool,
+    /// ... and the kernel allows it (set at `init`).
+    direct_create: bool,
 }
 
 impl std::fmt::Debug for OrdoFuse {
@@ -380,17 +399,8 @@ pub fn seek_whence(whence: i32) -> Result<SeekWhence, Errno> {
     }
 }
 
-/// Permission bits after a write or truncation by an unprivileged caller:
-/// set-user-ID goes, set-group-ID goes when group execute is set, or when
-/// the caller is not in the file's group (`in_group`), as the kernel's
-/// `setattr_should_drop_sgid` decides.
-pub fn kill_suid_sgid(perm: u16, in_group: bool) -> u16 {
-    let mut p = perm & !0o4000;
-    if p & 0o2010 == 0o2010 || (p & 0o2000 != 0 && !in_group) {
-        p &= !0o2000;
-    }
-    p
-}
+/// The core's rule, re-exported for the adapter's own callers.
+pub use ordo_fs::kill_suid_sgid;
 
 /// The supplementary groups of process `pid`, from `/proc/PID/status`
 /// (FUSE requests carry only the uid and primary gid).
@@ -464,6 +474,8 @@ impl OrdoFuse {
             fs,
             ttl,
             streams: PidStreams::default(),
+            want_direct_create: false,
+            direct_create: false,
         }
     }
 
@@ -615,7 +627,7 @@ macro_rules! name_or_reply {
 
 impl fuser::Filesystem for OrdoFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        request_capabilities(config);
+        self.direct_create = request_capabilities(config) && self.want_direct_create;
         Ok(())
     }
 
@@ -861,16 +873,27 @@ impl fuser::Filesystem for OrdoFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         self.enter(req);
-        match self
-            .fs
-            .write_as(ino_from_fuse(ino), offset, data, &creds(req))
-        {
+        let ino = ino_from_fuse(ino);
+        // On a direct-I/O handle the kernel does not clear set-user-ID
+        // itself: it flags a write by a caller without CAP_FSETID, and the
+        // core clears the bits in the write's own handle. Only a file that
+        // has such a bit needs the caller's groups (for set-group-ID).
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self.fs.getattr(ino).is_ok_and(|a| a.perm & 0o6000 != 0);
+        let r = if kill {
+            let mut who = creds(req);
+            who.groups = groups_of(req.pid());
+            self.fs.write_killing_suid_as(ino, offset, data, &who)
+        } else {
+            self.fs.write_as(ino, offset, data, &creds(req))
+        };
+        match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -1116,21 +1139,29 @@ impl fuser::Filesystem for OrdoFuse {
             &creds_umask(req, umask),
         );
         let result = match created {
-            Ok(attr) => self.fs.open(attr.ino).map(|()| attr),
+            Ok(attr) => self.fs.open(attr.ino).map(|()| (attr, self.direct_create)),
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 let mut who = creds(req);
                 who.groups = groups_of(req.pid());
                 self.open_existing(parent, name, flags, &who)
+                    .map(|a| (a, false))
             }
             Err(e) => Err(e),
         };
         match result {
-            Ok(attr) => reply.created(
+            // A new file's handle is served with direct I/O (see
+            // `MountConfig::direct_io_on_create`); an existing file opened
+            // through O_CREAT keeps the page cache, as any open does.
+            Ok((attr, direct)) => reply.created(
                 &self.ttl,
                 &fuse_attr(&attr, ino_to_fuse(attr.ino)),
                 Generation(u64::from(attr.generation)),
                 FileHandle(0),
-                FopenFlags::empty(),
+                if direct {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::empty()
+                },
             ),
             Err(e) => reply.error(errno_of(&e)),
         }

@@ -130,6 +130,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     let publisher = Publisher::start(&a.image, &a.mountpoint, &fs);
     let config = MountConfig {
         threads: parsed.threads,
+        direct_io_on_create: parsed.direct_create,
         allow_other: true,
         read_only: parsed.fs.read_only,
         attr_ttl: parsed.attr_ttl,

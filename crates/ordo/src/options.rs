@@ -24,6 +24,9 @@ pub struct ParsedMount {
     pub mode_given: bool,
     /// `data=` as given (checked against the mode once it is known).
     pub data_given: Option<DataMode>,
+    /// `direct_create=on|off` (default on): serve a create's handle with
+    /// direct I/O where the kernel allows it (one request less per write).
+    pub direct_create: bool,
 }
 
 impl ParsedMount {
@@ -75,7 +78,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, direct_create=on|off",
         modes.join("|")
     )
 }
@@ -110,6 +113,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         ..MountOptions::default()
     };
     let mut threads = 4usize;
+    let mut direct_create = true;
     let mut attr_ttl = Duration::from_secs(1);
     let mut mode: Option<ProtocolKind> = None;
     let mut data: Option<DataMode> = None;
@@ -176,6 +180,13 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             "fsync" => {
                 fs.fsync = need(value)?.parse()?;
             }
+            "direct_create" => {
+                direct_create = match need(value)?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("direct_create={v}: must be on or off")),
+                };
+            }
             "commit" => {
                 let secs: u64 = need(value)?
                     .parse()
@@ -234,6 +245,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         attr_ttl,
         mode_given: mode.is_some(),
         data_given: data,
+        direct_create,
     };
     if mode.is_some() {
         // Checked now when the mode is known; otherwise at resolve_mode.
@@ -311,6 +323,16 @@ mod tests {
             "flush_interval=soon",
             "flush_interval=99999",
         ] {
+            assert!(parse(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn direct_create_defaults_on_and_takes_on_or_off() {
+        assert!(parse("mode=journal").unwrap().direct_create);
+        assert!(!parse("direct_create=off").unwrap().direct_create);
+        assert!(parse("direct_create=on").unwrap().direct_create);
+        for bad in ["direct_create", "direct_create=", "direct_create=yes"] {
             assert!(parse(bad).is_err(), "{bad} must be refused");
         }
     }

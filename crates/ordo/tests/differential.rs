@@ -135,6 +135,14 @@ enum Op {
     Chown(P, u32, u32),
     Utimens(P, Time, Time),
     Write(P, i64, usize, u8),
+    /// open(O_CREAT | O_EXCL | O_RDWR, mode), a write of `len` bytes and a
+    /// read back through the same descriptor: the handle a create returns
+    /// (served with direct I/O by ordo), and the set-user-ID clearing of
+    /// its writes.
+    CreatWrite(P, u32, usize, u8),
+    /// A new file of `len` bytes written through a shared mapping of the
+    /// create's own descriptor, synced, and read back through it.
+    CreatMmap(P, usize, u8),
     Read(P, i64, usize),
     Fallocate(P, i32, i64, i64),
     Seek(P, i64, i32),
@@ -637,6 +645,66 @@ impl Side {
                 let r = res(r as libc::c_long);
                 close(fd);
                 Ok(format!("{}", r?))
+            }
+            Op::CreatWrite(p, mode, len, seed) => {
+                let fd = open(p, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, *mode)?;
+                let data: Vec<u8> = (0..*len)
+                    .map(|i| seed.wrapping_add((i % 251) as u8))
+                    .collect();
+                // SAFETY: data has len bytes; fd is open.
+                let w = res(
+                    unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), 0) }
+                        as libc::c_long,
+                );
+                let mut back = vec![0u8; *len];
+                // SAFETY: back has len bytes; fd is open.
+                let r = res(
+                    unsafe { libc::pread(fd, back.as_mut_ptr().cast(), back.len(), 0) }
+                        as libc::c_long,
+                );
+                close(fd);
+                let (w, r) = (w?, r?);
+                Ok(format!("{w} {r} {:016x}", fnv(&back[..r as usize])))
+            }
+            Op::CreatMmap(p, len, seed) => {
+                let fd = open(p, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o644)?;
+                let out = (|| {
+                    // SAFETY: fd is open.
+                    res(unsafe { libc::ftruncate(fd, *len as i64) } as libc::c_long)?;
+                    // SAFETY: a fresh shared mapping of len bytes of fd.
+                    let m = unsafe {
+                        libc::mmap(
+                            std::ptr::null_mut(),
+                            *len,
+                            libc::PROT_READ | libc::PROT_WRITE,
+                            libc::MAP_SHARED,
+                            fd,
+                            0,
+                        )
+                    };
+                    if m == libc::MAP_FAILED {
+                        return Err(errname(errno()));
+                    }
+                    // SAFETY: m maps len writable bytes until munmap.
+                    let bytes = unsafe { std::slice::from_raw_parts_mut(m.cast::<u8>(), *len) };
+                    for (i, b) in bytes.iter_mut().enumerate() {
+                        *b = seed.wrapping_add((i % 241) as u8);
+                    }
+                    // SAFETY: m and len as mapped.
+                    let synced = unsafe { libc::msync(m, *len, libc::MS_SYNC) };
+                    // SAFETY: m and len as mapped.
+                    unsafe { libc::munmap(m, *len) };
+                    res(synced as libc::c_long)?;
+                    let mut back = vec![0u8; *len];
+                    // SAFETY: back has len bytes; fd is open.
+                    let r = res(
+                        unsafe { libc::pread(fd, back.as_mut_ptr().cast(), *len, 0) }
+                            as libc::c_long,
+                    )?;
+                    Ok(format!("{r} {:016x}", fnv(&back[..r as usize])))
+                })();
+                close(fd);
+                out
             }
             Op::Read(p, off, len) => {
                 let fd = open(p, libc::O_RDONLY, 0)?;
@@ -1193,6 +1261,32 @@ fn error_cases_match_the_kernels_ext4() {
             "",
         ),
         (user(Op::Truncate(p("suid"), 3)), "ok"),
+        // The handle a create returns (direct I/O on ordo): a write by a
+        // caller without CAP_FSETID drops set-user-ID, and set-group-ID
+        // with group execute or outside the file's group; root keeps both.
+        (
+            user(Op::CreatWrite(p("sticky/cw1"), 0o6755, 100, 9)),
+            "ok 100 100",
+        ),
+        (
+            user(Op::CreatWrite(p("sticky/cw2"), 0o2745, 5000, 4)),
+            "ok 5000 5000",
+        ),
+        (
+            user(Op::CreatWrite(p("sgid/cw3"), 0o6745, 10, 2)),
+            "ok 10 10",
+        ),
+        (
+            root(Op::CreatWrite(p("cw4"), 0o6755, 70000, 1)),
+            "ok 70000 70000",
+        ),
+        (user(Op::CreatWrite(p("sticky/cw5"), 0o644, 0, 1)), "ok 0 0"),
+        (user(Op::Write(p("sticky/cw2"), 1, 3, 8)), "ok 3"),
+        (user(Op::Truncate(p("sticky/cw1"), 1)), "ok"),
+        // mmap of a created file, through its own descriptor.
+        (user(Op::CreatMmap(p("sticky/mm"), 12288, 5)), "ok 12288"),
+        (root(Op::CreatMmap(p("mm2"), 5000, 6)), "ok 5000"),
+        (root(Op::Read(p("sticky/mm"), 4000, 300)), "ok"),
     ];
     let names: Vec<String> = [
         "d",
@@ -1208,6 +1302,13 @@ fn error_cases_match_the_kernels_ext4() {
         "sgid/f",
         "sgid/d",
         "suid",
+        "sticky/cw1",
+        "sticky/cw2",
+        "sgid/cw3",
+        "cw4",
+        "sticky/cw5",
+        "sticky/mm",
+        "mm2",
         "loop1",
         "loop2",
     ]
