@@ -23,6 +23,10 @@ use crate::state::{Core, Owner};
 use crate::types::{FallocFlags, SeekWhence};
 use crate::update::{DataWrite, Ino, InodeField, UpdateKind};
 
+/// Most blocks one read of file data asks the device for (1 MiB of 4 KiB
+/// blocks: FUSE's largest read request with 256 pages).
+const READ_RUN_BLOCKS: u64 = 256;
+
 impl ExtentStore for InodeTree<'_> {
     fn block_size(&self) -> u32 {
         self.core.bs
@@ -329,10 +333,14 @@ impl Core {
                 ));
             }
             if !self.cache.contains(pblk) {
-                // Read the uncached stretch in one request, then cache it.
+                // Read the uncached stretch in one request, straight into
+                // the reply. File data is not kept in the block cache: the
+                // kernel's page cache holds what was read (a FUSE mount
+                // keeps it across opens), and the block cache stays for
+                // metadata, whose misses cost a device round trip each.
                 let mut n = 1u64;
                 while k + n < m.len as u64
-                    && n < 64
+                    && n < READ_RUN_BLOCKS
                     && (m.lblk as u64 + k + n) * bs < end
                     && !self.cache.contains(pblk + n)
                 {
@@ -341,37 +349,25 @@ impl Core {
                 let mut buf = vec![0u8; (n * bs) as usize];
                 self.dev.read(pblk, &mut buf, BlockClass::Data)?;
                 for j in 0..n {
-                    let b = buf[(j * bs) as usize..((j + 1) * bs) as usize].to_vec();
-                    self.cache.insert_clean(pblk + j, BlockClass::Data, b);
+                    Self::copy_out(
+                        bs,
+                        &buf[(j * bs) as usize..((j + 1) * bs) as usize],
+                        (m.lblk as u64 + k + j) * bs,
+                        off,
+                        out,
+                    );
                 }
-                let bound = self.cache.bound_bytes();
-                let high = bound - (bound / 4).min(crate::state::PRESSURE_HEADROOM_BYTES);
-                if self.cache.cached_bytes() > high {
-                    self.cache.note_peak();
-                    self.cache.evict_to(high - high / 8);
-                    // Blocks just read may have been evicted again: copy
-                    // from the buffer we still hold.
-                    for j in 0..n {
-                        self.copy_out(
-                            &buf[(j * bs) as usize..((j + 1) * bs) as usize],
-                            (m.lblk as u64 + k + j) * bs,
-                            off,
-                            out,
-                        );
-                    }
-                    k += n;
-                    continue;
-                }
+                k += n;
+                continue;
             }
-            let img = self.cache.get(pblk).expect("cached").to_vec();
-            self.copy_out(&img, bstart, off, out);
+            let img = self.cache.get(pblk).expect("cached");
+            Self::copy_out(bs, img, bstart, off, out);
             k += 1;
         }
         Ok(())
     }
 
-    fn copy_out(&self, img: &[u8], bstart: u64, off: u64, out: &mut [u8]) {
-        let bs = self.bs as u64;
+    fn copy_out(bs: u64, img: &[u8], bstart: u64, off: u64, out: &mut [u8]) {
         let end = off + out.len() as u64;
         let from = off.max(bstart);
         let to = end.min(bstart + bs);

@@ -399,6 +399,62 @@ pub fn seek_whence(whence: i32) -> Result<SeekWhence, Errno> {
     }
 }
 
+/// Set the kernel's readahead window of a FUSE mount (its backing device
+/// info, `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`). FUSE starts every
+/// mount at 128 KiB; a larger window lets a sequential read arrive in
+/// requests as large as the session allows (`max_pages`), so ordo reads
+/// whole extents in one device request. Needs root; the caller reports a
+/// failure and the mount goes on with the kernel's window.
+pub fn set_readahead(mountpoint: &Path, kib: u32) -> io::Result<()> {
+    // The device number comes from /proc/self/mountinfo, not from a stat
+    // of the mount point: that would be a request to this very mount,
+    // which may not be serving yet.
+    let want = std::fs::canonicalize(mountpoint)?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Fields: id parent MAJOR:MINOR root mountpoint ...; the last mount on
+    // the path is the one in effect.
+    let dev = info
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let dev = f.nth(2)?;
+            let point = f.nth(1)?;
+            (unescape_mountinfo(point) == want.as_os_str().as_encoded_bytes()).then_some(dev)
+        })
+        .next_back()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not in /proc/self/mountinfo", want.display()),
+            )
+        })?;
+    std::fs::write(
+        format!("/sys/class/bdi/{dev}/read_ahead_kb"),
+        kib.to_string(),
+    )
+}
+
+/// A path as /proc/self/mountinfo writes it (space, tab, newline and
+/// backslash as octal escapes), back to bytes.
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 /// The core's rule, re-exported for the adapter's own callers.
 pub use ordo_fs::kill_suid_sgid;
 
@@ -844,7 +900,12 @@ impl fuser::Filesystem for OrdoFuse {
             }
         }
         match self.fs.open(ino) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            // Keep the kernel's page cache across opens: every change to a
+            // file's bytes passes through this mount (the image is locked
+            // while it is mounted), and the kernel keeps its cache coherent
+            // with writes, truncations and direct writes made through it,
+            // so a re-read is served from memory as on the kernel's ext4.
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -1323,6 +1384,14 @@ mod tests {
         let long = "a".repeat(NAME_MAX_BYTES + 1);
         assert!(name_bytes(OsStr::new(&ok)).is_ok());
         assert_eq!(name_bytes(OsStr::new(&long)), Err(Errno::ENAMETOOLONG));
+    }
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), b"/mnt/a b".to_vec());
+        assert_eq!(unescape_mountinfo("/x\\134y"), b"/x\\y".to_vec());
+        assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
+        assert_eq!(unescape_mountinfo("/end\\04"), b"/end\\04".to_vec());
     }
 
     #[test]

@@ -155,6 +155,12 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         }
     };
     let mut session = session;
+    if let Err(e) = ordo_fuse::set_readahead(&a.mountpoint, parsed.readahead_kib) {
+        eprintln!(
+            "ordo mount: cannot set the readahead window to {} KiB ({e}); the kernel's stays",
+            parsed.readahead_kib
+        );
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = a.mountpoint.clone();
     if let Err(e) = ctrlc::set_handler(move || {

@@ -27,6 +27,9 @@ pub struct ParsedMount {
     /// `direct_create=on|off` (default on): serve a create's handle with
     /// direct I/O where the kernel allows it (one request less per write).
     pub direct_create: bool,
+    /// `readahead=SIZE` (default 1M): the kernel's readahead window for
+    /// the mount, in KiB (FUSE's own default is 128K).
+    pub readahead_kib: u32,
 }
 
 impl ParsedMount {
@@ -78,7 +81,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, direct_create=on|off",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, direct_create=on|off, readahead=SIZE",
         modes.join("|")
     )
 }
@@ -114,6 +117,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
     };
     let mut threads = 4usize;
     let mut direct_create = true;
+    let mut readahead_kib = 1024u32;
     let mut attr_ttl = Duration::from_secs(1);
     let mut mode: Option<ProtocolKind> = None;
     let mut data: Option<DataMode> = None;
@@ -179,6 +183,15 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             }
             "fsync" => {
                 fs.fsync = need(value)?.parse()?;
+            }
+            "readahead" => {
+                let bytes = parse_size(&need(value)?)?;
+                if !(4096..=(64 << 20)).contains(&bytes) || bytes % 4096 != 0 {
+                    return Err(format!(
+                        "readahead={bytes}: must be a multiple of 4K from 4K to 64M"
+                    ));
+                }
+                readahead_kib = (bytes / 1024) as u32;
             }
             "direct_create" => {
                 direct_create = match need(value)?.as_str() {
@@ -246,6 +259,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         mode_given: mode.is_some(),
         data_given: data,
         direct_create,
+        readahead_kib,
     };
     if mode.is_some() {
         // Checked now when the mode is known; otherwise at resolve_mode.
@@ -332,7 +346,16 @@ mod tests {
         assert!(parse("mode=journal").unwrap().direct_create);
         assert!(!parse("direct_create=off").unwrap().direct_create);
         assert!(parse("direct_create=on").unwrap().direct_create);
-        for bad in ["direct_create", "direct_create=", "direct_create=yes"] {
+        assert_eq!(parse("mode=journal").unwrap().readahead_kib, 1024);
+        assert_eq!(parse("readahead=128K").unwrap().readahead_kib, 128);
+        for bad in [
+            "direct_create",
+            "direct_create=",
+            "direct_create=yes",
+            "readahead=0",
+            "readahead=1000",
+            "readahead=1G",
+        ] {
             assert!(parse(bad).is_err(), "{bad} must be refused");
         }
     }
