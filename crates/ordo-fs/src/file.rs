@@ -23,6 +23,19 @@ use crate::state::{Core, Owner};
 use crate::types::{FallocFlags, SeekWhence};
 use crate::update::{DataWrite, Ino, InodeField, UpdateKind};
 
+/// A run of file blocks a read left to its caller ([`Core::file_read_deferred`]):
+/// `blocks` blocks from device block `pblk`, holding the file's bytes from
+/// `byte` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeferredRead {
+    /// First device block.
+    pub pblk: u64,
+    /// Number of blocks.
+    pub blocks: u64,
+    /// File offset of the first block's first byte.
+    pub byte: u64,
+}
+
 /// Most blocks one read of file data asks the device for (1 MiB of 4 KiB
 /// blocks: FUSE's largest read request with 256 pages).
 const READ_RUN_BLOCKS: u64 = 256;
@@ -292,6 +305,35 @@ impl Core {
 
     /// Read up to `size` bytes at `off` of regular file `ino`.
     pub fn file_read(&mut self, ino: Ino, off: u64, size: u32) -> Result<Vec<u8>> {
+        self.file_read_inner(ino, off, size, None)
+    }
+
+    /// [`Core::file_read`] with the device reads left to the caller: the
+    /// bytes that come from the cache (and the zeros of holes) are in the
+    /// returned buffer, and every uncached run of blocks is returned as a
+    /// [`DeferredRead`] for the caller to read from the device without the
+    /// core's lock (`Fs::read`). The caller must then check
+    /// [`Core::frees`] against the value returned here: if a block was
+    /// freed meanwhile, one of the runs may have been given to another
+    /// file, and the read must be done again under the lock.
+    pub fn file_read_deferred(
+        &mut self,
+        ino: Ino,
+        off: u64,
+        size: u32,
+    ) -> Result<(Vec<u8>, Vec<DeferredRead>, u64)> {
+        let mut runs = Vec::new();
+        let out = self.file_read_inner(ino, off, size, Some(&mut runs))?;
+        Ok((out, runs, self.frees()))
+    }
+
+    fn file_read_inner(
+        &mut self,
+        ino: Ino,
+        off: u64,
+        size: u32,
+        mut defer: Option<&mut Vec<DeferredRead>>,
+    ) -> Result<Vec<u8>> {
         let i = self.live_inode(ino)?;
         if i.is_dir() {
             return Err(errno(libc::EISDIR));
@@ -309,12 +351,19 @@ impl Core {
         let last = (off + len as u64 - 1) / bs;
         let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
         for m in maps.iter().filter(|m| !m.unwritten) {
-            self.read_run(m, off, &mut out)?;
+            self.read_run(m, off, &mut out, defer.as_deref_mut())?;
         }
         Ok(out)
     }
 
-    fn read_run(&mut self, m: &Mapping, off: u64, out: &mut [u8]) -> Result<()> {
+    fn read_run(
+        &mut self,
+        m: &Mapping,
+        off: u64,
+        out: &mut [u8],
+        defer: Option<&mut Vec<DeferredRead>>,
+    ) -> Result<()> {
+        let mut defer = defer;
         let bs = self.bs as u64;
         let end = off + out.len() as u64;
         let mut k = 0u64;
@@ -346,6 +395,15 @@ impl Core {
                 {
                     n += 1;
                 }
+                if let Some(d) = defer.as_deref_mut() {
+                    d.push(DeferredRead {
+                        pblk,
+                        blocks: n,
+                        byte: (m.lblk as u64 + k) * bs,
+                    });
+                    k += n;
+                    continue;
+                }
                 let mut buf = vec![0u8; (n * bs) as usize];
                 self.dev.read(pblk, &mut buf, BlockClass::Data)?;
                 for j in 0..n {
@@ -367,7 +425,9 @@ impl Core {
         Ok(())
     }
 
-    fn copy_out(bs: u64, img: &[u8], bstart: u64, off: u64, out: &mut [u8]) {
+    /// Copy the part of block image `img` (file bytes `bstart..bstart+bs`)
+    /// that falls in `off..off+out.len()` into `out`.
+    pub fn copy_out(bs: u64, img: &[u8], bstart: u64, off: u64, out: &mut [u8]) {
         let end = off + out.len() as u64;
         let from = off.max(bstart);
         let to = end.min(bstart + bs);

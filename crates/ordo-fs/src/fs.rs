@@ -313,8 +313,48 @@ impl Fs {
         }
         Ok(())
     }
+    /// Read up to `size` bytes at `offset`. What the cache holds is copied
+    /// under the core's lock; the uncached runs of file data are read from
+    /// the device after the lock is released, so concurrent reads (the
+    /// kernel's readahead keeps several in flight) and other operations
+    /// overlap with the device. A block freed meanwhile may already hold
+    /// another file's bytes, so if any block was freed since the lock was
+    /// released the read is done again, wholly under the lock.
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>> {
-        self.shared.read(|c| c.file_read(ino, offset, size))
+        self.read_unlocked_then(ino, offset, size, || {})
+    }
+
+    /// [`Fs::read`], running `between` after the lock is released and
+    /// before the device is read (tests put a racing operation there).
+    #[doc(hidden)]
+    pub fn read_unlocked_then(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        between: impl FnOnce(),
+    ) -> Result<Vec<u8>> {
+        let (mut out, runs, frees) = self
+            .shared
+            .read(|c| c.file_read_deferred(ino, offset, size))?;
+        if runs.is_empty() {
+            return Ok(out);
+        }
+        between();
+        let bs = u64::from(self.shared.dev.block_size());
+        for r in &runs {
+            let mut buf = vec![0u8; (r.blocks * bs) as usize];
+            self.shared
+                .dev
+                .read(r.pblk, &mut buf, ordo_dev::BlockClass::Data)?;
+            for (j, img) in buf.chunks_exact(bs as usize).enumerate() {
+                crate::state::Core::copy_out(bs, img, r.byte + j as u64 * bs, offset, &mut out);
+            }
+        }
+        if self.shared.read(|c| Ok(c.frees()))? != frees {
+            return self.shared.read(|c| c.file_read(ino, offset, size));
+        }
+        Ok(out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
         self.write_as(ino, offset, data, &Creds::root())

@@ -384,6 +384,8 @@ pub(crate) struct Core {
     /// may still take the free back), and are not allocated again by the
     /// same handle.
     freed_in_handle: Vec<u64>,
+    /// See [`Core::frees`].
+    frees: u64,
     freed_set: HashSet<u64>,
     /// Whether the current handle may allocate the blocks reserved for
     /// root (`s_r_blocks_count`).
@@ -445,6 +447,7 @@ impl Core {
             undo: Vec::new(),
             undo_on: false,
             freed_in_handle: Vec::new(),
+            frees: 0,
             freed_set: HashSet::new(),
             use_reserve: true,
             short_for_space: false,
@@ -650,6 +653,14 @@ impl Core {
     pub fn note_block_freed(&mut self, block: u64) {
         self.freed_in_handle.push(block);
         self.freed_set.insert(block);
+        self.frees += 1;
+    }
+
+    /// Blocks freed since mount (a counter that only grows): a read that
+    /// left the core's lock to read the device is valid only if it did not
+    /// move meanwhile ([`Core::file_read_deferred`]).
+    pub fn frees(&self) -> u64 {
+        self.frees
     }
 
     /// Whether the handle freed `block` (it may not take it again).
