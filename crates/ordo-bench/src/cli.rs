@@ -392,7 +392,7 @@ mod tests {
         };
         assert!(parse("nope", "tmpfs").is_err());
         assert!(parse("varmail", "ext5:x").is_err());
-        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 17);
+        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 18);
         assert!(parse_fsync_every("0").is_err());
         assert_eq!(parse_fsync_every("1,8").unwrap(), vec![1, 8]);
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);

@@ -14,6 +14,7 @@ pub mod fcmicro;
 pub mod filebench;
 pub mod ganger;
 pub mod micro;
+pub mod read;
 pub mod twofile;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,8 @@ pub enum WorkloadName {
     Seqwrite,
     /// Sequential overwrites of one large existing file.
     Overwrite,
+    /// Reads: one large file in 1 MiB requests, many 8 KiB files; cold and warm.
+    Read,
     /// Ganger & Patt: N users copy a 535-file tree.
     Copy,
     /// Ganger & Patt: N users remove a 535-file tree.
@@ -97,7 +100,7 @@ pub enum WorkloadName {
 
 impl WorkloadName {
     /// Every workload, in documentation order.
-    pub const ALL: [WorkloadName; 17] = [
+    pub const ALL: [WorkloadName; 18] = [
         WorkloadName::Fcmicro,
         WorkloadName::Varmail,
         WorkloadName::Fileserver,
@@ -106,6 +109,7 @@ impl WorkloadName {
         WorkloadName::Randwrite,
         WorkloadName::Seqwrite,
         WorkloadName::Overwrite,
+        WorkloadName::Read,
         WorkloadName::Copy,
         WorkloadName::Remove,
         WorkloadName::Smallfiles,
@@ -128,6 +132,7 @@ impl WorkloadName {
             WorkloadName::Randwrite => "randwrite",
             WorkloadName::Seqwrite => "seqwrite",
             WorkloadName::Overwrite => "overwrite",
+            WorkloadName::Read => "read",
             WorkloadName::Copy => "copy",
             WorkloadName::Remove => "remove",
             WorkloadName::Smallfiles => "smallfiles",
@@ -219,6 +224,7 @@ pub fn cases(name: WorkloadName, scale: Scale, o: &Overrides) -> Result<Vec<Box<
         WorkloadName::Randwrite => micro::randwrite_cases(scale, o),
         WorkloadName::Seqwrite => vec![micro::seqwrite(scale)],
         WorkloadName::Overwrite => vec![micro::overwrite(scale)],
+        WorkloadName::Read => read::cases(scale),
         WorkloadName::Copy => vec![ganger::copy(scale, o)],
         WorkloadName::Remove => vec![ganger::remove(scale, o)],
         WorkloadName::Smallfiles => ganger::smallfiles_cases(scale, o),
