@@ -11,6 +11,7 @@
 #   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop; F8_SCALE=medium)
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
+#   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
@@ -144,6 +145,18 @@ for w in $WORKLOADS; do
             echo
             echo "reproduce with: ordo crash --app all --mode all --states 400 --seed $SEED --table apps.md"
         } >"$OUT/apps.txt" || true
+        ;;
+    fuse)
+        # The FUSE path (issue 20): ordo through FUSE beside a FUSE server
+        # that does nothing (the floor any FUSE file system pays) and the
+        # kernel's ext4, on request-bound workloads (no fsync), the
+        # fsync-bound one, and reads, cold and warm.
+        FT="ext4:ordered,fuse-floor,ordo:async,ordo:journal"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-create fcmicro --fsync-every 1024 --targets "$FT"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-createfiles createfiles --targets "$FT"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-fsync fcmicro \
+            --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic"
+        bench fuse-read read --targets "ext4:ordered,ordo:journal"
         ;;
     page)
         # Only rewrite docs/RESULTS.md from what docs/results/ holds.

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::{pattern, timed_fsync, Case, Overrides, RunCtx, RunOutput, Scale};
 use crate::error::Result;
 use crate::stats::thread_rng;
-use crate::vfs::Vfs;
+use crate::vfs::{VFile, Vfs};
 
 /// The random write size.
 const RANDWRITE_BYTES: usize = 4096;
@@ -106,6 +106,40 @@ impl Case for RandWrite {
     }
 }
 
+/// Writes `file_bytes` of `f` from the start in 64 KiB requests of a
+/// seeded pattern, then one timed fsync; one operation per request, and
+/// the bandwidth since `t0` in `extra.mib_per_sec`.
+fn sequential_pass(
+    vfs: &dyn Vfs,
+    f: &dyn VFile,
+    file_bytes: u64,
+    seed: u64,
+    t0: u64,
+    ctx: &RunCtx,
+) -> Result<RunOutput> {
+    let buf = pattern(SEQWRITE_IO_BYTES, seed);
+    let writes = file_bytes / SEQWRITE_IO_BYTES as u64;
+    for i in 0..writes {
+        f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;
+        ctx.tick(1);
+    }
+    let mut lat = Vec::new();
+    timed_fsync(vfs, f, &mut lat)?;
+    let secs = vfs.now_ns().saturating_sub(t0) as f64 / 1e9;
+    let mut out = RunOutput {
+        ops: writes,
+        fsync_ns: lat,
+        ..RunOutput::default()
+    };
+    if secs > 0.0 {
+        out.extra.insert(
+            "mib_per_sec".into(),
+            json!(file_bytes as f64 / (1u64 << 20) as f64 / secs),
+        );
+    }
+    Ok(out)
+}
+
 /// Sequential 64 KiB writes of one new file, one fsync at the end.
 pub struct SeqWrite {
     file_bytes: u64,
@@ -131,27 +165,7 @@ impl Case for SeqWrite {
     fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
         let t0 = vfs.now_ns();
         let f = vfs.create("seq")?;
-        let buf = pattern(SEQWRITE_IO_BYTES, ctx.seed);
-        let writes = self.expected_ops();
-        for i in 0..writes {
-            f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;
-            ctx.tick(1);
-        }
-        let mut lat = Vec::new();
-        timed_fsync(vfs, &*f, &mut lat)?;
-        let secs = vfs.now_ns().saturating_sub(t0) as f64 / 1e9;
-        let mut out = RunOutput {
-            ops: writes,
-            fsync_ns: lat,
-            ..RunOutput::default()
-        };
-        if secs > 0.0 {
-            out.extra.insert(
-                "mib_per_sec".into(),
-                json!(self.file_bytes as f64 / (1u64 << 20) as f64 / secs),
-            );
-        }
-        Ok(out)
+        sequential_pass(vfs, &*f, self.file_bytes, ctx.seed, t0, ctx)
     }
 }
 
@@ -185,26 +199,6 @@ impl Case for Overwrite {
         let t0 = vfs.now_ns();
         let f = vfs.open("over")?;
         // Different bytes from the fill, so every write changes its block.
-        let buf = pattern(SEQWRITE_IO_BYTES, ctx.seed ^ 0x0e);
-        let writes = self.expected_ops();
-        for i in 0..writes {
-            f.write_at(i * SEQWRITE_IO_BYTES as u64, &buf)?;
-            ctx.tick(1);
-        }
-        let mut lat = Vec::new();
-        timed_fsync(vfs, &*f, &mut lat)?;
-        let secs = vfs.now_ns().saturating_sub(t0) as f64 / 1e9;
-        let mut out = RunOutput {
-            ops: writes,
-            fsync_ns: lat,
-            ..RunOutput::default()
-        };
-        if secs > 0.0 {
-            out.extra.insert(
-                "mib_per_sec".into(),
-                json!(self.file_bytes as f64 / (1u64 << 20) as f64 / secs),
-            );
-        }
-        Ok(out)
+        sequential_pass(vfs, &*f, self.file_bytes, ctx.seed ^ 0x0e, t0, ctx)
     }
 }
