@@ -41,10 +41,24 @@ pub(crate) struct Slot {
     pub ft: u8,
 }
 
+/// What one indexed name costs in memory, counted generously: the key (a
+/// vector and a short name), the slot, and the hash table's share.
+pub(crate) const DIR_NAME_BYTES: u64 = 96;
+
+/// How many names the directory indexes may hold with a buffer cache of
+/// `cache_bytes`: a quarter of the cache's bound again (at least 4,096
+/// names), so that walking a tree of millions of names keeps the mount
+/// within the configured cache plus this.
+pub(crate) fn dir_names_bound(cache_bytes: u64) -> usize {
+    usize::try_from((cache_bytes / 4 / DIR_NAME_BYTES).max(4096)).unwrap_or(usize::MAX)
+}
+
 /// The in-memory index of one directory.
 #[derive(Default)]
 pub(crate) struct DirIndex {
     pub names: HashMap<Vec<u8>, Slot>,
+    /// When the index was last used ([`Core::dir_index`]), for eviction.
+    pub last_use: u64,
     /// Physical block of each logical block (0: hole).
     pub pblks: Vec<u64>,
     /// Largest record length a new entry could take in each block.
@@ -177,9 +191,52 @@ impl Core {
     pub fn dir_index(&mut self, dir: Ino) -> Result<&mut DirIndex> {
         if !self.dirs.contains_key(&dir) {
             let idx = self.build_dir_index(dir)?;
+            self.dir_names += idx.names.len();
             self.dirs.insert(dir, idx);
         }
-        Ok(self.dirs.get_mut(&dir).expect("just inserted"))
+        self.dir_uses += 1;
+        let uses = self.dir_uses;
+        let idx = self.dirs.get_mut(&dir).expect("just inserted");
+        idx.last_use = uses;
+        Ok(idx)
+    }
+
+    /// Drop the index of `dir` (it is rebuilt from the directory's blocks
+    /// when next used).
+    pub fn drop_dir_index(&mut self, dir: Ino) {
+        if let Some(idx) = self.dirs.remove(&dir) {
+            self.dir_names -= idx.names.len();
+        }
+    }
+
+    /// Keep the directory indexes within their bound: past it, drop the
+    /// least recently used until a quarter of the bound is free. Only
+    /// between operations: an index is a cache of the directory's blocks
+    /// (dirty ones included, as the buffer cache holds them), so dropping
+    /// one loses nothing.
+    pub fn bound_dir_indexes(&mut self) {
+        assert!(
+            !self.in_handle,
+            "directory indexes are trimmed between operations only"
+        );
+        if self.dir_names <= self.dir_names_bound {
+            return;
+        }
+        debug_assert_eq!(
+            self.dir_names,
+            self.dirs.values().map(|d| d.names.len()).sum::<usize>(),
+            "the count of indexed names drifted from the indexes"
+        );
+        let target = self.dir_names_bound - self.dir_names_bound / 4;
+        let mut by_age: Vec<(u64, Ino)> = self.dirs.iter().map(|(&d, i)| (i.last_use, d)).collect();
+        by_age.sort_unstable();
+        for (_, d) in by_age {
+            if self.dir_names <= target {
+                break;
+            }
+            self.drop_dir_index(d);
+            self.dir_index_evictions += 1;
+        }
     }
 
     fn build_dir_index(&mut self, dir: Ino) -> Result<DirIndex> {
@@ -212,6 +269,7 @@ impl Core {
             names: HashMap::new(),
             pblks: pblks.clone(),
             free: vec![0; nblocks as usize],
+            last_use: 0,
         };
         for (l, &p) in pblks.iter().enumerate() {
             if p == 0 {
@@ -357,7 +415,7 @@ impl Core {
         extent::insert(&mut self.tree(dir)?, 0, blk, 1, false)?;
         self.add_iblocks(dir, 1)?;
         self.set_size(dir, self.bs as u64);
-        self.dirs.remove(&dir);
+        self.drop_dir_index(dir);
         Ok(blk)
     }
 
@@ -409,7 +467,7 @@ impl Core {
                 self.csum_dir_block(p);
             }
         }
-        self.dirs.remove(&dir);
+        self.drop_dir_index(dir);
         Ok(())
     }
 
@@ -586,7 +644,7 @@ impl Core {
         let f = block_free(&parse_block(&img, p, dir)?);
         let idx = self.dir_index(dir)?;
         idx.free[lblk as usize] = f;
-        idx.names.insert(
+        let added = idx.names.insert(
             name.to_vec(),
             Slot {
                 lblk,
@@ -595,6 +653,9 @@ impl Core {
                 ft,
             },
         );
+        if added.is_none() {
+            self.dir_names += 1;
+        }
         Ok(())
     }
 
@@ -683,7 +744,9 @@ impl Core {
         let f = block_free(&parse_block(&img, p, dir)?);
         let idx = self.dir_index(dir)?;
         idx.free[slot.lblk as usize] = f;
-        idx.names.remove(name);
+        if idx.names.remove(name).is_some() {
+            self.dir_names -= 1;
+        }
         Ok(slot)
     }
 
@@ -741,7 +804,13 @@ impl Core {
         self.csum_dir_block(p);
         self.touch_inode(dir);
         let idx = self.dir_index(dir)?;
-        idx.names.insert(name.to_vec(), Slot { ino, ft, ..slot });
+        if idx
+            .names
+            .insert(name.to_vec(), Slot { ino, ft, ..slot })
+            .is_none()
+        {
+            self.dir_names += 1;
+        }
         Ok(slot.ino)
     }
 

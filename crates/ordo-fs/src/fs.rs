@@ -740,6 +740,12 @@ impl Fs {
     pub fn cache_stats(&self) -> CacheStats {
         self.shared.lock().cache.stats()
     }
+    /// Directory-index figures: names held now, the bound on them, and
+    /// indexes dropped to stay within it.
+    pub fn dir_index_stats(&self) -> (usize, usize, u64) {
+        let c = self.shared.lock();
+        (c.dir_names, c.dir_names_bound, c.dir_index_evictions)
+    }
     /// Block size of the file system in bytes.
     /// Data blocks mapped by regular file `ino` (written and unwritten
     /// extents; not the extent tree's own blocks): what FIEMAP adds up.

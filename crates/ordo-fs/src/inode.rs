@@ -389,7 +389,7 @@ impl Core {
         self.set_inode_bytes(i.ino, io::MODE, &0u16.to_le_bytes(), InodeField::Whole);
         self.set_size(i.ino, 0);
         self.free_inode_bit(i.ino, i.is_dir())?;
-        self.dirs.remove(&i.ino);
+        self.drop_dir_index(i.ino);
         Ok(())
     }
 

@@ -434,6 +434,7 @@ impl Fs {
                 opts.mode
             )));
         }
+        let dir_names_bound = crate::dir::dir_names_bound(opts.cache_bytes);
         let core_opts = CoreOptions {
             cache_bytes: opts.cache_bytes,
             read_only: opts.read_only,
@@ -441,6 +442,7 @@ impl Fs {
             seed,
         };
         let mut core = Core::open(dev.clone(), image, core_opts, proto);
+        core.dir_names_bound = dir_names_bound;
         // The root must be a directory.
         let root = core.read_inode(ROOT_INO)?;
         if !root.is_dir() {

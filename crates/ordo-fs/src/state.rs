@@ -354,6 +354,15 @@ pub(crate) struct Core {
     pending: PendingCsum,
     /// Directory name indexes, built on first access.
     pub dirs: HashMap<Ino, DirIndex>,
+    /// Names held by all of `dirs` (kept exact at every insert and drop).
+    pub dir_names: usize,
+    /// Most names `dirs` may hold between operations
+    /// ([`Core::bound_dir_indexes`]); set from the cache bound at mount.
+    pub dir_names_bound: usize,
+    /// Counts uses of `dirs`, to find the least recently used.
+    pub dir_uses: u64,
+    /// Indexes dropped to stay within the bound.
+    pub dir_index_evictions: u64,
     /// Open-handle counts (unlinked inodes live until the last release).
     pub open_counts: HashMap<Ino, u32>,
     /// Rotor for directory placement.
@@ -436,6 +445,10 @@ impl Core {
             next_handle_id: 1,
             pending: PendingCsum::default(),
             dirs: HashMap::new(),
+            dir_names: 0,
+            dir_names_bound: usize::MAX,
+            dir_uses: 0,
+            dir_index_evictions: 0,
             open_counts: HashMap::new(),
             dir_rotor: 0,
             rng: SplitMix64::new(seed),
@@ -642,7 +655,7 @@ impl Core {
             self.proto.on_block_unallocated(b, &self.handle);
         }
         for ino in inodes {
-            self.dirs.remove(&ino);
+            self.drop_dir_index(ino);
         }
         if changed {
             self.proto.on_rollback(&self.handle);
@@ -825,6 +838,7 @@ impl Core {
     /// ask the protocol to write back (the plan runs after the lock is
     /// released, and eviction happens again when it finished).
     pub fn relieve_pressure(&mut self) -> Result<()> {
+        self.bound_dir_indexes();
         self.cache.note_peak();
         let bound = self.cache.bound_bytes();
         // Act before the bound is reached: one operation handle may add up
