@@ -934,7 +934,7 @@ impl fuser::Filesystem for FloorFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.write().open(ino.0, false, truncate) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(0), crate::FILE_OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
     }

@@ -455,6 +455,11 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
     out
 }
 
+/// How an open regular file is served: the kernel's page cache is kept
+/// across opens (see `OrdoFuse::open`). The floor replies the same way, so
+/// that it pays for the same requests.
+pub const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
 /// The core's rule, re-exported for the adapter's own callers.
 pub use ordo_fs::kill_suid_sgid;
 
@@ -905,7 +910,7 @@ impl fuser::Filesystem for OrdoFuse {
             // while it is mounted), and the kernel keeps its cache coherent
             // with writes, truncations and direct writes made through it,
             // so a re-read is served from memory as on the kernel's ext4.
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(()) => reply.opened(FileHandle(0), FILE_OPEN_FLAGS),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
