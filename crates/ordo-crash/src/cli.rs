@@ -58,7 +58,9 @@ pub struct CrashArgs {
     /// JBD2 data mode (ordered, writeback, journal).
     #[arg(long, default_value = "ordered")]
     pub data: DataMode,
-    /// seq1, seq2, random, mix, enospc (random on a full file system), or a scenario file.
+    /// seq1, seq2, random, mix, htree, enospc (random on a full file
+    /// system), streams (related operations in ccfs streams), or a
+    /// scenario file.
     #[arg(long, short = 'w')]
     pub workload: Option<String>,
     /// Check at most N states (a seeded sample of all of them).

@@ -215,9 +215,10 @@ pub struct ExploreParams {
     pub data: DataMode,
     /// Workload name or scenario path.
     pub workload: String,
-    /// Parameters of the built-in workloads (their seed is `states.seed`,
-    /// and `durability_calls` is turned on for a protocol whose
-    /// capabilities promise a prefix of the operations after a crash).
+    /// Parameters of the built-in workloads (their seed is `states.seed`;
+    /// `durability_calls` is turned on for a protocol whose capabilities
+    /// promise a prefix of the operations after a crash, and `streams`
+    /// for one that promises a prefix of each stream's).
     pub workload_params: WorkloadParams,
     /// State generation.
     pub states: StateParams,
@@ -369,6 +370,9 @@ pub fn record_workload(
     // workloads use OptFS's calls; everywhere else they stay as they were
     // (a caller may still ask for them).
     wparams.durability_calls |= p.mode.caps().prefix_after_crash;
+    // Likewise streams, where the protocol keeps order per stream and the
+    // stream-prefix hook checks it.
+    wparams.streams |= p.mode.caps().stream_prefix_after_crash;
     let wl = workload::by_name(&p.workload, &wparams)?;
     if let Some(s) = only {
         if s >= wl.sequences.len() {

@@ -9,7 +9,14 @@
 //! object the adapter serves): FUSE does not forward `syncfs(2)` to an
 //! ordinary FUSE file system, so `sync` calls `Fs::sync`; and OptFS's
 //! `osync` and `dsync` have no system call at all, so they call `Fs::osync`
-//! and `Fs::dsync` on the inode the path names.
+//! and `Fs::dsync` on the inode the path names. `streamsync` calls
+//! `Fs::streamsync` of the default stream, the one every request of the
+//! explorer's process runs in.
+//!
+//! Streams through FUSE belong to the requesting process, and every
+//! request of a recording comes from the explorer's one process: a
+//! workload that moves to another stream (`setstream`) can not be recorded
+//! through the mount, and [`refuses`] says so before anything runs.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -123,6 +130,23 @@ impl Drop for FuseMount {
             let _ = f(false);
         }
     }
+}
+
+/// Why `seq` can not be recorded through the FUSE mount, if it can not:
+/// it moves to a stream other than `default` (the adapter keys streams by
+/// process, and the explorer's requests all come from one process).
+pub fn refuses(seq: &crate::workload::Sequence) -> Option<String> {
+    let op = seq
+        .setup
+        .iter()
+        .chain(&seq.ops)
+        .find(|op| matches!(op, Op::SetStream(name) if name.as_str() != "default"))?;
+    Some(format!(
+        "{}: '{op}' can not be recorded through FUSE: the FUSE adapter keys streams by \
+         process and every request of the explorer comes from one process (record \
+         streams through the library, without --fuse)",
+        seq.name
+    ))
 }
 
 fn at(mount: &Path, path: &str) -> PathBuf {
@@ -281,6 +305,17 @@ pub fn run_op(
                 _ => ("dsync", fs.dsync(ino)),
             };
             r.map_err(|err| format!("ordo {what}: {err}"))?;
+        }
+        // Every request of this process runs in the default stream.
+        Op::Streamsync => fs
+            .streamsync(ordo_fs::StreamId::DEFAULT)
+            .map_err(|err| format!("ordo streamsync: {err}"))?,
+        Op::SetStream(name) if name.as_str() == "default" => {}
+        Op::SetStream(name) => {
+            return Err(format!(
+                "setstream {name}: streams through FUSE are keyed by process, and the \
+                 explorer's requests all come from one process"
+            ))
         }
     }
     if let Applied::Changed { created: Some(id) } = &applied {

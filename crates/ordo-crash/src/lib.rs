@@ -11,7 +11,8 @@
 //! acknowledged writes may be. Each state is materialized copy-on-write over
 //! the base image, recovered as the protocol defines, and checked by the
 //! [`oracle`]: ordo's fsck and `e2fsck -fn`, the promises, no foreign or
-//! stale data, and the protocol's own invariants. [`explore()`] runs it all in
+//! stale data, and the protocol's own invariants (among them, for ccfs
+//! streams, a prefix of each stream: [`streams`]). [`explore()`] runs it all in
 //! parallel and [`report`] says what it found, with a command that rebuilds
 //! each failing state. See `docs/CRASH.md`.
 
@@ -31,6 +32,7 @@ pub mod record;
 pub mod report;
 pub mod soak;
 pub mod states;
+pub mod streams;
 pub mod workload;
 
 pub use error::CrashError;

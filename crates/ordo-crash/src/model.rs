@@ -83,6 +83,9 @@ pub enum Applied {
     /// osync of a node: an ordering point, which changes nothing and
     /// promises nothing.
     Osync { node: NodeId },
+    /// streamsync of the caller's stream (the model does not know streams:
+    /// the recorder says which one).
+    Streamsync,
 }
 
 /// The whole tree. Nodes are never reused: a removed node's slot becomes
@@ -239,6 +242,34 @@ impl Tree {
                     && self.is_ancestor(c, id)
             }),
             None => false,
+        }
+    }
+
+    /// [`Tree::apply`], with the node `op` creates (if any) given id
+    /// `id` rather than the next free one: a tree built from a subset of
+    /// a sequence's operations gives each node the id it had when the
+    /// whole sequence ran, so that the bytes a write stores (which encode
+    /// the node id) are the ones the whole run wrote. `id` must not be
+    /// below the number of node slots. On an error the tree is left as
+    /// the failed operation left it (as with [`Tree::apply`], work on a
+    /// copy).
+    pub fn apply_placed(
+        &mut self,
+        op: &Op,
+        serial: u32,
+        id: Option<NodeId>,
+    ) -> Result<Applied, String> {
+        let Some(id) = id else {
+            return self.apply(op, serial);
+        };
+        if id < self.nodes.len() {
+            return Err(format!("node id {id} is taken"));
+        }
+        self.nodes.resize(id, None);
+        let applied = self.apply(op, serial)?;
+        match applied {
+            Applied::Changed { created: Some(c) } if c == id => Ok(applied),
+            _ => Err(format!("'{op}' did not create node {id}")),
         }
     }
 
@@ -522,8 +553,10 @@ impl Tree {
                 changed(None)
             }
             Op::Sync => Ok(Applied::Sync),
-            // The tick changes nothing the model sees, and promises nothing.
-            Op::Writeback => Ok(Applied::Changed { created: None }),
+            // The tick changes nothing the model sees, and promises nothing;
+            // nor does moving to another stream.
+            Op::Writeback | Op::SetStream(_) => Ok(Applied::Changed { created: None }),
+            Op::Streamsync => Ok(Applied::Streamsync),
         }
     }
 
@@ -605,6 +638,28 @@ impl Tree {
     /// did not change, hash only what changed. The contents must stay
     /// alive while `hashes` is in use (addresses are not reused then).
     pub fn listing_hashed(&self, hashes: &mut HashMap<usize, u64>) -> Listing {
+        self.listing_by(|content| {
+            *hashes
+                .entry(Arc::as_ptr(content) as usize)
+                .or_insert_with(|| content_hash(content))
+        })
+    }
+
+    /// [`Tree::listing`], taking the hash of a file content from `known`
+    /// (by the content's address, as [`Tree::listing_hashed`] fills it)
+    /// when it is there: for trees that share most contents with trees
+    /// already listed, and are listed from several threads at once. The
+    /// contents `known` names must stay alive while it is in use.
+    pub fn listing_known(&self, known: &HashMap<usize, u64>) -> Listing {
+        self.listing_by(
+            |content| match known.get(&(Arc::as_ptr(content) as usize)) {
+                Some(&h) => h,
+                None => content_hash(content),
+            },
+        )
+    }
+
+    fn listing_by(&self, mut hash: impl FnMut(&Arc<Vec<u8>>) -> u64) -> Listing {
         let names = self
             .walk()
             .into_iter()
@@ -613,9 +668,7 @@ impl Tree {
                     NodeData::Dir { .. } => Shape::Dir,
                     NodeData::File { content } => Shape::File {
                         len: content.len() as u64,
-                        hash: *hashes
-                            .entry(Arc::as_ptr(content) as usize)
-                            .or_insert_with(|| content_hash(content)),
+                        hash: hash(content),
                     },
                     NodeData::Symlink { target } => Shape::Symlink {
                         hash: content_hash(target),

@@ -38,6 +38,12 @@ pub enum Promised {
     },
     /// A directory's entries after fsync of the directory.
     Dir { node: NodeId },
+    /// Every operation stream `stream` ran before a streamsync, where
+    /// other streams ran operations too (a streamsync after operations of
+    /// its own stream only is [`Promised::All`]). The common checks take
+    /// it for nothing; the stream-prefix hook
+    /// ([`crate::oracle::StreamPrefix`]) checks it.
+    Stream { stream: String },
 }
 
 /// One promise the workload received.
@@ -75,6 +81,9 @@ pub struct Recording {
     /// Recorded operations ordo answered with ENOSPC (a full file system,
     /// the `enospc` workload).
     pub out_of_space: usize,
+    /// The stream-prefix candidates of the recording, built on first use
+    /// ([`Recording::stream_candidates`]).
+    stream_candidates: std::sync::OnceLock<crate::streams::Candidates>,
 }
 
 /// inode -> node -> its distinct versions, each with the first snapshot
@@ -129,6 +138,20 @@ impl Recording {
                 .collect()
         });
         &all[k]
+    }
+
+    /// The candidate trees of the stream-prefix hook (every per-stream
+    /// prefix of the recorded operations, closed under relations), with
+    /// their cache: built on first use and shared by every state of the
+    /// recording.
+    pub fn stream_candidates(&self) -> &crate::streams::Candidates {
+        self.stream_candidates.get_or_init(|| {
+            crate::streams::Candidates::new(
+                &self.sequence.ops,
+                self.snapshots.clone(),
+                self.sequence.setup.len() as u32,
+            )
+        })
     }
 }
 
@@ -445,13 +468,56 @@ fn run_on_ordo(
             let ino = ino_of(p)?;
             fs.dsync(ino).map_err(|e| fs_err("dsync", e))?;
         }
+        // The calling thread's stream: the recorder runs every operation
+        // of a sequence on one thread, on a mount of its own.
+        Op::SetStream(name) => {
+            fs.setstream(name.as_bytes())
+                .map_err(|e| fs_err("setstream", e))?;
+        }
+        Op::Streamsync => fs
+            .streamsync(fs.getstream())
+            .map_err(|e| fs_err("streamsync", e))?,
     }
     Ok(created_ino)
 }
 
+/// Which stream each recorded operation runs in, as [`record`] tracks it.
+#[derive(Default)]
+struct StreamTrack {
+    /// The current stream's name (`None`: the default stream).
+    current: Option<String>,
+    /// Whether an operation changed the tree in a stream other than the
+    /// current one since recording started.
+    others_changed: bool,
+    /// The streams operations changed the tree in.
+    changed_in: std::collections::HashSet<String>,
+}
+
+impl StreamTrack {
+    fn current(&self) -> &str {
+        self.current.as_deref().unwrap_or("default")
+    }
+
+    /// Note that `op` ran (after it ran).
+    fn note(&mut self, op: &Op) {
+        match op {
+            Op::SetStream(name) => {
+                self.current = Some(name.clone());
+                self.others_changed = self.changed_in.iter().any(|s| s != name);
+            }
+            op if op.changes_tree() => {
+                let cur = self.current().to_string();
+                self.changed_in.insert(cur);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The promise an operation's result makes, if any: fsync, fdatasync and
 /// dsync (the model's [`Applied::Fsync`]) promise their file or directory,
-/// sync everything; osync promises nothing.
+/// sync everything, streamsync what its stream did (everything, if no
+/// other stream changed anything); osync promises nothing.
 fn promise_for(
     before: &Tree,
     after: &Tree,
@@ -459,11 +525,19 @@ fn promise_for(
     applied: &Applied,
     op_index: usize,
     op: &Op,
+    streams: &StreamTrack,
 ) -> Option<Promise> {
-    let label = format!("{op} (op {op_index})");
+    let label = match &streams.current {
+        Some(s) => format!("{op} (op {op_index}, stream {s})"),
+        None => format!("{op} (op {op_index})"),
+    };
     let what = match applied {
         Applied::Changed { .. } | Applied::Osync { .. } => return None,
         Applied::Sync => Promised::All,
+        Applied::Streamsync if !streams.others_changed => Promised::All,
+        Applied::Streamsync => Promised::Stream {
+            stream: streams.current().to_string(),
+        },
         Applied::Fsync {
             node,
             datasync,
@@ -588,6 +662,11 @@ pub fn record(
     seq: &Sequence,
     params: &RecordParams,
 ) -> Result<Recording, CrashError> {
+    if params.fuse {
+        if let Some(why) = crate::fuse::refuses(seq) {
+            return Err(CrashError::Workload(why));
+        }
+    }
     let (base, base_tree) = setups.get(empty, seq, params)?;
     let rec = Recorder::new(base.clone());
     let fs = Arc::new(
@@ -617,6 +696,7 @@ pub fn record(
         label: "the base tree (clean unmount after setup)".into(),
     }];
     let mut enospc_ops = 0;
+    let mut streams = StreamTrack::default();
     for (i, op) in seq.ops.iter().enumerate() {
         let op_index = i + 1;
         rec.set_op(op_index);
@@ -627,7 +707,8 @@ pub fn record(
             None => run_op(&fs, &mut tree, op, serial, &mut enospc_ops),
         }
         .map_err(|e| rec_err(seq, op_index, &op.to_string(), e))?;
-        if let Some(p) = promise_for(&before, &tree, &base_tree, &applied, op_index, op) {
+        streams.note(op);
+        if let Some(p) = promise_for(&before, &tree, &base_tree, &applied, op_index, op, &streams) {
             promises.push(p);
             rec.mark(promises.len() - 1);
         }
@@ -652,5 +733,6 @@ pub fn record(
         versions: std::sync::OnceLock::new(),
         listings: std::sync::OnceLock::new(),
         out_of_space: enospc_ops,
+        stream_candidates: std::sync::OnceLock::new(),
     })
 }

@@ -100,17 +100,44 @@ pub enum Op {
     /// OptFS's dsync of a file or directory (`Fs::dsync`): durability, the
     /// promise of an fsync of the same path.
     Dsync(String),
+    /// ccfs: the thread running the workload moves to stream `NAME`
+    /// (`Fs::setstream`, made on first use); every later operation runs in
+    /// it until the next `SetStream`. Operations before any run in the
+    /// stream named `default`. Changes no tree and promises nothing.
+    SetStream(String),
+    /// ccfs's streamsync of the current stream (`Fs::streamsync`): a
+    /// promise that every operation the stream ran before it is durable
+    /// (on a protocol without streams, a sync).
+    Streamsync,
 }
 
 impl Op {
     /// True for the operations after which the workload holds a promise:
-    /// fsync, fdatasync, sync and dsync. Not osync, which orders without
-    /// making anything durable (on a protocol without a native osync it is
-    /// an fsync, but the workload may not count on that).
+    /// fsync, fdatasync, sync, dsync and streamsync. Not osync, which
+    /// orders without making anything durable (on a protocol without a
+    /// native osync it is an fsync, but the workload may not count on
+    /// that).
     pub fn is_persistence(&self) -> bool {
         matches!(
             self,
-            Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync | Op::Dsync(_)
+            Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync | Op::Dsync(_) | Op::Streamsync
+        )
+    }
+
+    /// True for the operations that change the tree (the model's): not
+    /// the ones that only order or promise (fsync, fdatasync, sync, osync,
+    /// dsync, write-back ticks, setstream, streamsync).
+    pub fn changes_tree(&self) -> bool {
+        !matches!(
+            self,
+            Op::Fsync(_)
+                | Op::Fdatasync(_)
+                | Op::Sync
+                | Op::Osync(_)
+                | Op::Writeback
+                | Op::Dsync(_)
+                | Op::SetStream(_)
+                | Op::Streamsync
         )
     }
 }
@@ -166,6 +193,8 @@ impl fmt::Display for Op {
             Op::Osync(p) => write!(f, "osync {p}"),
             Op::Writeback => write!(f, "writeback"),
             Op::Dsync(p) => write!(f, "dsync {p}"),
+            Op::SetStream(name) => write!(f, "setstream {name}"),
+            Op::Streamsync => write!(f, "streamsync"),
         }
     }
 }
@@ -225,6 +254,15 @@ pub struct WorkloadParams {
     /// for the protocols whose capabilities promise a prefix of the
     /// operations after a crash, where osync's ordering is checked.
     pub durability_calls: bool,
+    /// Interleave ccfs streams: `random`, `mix`, `htree` and `enospc` move
+    /// between 2 or 3 streams at random points (`setstream`) and turn
+    /// some persistence points into `streamsync`s; `seq2` adds, after
+    /// each pair, the pair with its two operations in two streams; `seq1`
+    /// adds [`stream_scenarios`]. Off, every workload is what it was (the
+    /// same seed makes the same sequences). The explorer turns it on for
+    /// the protocols whose capabilities keep a prefix of each stream
+    /// after a crash.
+    pub streams: bool,
 }
 
 impl Default for WorkloadParams {
@@ -235,15 +273,18 @@ impl Default for WorkloadParams {
             random_sequences: 4,
             seq2_max: 2000,
             durability_calls: false,
+            streams: false,
         }
     }
 }
 
-/// Resolve a workload name: `seq1`, `seq2`, `random`, or a scenario file.
+/// Resolve a workload name: `seq1`, `seq2`, `random`, `mix`, `htree`,
+/// `enospc`, `streams`, or a scenario file.
 pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashError> {
     let sequences = match name {
         "seq1" => seq1_with(params),
-        "seq2" => seq2(params.seq2_max),
+        "seq2" => seq2_with(params),
+        "streams" => stream_scenarios(),
         "random" => random(params),
         "mix" => mix(params),
         "htree" => htree(params),
@@ -251,7 +292,7 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         path => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 CrashError::Workload(format!(
-                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, htree, enospc) and can not be read: {e}"
+                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, htree, enospc, streams) and can not be read: {e}"
                 ))
             })?;
             let stem = std::path::Path::new(path)
@@ -741,7 +782,123 @@ pub fn seq1_with(params: &WorkloadParams) -> Vec<Sequence> {
     if params.durability_calls {
         out.extend(osync_chains());
     }
+    if params.streams {
+        out.extend(stream_scenarios());
+    }
     out
+}
+
+/// Short sequences of related operations in different streams (ccfs), on
+/// the preset tree: what a protocol that keeps order per stream must keep
+/// together across streams, and what it may not lose once a stream's
+/// fsync or streamsync returned. The workload `streams`; with
+/// [`WorkloadParams::streams`] also part of `seq1`.
+///
+/// - `same-file`: two streams write one file; the second stream's fsync
+///   of another file covers the first stream's write (related to its own);
+/// - `create-unlink`: one stream creates a name, another unlinks it and
+///   creates another in the same directory, the first creates the name
+///   again;
+/// - `mkdir-then-create`: a directory made in one stream, a file created
+///   and written in it by another (related: the file is under the
+///   directory);
+/// - `rename-across`: a file made by one stream renamed over an existing
+///   one by another; a directory renamed by one stream, a file created in
+///   it by another;
+/// - `independent`: unrelated operations of two streams (new files in
+///   two directories, writes), each made durable by its own stream only;
+/// - `three-streams`: three streams appending to one file and creating
+///   names beside it, ended by one streamsync each.
+pub fn stream_scenarios() -> Vec<Sequence> {
+    let cases: [(&str, &str); 6] = [
+        (
+            "same-file",
+            "setstream s1\nwrite /A/foo 0 8192\nsetstream s2\nwrite /A/foo 4096 8192\n\
+             write /B/sub/x 0 4096\nfsync /B/sub/x\nsetstream s1\nappend /A/foo 3000\n\
+             fsync /A/foo\n",
+        ),
+        (
+            "create-unlink",
+            "setstream s1\ncreat /C/n\nwrite /C/n 0 4096\nsetstream s2\nunlink /C/n\n\
+             creat /C/m\nfsync /C\nsetstream s1\ncreat /C/n\nstreamsync\n",
+        ),
+        (
+            "mkdir-then-create",
+            "setstream s1\nmkdir /A/d\nsetstream s2\ncreat /A/d/f\nwrite /A/d/f 0 4096\n\
+             fsync /A/d/f\nsetstream s1\nmkdir /A/d/e\nwrite /foo 0 4096\nstreamsync\n",
+        ),
+        (
+            "rename-across",
+            "setstream s1\ncreat /B/t\nwrite /B/t 0 8192\nsetstream s2\nrename /B/t /A/bar\n\
+             fsync /A\nsetstream s1\nrename /C /B/C2\nsetstream s2\ncreat /B/C2/in\n\
+             write /B/C2/in 0 4096\nstreamsync\nsetstream s1\nstreamsync\n",
+        ),
+        (
+            "independent",
+            "setstream s1\ncreat /A/n1\nwrite /foo 0 4096\nsetstream s2\ncreat /B/sub/n2\n\
+             write /B/sub/n2 0 4096\nfsync /B/sub/n2\nsetstream s1\nappend /A/bar 5000\n\
+             streamsync\nsetstream s2\ntruncate /B/sub/n2 100\nsync\n",
+        ),
+        (
+            "three-streams",
+            "setstream s1\nappend /A/foo 3000\ncreat /A/n1\nsetstream s2\nappend /A/foo 3000\n\
+             creat /A/n2\nsetstream s3\ncreat /A/n3\nappend /A/foo 3000\nsetstream s2\n\
+             streamsync\nsetstream s1\nstreamsync\nsetstream s3\nstreamsync\n",
+        ),
+    ];
+    cases
+        .iter()
+        .map(|(name, text)| {
+            let ops = text
+                .lines()
+                .map(|l| parse_op(l).expect("the stream scenarios parse"))
+                .collect();
+            Sequence {
+                name: format!("streams/{name}"),
+                setup: preset(),
+                ops,
+            }
+        })
+        .collect()
+}
+
+/// Stream names the generators use: `default` (where a sequence starts),
+/// then `s1`, `s2`.
+const GEN_STREAMS: [&str; 3] = ["default", "s1", "s2"];
+
+/// `ops` interleaved over 2 or 3 streams ([`WorkloadParams::streams`]),
+/// from `rng` (drawn from only here, so the operations themselves are
+/// those of the same seed without streams): before roughly one operation
+/// in four the workload moves to another stream; a third of the fsyncs,
+/// fdatasyncs and syncs become a `streamsync` of the current stream, and
+/// one more `streamsync` follows roughly one operation in twenty.
+fn with_streams(rng: &mut ChaCha8Rng, ops: Vec<Op>) -> Vec<Op> {
+    let n = rng.gen_range(2..=3usize);
+    let mut cur = 0usize;
+    let mut out = Vec::with_capacity(ops.len() + ops.len() / 3);
+    for op in ops {
+        if rng.gen_range(0..4) == 0 {
+            cur = (cur + rng.gen_range(1..n)) % n;
+            out.push(Op::SetStream(GEN_STREAMS[cur].to_string()));
+        }
+        let op = match op {
+            Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync if rng.gen_range(0..3) == 0 => {
+                Op::Streamsync
+            }
+            op => op,
+        };
+        out.push(op);
+        if rng.gen_range(0..20) == 0 {
+            out.push(Op::Streamsync);
+        }
+    }
+    out
+}
+
+/// The generator of [`with_streams`] for sequence `k` of a seeded
+/// workload (`tag` tells the workloads apart).
+fn streams_rng(seed: u64, k: usize, tag: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed ^ (0x2545_f491 * (k as u64 + 1)) ^ tag ^ 0x7374_7265_616d)
 }
 
 /// Short sequences of several operations separated by osyncs, where the
@@ -791,9 +948,24 @@ pub fn osync_chains() -> Vec<Sequence> {
 /// Sequences are taken in a diagonal order over the pairs, so that the
 /// first `max` cover every first operation evenly.
 pub fn seq2(max: usize) -> Vec<Sequence> {
+    seq2_with(&WorkloadParams {
+        seq2_max: max,
+        ..WorkloadParams::default()
+    })
+}
+
+/// [`seq2`] as `params` asks (at most [`WorkloadParams::seq2_max`]
+/// sequences): with [`WorkloadParams::streams`] each pair is followed by
+/// the same pair with its two operations in two streams (`s1`, `s2`),
+/// each persistence point in the stream of the operation before it (in
+/// the first shape; in the second `p(a)` becomes a `streamsync` of `a`'s
+/// stream). Without it, exactly [`seq2`].
+pub fn seq2_with(params: &WorkloadParams) -> Vec<Sequence> {
+    let max = params.seq2_max;
     let ops = core_ops();
     let n = ops.len();
     let mut out = Vec::new();
+    let set = |s: &str| Op::SetStream(s.to_string());
     'outer: for shape in 0..3 {
         for d in 0..n {
             for i in 0..n {
@@ -803,19 +975,39 @@ pub fn seq2(max: usize) -> Vec<Sequence> {
                 let pb = persistence_points(b, false);
                 let (la, opa) = &pa[(i + j + shape) % pa.len()];
                 let (lb, opb) = &pb[(i + 2 * j + 1 + shape) % pb.len()];
-                let (name, seq_ops) = if shape == 2 {
+                let (name, seq_ops, streamed) = if shape == 2 {
                     (
                         format!("seq2/{}/{}+{lb}", a.name, b.name),
                         vec![a.op.clone(), b.op.clone(), opb.clone()],
+                        vec![
+                            set("s1"),
+                            a.op.clone(),
+                            set("s2"),
+                            b.op.clone(),
+                            opb.clone(),
+                        ],
                     )
                 } else {
+                    let pa_streamed = if shape == 1 {
+                        Op::Streamsync
+                    } else {
+                        opa.clone()
+                    };
                     (
                         format!("seq2/{}+{la}/{}+{lb}", a.name, b.name),
                         vec![a.op.clone(), opa.clone(), b.op.clone(), opb.clone()],
+                        vec![
+                            set("s1"),
+                            a.op.clone(),
+                            pa_streamed,
+                            set("s2"),
+                            b.op.clone(),
+                            opb.clone(),
+                        ],
                     )
                 };
                 let seq = Sequence {
-                    name,
+                    name: name.clone(),
                     setup: preset(),
                     ops: seq_ops,
                 };
@@ -823,6 +1015,16 @@ pub fn seq2(max: usize) -> Vec<Sequence> {
                     out.push(seq);
                     if out.len() >= max {
                         break 'outer;
+                    }
+                    if params.streams {
+                        out.push(Sequence {
+                            name: format!("{name}@s1,s2"),
+                            setup: preset(),
+                            ops: streamed,
+                        });
+                        if out.len() >= max {
+                            break 'outer;
+                        }
                     }
                 }
             }
@@ -838,7 +1040,10 @@ pub fn random(params: &WorkloadParams) -> Vec<Sequence> {
     (0..params.random_sequences)
         .map(|k| {
             let mut rng = ChaCha8Rng::seed_from_u64(params.seed ^ (0x9e37_79b9 * (k as u64 + 1)));
-            let ops = random_ops(&mut rng, params.random_ops, params.durability_calls);
+            let mut ops = random_ops(&mut rng, params.random_ops, params.durability_calls);
+            if params.streams {
+                ops = with_streams(&mut streams_rng(params.seed, k, 0x72), ops);
+            }
             Sequence {
                 name: format!("random/{}#{k}", params.seed),
                 setup: preset(),
@@ -896,7 +1101,11 @@ pub fn htree(params: &WorkloadParams) -> Vec<Sequence> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x6874_7265,
             );
-            let ops = mix_ops_from(&mut rng, params.random_ops, &known, params.durability_calls);
+            let mut ops =
+                mix_ops_from(&mut rng, params.random_ops, &known, params.durability_calls);
+            if params.streams {
+                ops = with_streams(&mut streams_rng(params.seed, k, 0x68), ops);
+            }
             Sequence {
                 name: format!("htree/{}#{k}", params.seed),
                 setup: preset(),
@@ -919,7 +1128,10 @@ pub fn mix(params: &WorkloadParams) -> Vec<Sequence> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 params.seed ^ (0x7f4a_7c15 * (k as u64 + 1)) ^ 0x006d_6978,
             );
-            let ops = mix_ops(&mut rng, params.random_ops, params.durability_calls);
+            let mut ops = mix_ops(&mut rng, params.random_ops, params.durability_calls);
+            if params.streams {
+                ops = with_streams(&mut streams_rng(params.seed, k, 0x6d), ops);
+            }
             Sequence {
                 name: format!("mix/{}#{k}", params.seed),
                 setup: mix_setup(),
@@ -1296,6 +1508,8 @@ pub fn enospc(params: &WorkloadParams) -> Vec<Sequence> {
 /// sync
 /// osync /A/z               # ordering point, no promise
 /// dsync /A/z               # durability, as fsync
+/// setstream s1             # later operations run in stream s1 (ccfs)
+/// streamsync               # the current stream made durable
 /// ```
 pub fn parse_scenario(name: &str, text: &str) -> Result<Sequence, CrashError> {
     let mut setup = Vec::new();
@@ -1525,6 +1739,21 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             arity(1)?;
             Op::Dsync(path(1)?)
         }
+        "setstream" => {
+            arity(1)?;
+            let name = words[1];
+            if name.len() > ordo_fs::stream::STREAM_NAME_MAX_BYTES {
+                return Err(format!(
+                    "stream name '{name}' is longer than {} bytes",
+                    ordo_fs::stream::STREAM_NAME_MAX_BYTES
+                ));
+            }
+            Op::SetStream(name.to_string())
+        }
+        "streamsync" => {
+            arity(0)?;
+            Op::Streamsync
+        }
         other => return Err(format!("unknown operation '{other}'")),
     };
     Ok(op)
@@ -1691,6 +1920,112 @@ mod tests {
             .iter()
             .all(|c| matches!(c.ops.last(), Some(Op::Dsync(_)))
                 && c.ops.iter().filter(|o| matches!(o, Op::Osync(_))).count() >= 2));
+    }
+
+    #[test]
+    fn streams_are_opt_in() {
+        let off = WorkloadParams {
+            seed: 11,
+            random_ops: 120,
+            seq2_max: 200,
+            ..Default::default()
+        };
+        let on = WorkloadParams {
+            streams: true,
+            ..off
+        };
+        let stream_ops = |seqs: &[Sequence]| {
+            seqs.iter()
+                .flat_map(|s| &s.ops)
+                .filter(|o| matches!(o, Op::SetStream(_) | Op::Streamsync))
+                .count()
+        };
+        // Off: none, and every workload is what it was.
+        for w in [
+            random(&off),
+            mix(&off),
+            htree(&off),
+            enospc(&off),
+            seq1_with(&off),
+            seq2_with(&off),
+        ] {
+            assert_eq!(stream_ops(&w), 0);
+        }
+        assert_eq!(seq2_with(&off), seq2(200));
+        // On: the same operations, interleaved over 2 or 3 streams, some
+        // persistence points streamsyncs, all valid.
+        let mut counts = std::collections::HashSet::new();
+        for (plain, streamed, base) in [
+            (random(&off), random(&on), Vec::new()),
+            (mix(&off), mix(&on), Vec::new()),
+            (htree(&off), htree(&on), htree_dir().ops()),
+        ] {
+            for (a, b) in plain.iter().zip(&streamed) {
+                validate_on(&base, b).unwrap();
+                let names: std::collections::HashSet<&str> = b
+                    .ops
+                    .iter()
+                    .filter_map(|o| match o {
+                        Op::SetStream(n) => Some(n.as_str()),
+                        _ => None,
+                    })
+                    .chain(["default"])
+                    .collect();
+                assert!((2..=3).contains(&names.len()), "{names:?}");
+                counts.insert(names.len());
+                assert!(b.ops.contains(&Op::Streamsync));
+                assert!(b.ops.iter().any(|o| matches!(o, Op::Fsync(_))));
+                let changes = |s: &Sequence| -> Vec<Op> {
+                    s.ops.iter().filter(|o| o.changes_tree()).cloned().collect()
+                };
+                assert_eq!(changes(a), changes(b));
+            }
+        }
+        assert_eq!(counts.len(), 2, "2 and 3 streams both appear");
+        // seq2: each pair, then the pair in two streams.
+        let s2 = seq2_with(&on);
+        assert_eq!(s2.len(), 200);
+        for pair in s2.chunks(2) {
+            validate(&pair[1]).unwrap();
+            assert_eq!(pair[1].name, format!("{}@s1,s2", pair[0].name));
+            let changes = |s: &Sequence| -> Vec<Op> {
+                s.ops.iter().filter(|o| o.changes_tree()).cloned().collect()
+            };
+            assert_eq!(changes(&pair[0]), changes(&pair[1]));
+            assert_eq!(pair[1].ops[0], Op::SetStream("s1".into()));
+        }
+        assert_eq!(s2.iter().step_by(2).cloned().collect::<Vec<_>>(), seq2(100));
+        // seq1 adds the named scenarios, which are valid and use streams.
+        let s1 = seq1_with(&on);
+        assert_eq!(s1.len(), seq1().len() + stream_scenarios().len());
+        for s in stream_scenarios() {
+            validate(&s).unwrap();
+            assert!(s.ops.iter().any(|o| matches!(o, Op::SetStream(_))));
+            assert!(s.ops.iter().any(|o| o.is_persistence()));
+        }
+        let w = by_name("streams", &off).unwrap();
+        assert_eq!(w.sequences, stream_scenarios());
+    }
+
+    #[test]
+    fn stream_ops_parse_and_print() {
+        let s = parse_scenario(
+            "t",
+            "preset\n---\nsetstream s1\ncreat /A/x\nstreamsync\nsetstream default\nsync\n",
+        )
+        .unwrap();
+        assert_eq!(s.ops[0], Op::SetStream("s1".into()));
+        assert_eq!(s.ops[2], Op::Streamsync);
+        assert!(s.ops[2].is_persistence() && !s.ops[0].is_persistence());
+        assert!(!s.ops[0].changes_tree() && !s.ops[2].changes_tree());
+        for op in &s.ops {
+            assert_eq!(&parse_op(&op.to_string()).unwrap(), op);
+        }
+        validate(&s).unwrap();
+        assert!(parse_op("setstream").is_err());
+        assert!(parse_op("setstream a b").is_err());
+        assert!(parse_op("streamsync x").is_err());
+        assert!(parse_op(&format!("setstream {}", "n".repeat(256))).is_err());
     }
 
     #[test]

@@ -207,16 +207,21 @@ impl BufferCache {
     }
 
     /// Change `bytes` of a cached block at `offset`; returns the old bytes.
-    /// Bumps the generation and marks the block dirty. Panics if the block
-    /// is not cached or the range is out of the block (core invariants).
+    /// Bumps the generation and marks the block dirty, unless the bytes
+    /// were already there (then nothing changed, and a protocol that was
+    /// told of nothing finds nothing to write). Panics if the block is not
+    /// cached or the range is out of the block (core invariants).
     pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> Vec<u8> {
-        let generation = self.next_generation;
-        self.next_generation += 1;
         let e = self
             .map
             .get_mut(&block)
             .unwrap_or_else(|| panic!("modify of uncached block {block}"));
         assert!(offset + bytes.len() <= e.data.len());
+        if e.data[offset..offset + bytes.len()] == *bytes {
+            return bytes.to_vec();
+        }
+        let generation = self.next_generation;
+        self.next_generation += 1;
         let data = Arc::make_mut(&mut e.data);
         let old = data[offset..offset + bytes.len()].to_vec();
         data[offset..offset + bytes.len()].copy_from_slice(bytes);

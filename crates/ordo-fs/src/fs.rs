@@ -473,10 +473,17 @@ impl Fs {
         self.shared.read(|c| c.file_seek(ino, offset, whence))
     }
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        let stream = self.getstream();
+        if self.shared.streams().flags(stream) & crate::stream::IGNORE_FSYNC != 0 {
+            // ccfs's IGNORE_FSYNC: the stream's order is what the caller
+            // relies on; streamsync makes it durable. The inode must
+            // still exist, as for a real fsync.
+            return self.shared.read(|c| c.live_inode(ino).map(|_| ()));
+        }
         if self.fsync_is_osync {
             return self.osync(ino);
         }
-        self.commit_inode(ino, true, |p, io| p.fsync(ino, datasync, io))
+        self.commit_inode(ino, true, |p, io| p.fsync_in(stream.0, ino, datasync, io))
     }
 
     /// An ordering point for `ino` (OptFS): what was done before the call
@@ -542,6 +549,17 @@ impl Fs {
     /// requester's stream.
     pub fn set_thread_stream(&self, id: StreamId) -> Result<()> {
         self.shared.streams().set(Caller::current_thread(), id)
+    }
+
+    /// Set the flags of stream `id` ([`IGNORE_FSYNC`](crate::stream::IGNORE_FSYNC));
+    /// EINVAL for an unknown stream or flag.
+    pub fn set_stream_flags(&self, id: StreamId, flags: u32) -> Result<()> {
+        self.shared.streams().set_flags(id, flags)
+    }
+
+    /// The flags of stream `id` (0 for a stream the mount does not know).
+    pub fn stream_flags(&self, id: StreamId) -> u32 {
+        self.shared.streams().flags(id)
     }
 
     /// The id of stream `name`, made on first use (same errors as

@@ -133,6 +133,8 @@ impl CoreImage {
             itables: Default::default(),
             itable_blocks: s.inode_table_blocks() as u64,
             owners: Default::default(),
+            bitmaps: Default::default(),
+            clusters_per_group: s.clusters_per_group,
         };
         let gcsum = s.group_csum();
         let itb = s.inode_table_blocks() as u64;
@@ -177,6 +179,8 @@ impl CoreImage {
                 }
             }
             seal.itables.insert(loc.inode_table, g);
+            seal.bitmaps.insert(loc.block_bitmap, (g, true));
+            seal.bitmaps.insert(loc.inode_bitmap, (g, false));
             groups.push(loc);
         }
         Ok(CoreImage {

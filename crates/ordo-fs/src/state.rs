@@ -74,6 +74,10 @@ pub(crate) struct SealCtx {
     pub itables: BTreeMap<u64, u32>,
     pub itable_blocks: u64,
     pub owners: HashMap<u64, Owner>,
+    /// Bitmap block -> (group, whether it is the block bitmap).
+    pub bitmaps: HashMap<u64, (u32, bool)>,
+    /// Bits of a block bitmap that count (clusters per group).
+    pub clusters_per_group: u32,
 }
 
 impl SealCtx {
@@ -179,6 +183,49 @@ impl SealCtx {
 }
 
 impl Sealer for SealCtx {
+    fn bitmap_desc_block(&self, block: u64) -> Option<u64> {
+        let &(g, _) = self.bitmaps.get(&block)?;
+        let byte = g as u64 * self.desc_size as u64;
+        Some(self.gdt_first + byte / self.block_size as u64)
+    }
+
+    fn seal_bitmap_csums(
+        &self,
+        block: u64,
+        image: &mut [u8],
+        bitmap: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    ) {
+        if !self.csum || block < self.gdt_first || block >= self.gdt_first + self.gdt_blocks {
+            return;
+        }
+        let ds = self.desc_size as usize;
+        let per = self.block_size as usize / ds;
+        let first = (block - self.gdt_first) as usize * per;
+        for (&b, &(g, is_block)) in &self.bitmaps {
+            let g = g as usize;
+            if g < first || g >= first + per {
+                continue;
+            }
+            let Some(img) = bitmap(b) else { continue };
+            let n = if is_block {
+                self.clusters_per_group / 8
+            } else {
+                self.inodes_per_group / 8
+            } as usize;
+            let c = layout::ext4_crc(self.csum_seed, &img[..n.min(img.len())]);
+            let desc = &mut image[(g - first) * ds..(g - first + 1) * ds];
+            let (lo, hi) = if is_block {
+                (gd::BLOCK_BITMAP_CSUM_LO, gd::BLOCK_BITMAP_CSUM_HI)
+            } else {
+                (gd::INODE_BITMAP_CSUM_LO, gd::INODE_BITMAP_CSUM_HI)
+            };
+            put16(desc, lo, c as u16);
+            if ds >= 64 {
+                put16(desc, hi, (c >> 16) as u16);
+            }
+        }
+    }
+
     fn reseal(&self, block: u64, image: &mut [u8]) {
         if block == self.sb_block {
             if self.csum {
@@ -563,7 +610,20 @@ impl Core {
         if self.undo_on {
             self.undo.push(Undo::Init { block });
         }
-        self.modify(block, 0, image, kind);
+        if image.iter().any(|&b| b != 0) {
+            self.modify(block, 0, image, kind);
+        } else {
+            // A zero image changes no cached byte, but the block is new:
+            // its zeros must reach the disk, so the protocol hears of it.
+            let u = Update {
+                block,
+                range: 0..image.len() as u32,
+                old: image.to_vec(),
+                new: image.to_vec(),
+                kind,
+            };
+            self.proto.on_update(&u, &self.handle);
+        }
     }
 
     // ----- undo -----

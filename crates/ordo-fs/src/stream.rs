@@ -37,6 +37,15 @@ pub const STREAMS_MAX: usize = 4096;
 /// forever from growing the table without limit).
 pub const CALLERS_MAX: usize = 65_536;
 
+/// Stream flag (ccfs's `IGNORE_FSYNC`): fsync and fdatasync from the
+/// stream return at once, without making anything durable. The stream's
+/// order still holds, so a program that fsyncs only to order its writes
+/// keeps its guarantees; `streamsync` is what makes the stream durable.
+pub const IGNORE_FSYNC: u32 = 1;
+
+/// Every flag a stream may carry.
+pub const STREAM_FLAGS: u32 = IGNORE_FSYNC;
+
 /// Name of stream 0, the one every caller starts in.
 pub const DEFAULT_STREAM_NAME: &[u8] = b"default";
 
@@ -85,6 +94,8 @@ pub(crate) struct Streams {
     callers: HashMap<Caller, StreamId>,
     /// Operation handles run in each stream (index = id).
     handles: Vec<u64>,
+    /// Flags of each stream (index = id): [`IGNORE_FSYNC`].
+    flags: Vec<u32>,
 }
 
 impl Default for Streams {
@@ -96,6 +107,7 @@ impl Default for Streams {
             ids,
             callers: HashMap::new(),
             handles: vec![0],
+            flags: vec![0],
         }
     }
 }
@@ -113,6 +125,7 @@ impl Streams {
         let id = StreamId(u32::try_from(self.names.len()).expect("bounded by STREAMS_MAX"));
         self.names.push(name.to_vec());
         self.handles.push(0);
+        self.flags.push(0);
         self.ids.insert(name.to_vec(), id);
         debug_assert_eq!(self.names.len(), self.ids.len());
         debug_assert_eq!(self.names.len(), self.handles.len());
@@ -158,6 +171,25 @@ impl Streams {
             .get_mut(id.0 as usize)
             .expect("a handle's stream is a known stream");
         *n += 1;
+    }
+
+    /// Set the flags of stream `id` (EINVAL for an unknown stream or an
+    /// unknown flag).
+    pub fn set_flags(&mut self, id: StreamId, flags: u32) -> Result<()> {
+        if flags & !STREAM_FLAGS != 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let f = self
+            .flags
+            .get_mut(id.0 as usize)
+            .ok_or_else(|| errno(libc::EINVAL))?;
+        *f = flags;
+        Ok(())
+    }
+
+    /// The flags of stream `id` (0 for an unknown stream).
+    pub fn flags(&self, id: StreamId) -> u32 {
+        self.flags.get(id.0 as usize).copied().unwrap_or(0)
     }
 
     /// Operation handles run in stream `id` so far.
@@ -212,5 +244,22 @@ mod tests {
         assert_eq!(s.set(me, StreamId(99)).unwrap_err().errno(), libc::EINVAL);
         s.set(me, StreamId::DEFAULT).unwrap();
         assert!(s.callers.is_empty(), "the default stream is not stored");
+    }
+
+    #[test]
+    fn flags_belong_to_a_stream() {
+        let mut s = Streams::default();
+        let a = s.intern(b"a").unwrap();
+        assert_eq!(s.flags(a), 0);
+        s.set_flags(a, IGNORE_FSYNC).unwrap();
+        assert_eq!(s.flags(a), IGNORE_FSYNC);
+        assert_eq!(s.flags(StreamId::DEFAULT), 0);
+        assert_eq!(s.set_flags(a, 2).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(
+            s.set_flags(StreamId(7), 0).unwrap_err().errno(),
+            libc::EINVAL
+        );
+        s.set_flags(a, 0).unwrap();
+        assert_eq!(s.flags(a), 0);
     }
 }

@@ -139,10 +139,15 @@ fn handles_record_the_stream_of_their_thread() {
             fs.set_thread_stream(StreamId(1000)).unwrap_err().errno(),
             libc::EINVAL
         );
-        // No shipped protocol has streams of its own yet; osync and
-        // dsync are native only where the prefix property checks osync.
+        // streamsync is native where streams are kept apart (the explorer
+        // checks each stream's prefix); osync and dsync are native only
+        // where the prefix property checks osync.
         let native = fs.native_durability_calls();
-        assert!(!native.contains(DurabilityCalls::STREAMSYNC), "{mode:?}");
+        assert_eq!(
+            native.contains(DurabilityCalls::STREAMSYNC),
+            mode.caps().stream_prefix_after_crash,
+            "{mode:?}"
+        );
         assert_eq!(
             native.contains(DurabilityCalls::OSYNC),
             mode.caps().prefix_after_crash,

@@ -16,6 +16,13 @@
 //! | `ORDO_IOC_SETSTREAM`| `_IOW('o', 3, char[256])` | in: the stream's name  |
 //! | `ORDO_IOC_GETSTREAM`| `_IOR('o', 4, char[256])` | out: the caller's stream's name |
 //! | `ORDO_IOC_STREAMSYNC`| `_IOW('o', 5, char[256])` | in: a stream's name; empty: the caller's |
+//! | `ORDO_IOC_SETSTREAMFLAGS`| `_IOW('o', 6, struct ordo_stream_flags)` | in: a stream's name (empty: the caller's) and its flags |
+//! | `ORDO_IOC_GETSTREAMFLAGS`| `_IOR('o', 7, struct ordo_stream_flags)` | out: the caller's stream's name and flags |
+//!
+//! `struct ordo_stream_flags { char name[256]; uint32_t flags; }` is
+//! [`STREAM_FLAGS_BUF_BYTES`] bytes (no padding), the flags in the host's
+//! byte order; the flags are [`ordo_fs::stream::IGNORE_FSYNC`] and no
+//! other ([`ordo_fs::stream::STREAM_FLAGS`]).
 
 /// The ioctl "type" byte of every ordo call.
 pub const MAGIC: u8 = b'o';
@@ -23,6 +30,16 @@ pub const MAGIC: u8 = b'o';
 /// Size of the name buffer of SETSTREAM, GETSTREAM and STREAMSYNC: the
 /// longest name ([`ordo_fs::stream::STREAM_NAME_MAX_BYTES`]) and its NUL.
 pub const NAME_BUF_BYTES: usize = 256;
+
+/// Size of `struct ordo_stream_flags { char name[256]; uint32_t flags; }`,
+/// the argument of SETSTREAMFLAGS and GETSTREAMFLAGS: the name buffer,
+/// then the flags (host byte order); 256 is a multiple of 4, so there is
+/// no padding.
+pub const STREAM_FLAGS_BUF_BYTES: usize = NAME_BUF_BYTES + 4;
+
+/// ccfs's `IGNORE_FSYNC` (fsync and fdatasync in the stream return at
+/// once; `streamsync` makes the stream durable), as the ioctls carry it.
+pub const IGNORE_FSYNC: u32 = ordo_fs::stream::IGNORE_FSYNC;
 
 const IOC_NONE: u32 = 0;
 const IOC_WRITE: u32 = 1;
@@ -47,6 +64,14 @@ pub const ORDO_IOC_GETSTREAM: u32 = ioc(IOC_READ, MAGIC, 4, NAME_BUF_BYTES);
 /// `_IOW('o', 5, char[256])`: make a stream durable (an empty name: the
 /// caller's).
 pub const ORDO_IOC_STREAMSYNC: u32 = ioc(IOC_WRITE, MAGIC, 5, NAME_BUF_BYTES);
+/// `_IOW('o', 6, struct ordo_stream_flags)`: put the calling process in
+/// the named stream (an empty name: keep its stream) and set that
+/// stream's flags. The flags belong to the stream, so they apply to every
+/// process in it. EINVAL, with nothing changed, for an unknown flag.
+pub const ORDO_IOC_SETSTREAMFLAGS: u32 = ioc(IOC_WRITE, MAGIC, 6, STREAM_FLAGS_BUF_BYTES);
+/// `_IOR('o', 7, struct ordo_stream_flags)`: the name and flags of the
+/// calling process's stream.
+pub const ORDO_IOC_GETSTREAMFLAGS: u32 = ioc(IOC_READ, MAGIC, 7, STREAM_FLAGS_BUF_BYTES);
 
 /// A name in its ioctl buffer; ENAMETOOLONG when it does not fit with its
 /// NUL, EINVAL when it holds a NUL.
@@ -60,6 +85,26 @@ pub fn name_buffer(name: &[u8]) -> Result<[u8; NAME_BUF_BYTES], i32> {
     let mut buf = [0u8; NAME_BUF_BYTES];
     buf[..name.len()].copy_from_slice(name);
     Ok(buf)
+}
+
+/// A `struct ordo_stream_flags` holding `name` and `flags` (the name's
+/// errors as [`name_buffer`]).
+pub fn stream_flags_buffer(name: &[u8], flags: u32) -> Result<[u8; STREAM_FLAGS_BUF_BYTES], i32> {
+    let mut buf = [0u8; STREAM_FLAGS_BUF_BYTES];
+    buf[..NAME_BUF_BYTES].copy_from_slice(&name_buffer(name)?);
+    buf[NAME_BUF_BYTES..].copy_from_slice(&flags.to_ne_bytes());
+    Ok(buf)
+}
+
+/// The name and flags in a `struct ordo_stream_flags`; EINVAL for a
+/// buffer of another size.
+pub fn stream_flags_of_buffer(buf: &[u8]) -> Result<(&[u8], u32), i32> {
+    if buf.len() != STREAM_FLAGS_BUF_BYTES {
+        return Err(libc::EINVAL);
+    }
+    let (name, flags) = buf.split_at(NAME_BUF_BYTES);
+    let flags = u32::from_ne_bytes(flags.try_into().expect("4 bytes"));
+    Ok((name_of_buffer(name), flags))
 }
 
 /// The name in an ioctl buffer: the bytes before the first NUL (all of
@@ -81,6 +126,28 @@ mod tests {
         assert_eq!(ORDO_IOC_SETSTREAM, 0x4100_6f03);
         assert_eq!(ORDO_IOC_GETSTREAM, 0x8100_6f04);
         assert_eq!(ORDO_IOC_STREAMSYNC, 0x4100_6f05);
+        // sizeof(struct ordo_stream_flags) = 260 = 0x104.
+        assert_eq!(STREAM_FLAGS_BUF_BYTES, 260);
+        assert_eq!(ORDO_IOC_SETSTREAMFLAGS, 0x4104_6f06);
+        assert_eq!(ORDO_IOC_GETSTREAMFLAGS, 0x8104_6f07);
+        assert_eq!(IGNORE_FSYNC, 1);
+    }
+
+    #[test]
+    fn stream_flags_round_trip_through_their_buffer() {
+        let b = stream_flags_buffer(b"s1", IGNORE_FSYNC).unwrap();
+        assert_eq!(stream_flags_of_buffer(&b), Ok((&b"s1"[..], IGNORE_FSYNC)));
+        assert_eq!(&b[NAME_BUF_BYTES..], &IGNORE_FSYNC.to_ne_bytes());
+        let b = stream_flags_buffer(b"", 0).unwrap();
+        assert_eq!(stream_flags_of_buffer(&b), Ok((&b""[..], 0)));
+        assert_eq!(
+            stream_flags_buffer(&[b'x'; NAME_BUF_BYTES], 0),
+            Err(libc::ENAMETOOLONG)
+        );
+        assert_eq!(
+            stream_flags_of_buffer(&[0u8; NAME_BUF_BYTES]),
+            Err(libc::EINVAL)
+        );
     }
 
     #[test]

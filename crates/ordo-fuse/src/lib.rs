@@ -591,6 +591,34 @@ impl OrdoFuse {
                 };
                 self.fs.streamsync(id).map_err(fs_err)?;
             }
+            ioctl::ORDO_IOC_SETSTREAMFLAGS => {
+                let (name, flags) =
+                    ioctl::stream_flags_of_buffer(in_data).map_err(Errno::from_i32)?;
+                // An unknown flag changes nothing: not even the stream.
+                if flags & !ordo_fs::stream::STREAM_FLAGS != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                let id = if name.is_empty() {
+                    self.streams.stream_of(req.pid())
+                } else {
+                    let id = self.fs.stream_id(name).map_err(fs_err)?;
+                    self.streams.set(req.pid(), id).map_err(Errno::from_i32)?;
+                    id
+                };
+                self.fs.set_stream_flags(id, flags).map_err(fs_err)?;
+            }
+            ioctl::ORDO_IOC_GETSTREAMFLAGS => {
+                let id = self.streams.stream_of(req.pid());
+                let name = self.fs.stream_name(id).unwrap_or_default();
+                let mut out = ioctl::stream_flags_buffer(&name, self.fs.stream_flags(id))
+                    .map_err(Errno::from_i32)?
+                    .to_vec();
+                if (out_size as usize) < out.len() {
+                    return Err(Errno::from_i32(libc::ERANGE));
+                }
+                out.truncate(out_size as usize);
+                return Ok(out);
+            }
             _ => return Err(Errno::from_i32(libc::ENOTTY)),
         }
         Ok(Vec::new())

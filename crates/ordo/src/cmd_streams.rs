@@ -4,7 +4,11 @@
 //!
 //! `ordo run --stream NAME -- CMD` puts its own process in the stream and
 //! then execs CMD, so CMD keeps the pid the mount recorded, and every
-//! process CMD starts inherits the stream.
+//! process CMD starts inherits the stream. It sets the stream's flags
+//! too (SETSTREAMFLAGS): `--ignore-fsync` is ccfs's `IGNORE_FSYNC`, under
+//! which the fsyncs of every process in the stream return at once (the
+//! stream's order still holds; `ordo streamsync` makes it durable), and
+//! without it fsync in the stream is a real one again.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -23,6 +27,12 @@ pub struct RunArgs {
     /// stream of every process that set none).
     #[arg(long, value_name = "NAME")]
     stream: OsString,
+    /// Set the stream's IGNORE_FSYNC flag (ccfs+): fsync and fdatasync in
+    /// the stream return at once, ordering kept; `ordo streamsync` makes
+    /// the stream durable. The flag is the stream's, so it applies to
+    /// every process in it; without this option `ordo run` clears it.
+    #[arg(long)]
+    ignore_fsync: bool,
     /// A directory on the ordo mount (default: the current directory).
     #[arg(long, value_name = "DIR")]
     mount: Option<PathBuf>,
@@ -80,11 +90,26 @@ fn open(path: &Path) -> Result<File, String> {
     File::open(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// `ordo run --stream NAME [--mount DIR] -- CMD ARGS...`.
+/// SETSTREAMFLAGS: the caller in stream `name` (non-empty) with `flags`.
+fn set_stream_flags(file: &File, name: &[u8], flags: u32) -> io::Result<()> {
+    if name.is_empty() {
+        // The ioctl reads an empty name as "the caller's stream".
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut buf = ioctl::stream_flags_buffer(name, flags).map_err(io::Error::from_raw_os_error)?;
+    ioctl_raw(file, ioctl::ORDO_IOC_SETSTREAMFLAGS, buf.as_mut_ptr())
+}
+
+/// `ordo run --stream NAME [--ignore-fsync] [--mount DIR] -- CMD ARGS...`.
 pub fn run(a: &RunArgs) -> u8 {
     let dir = a.mount.clone().unwrap_or_else(|| PathBuf::from("."));
+    let flags = if a.ignore_fsync {
+        ioctl::IGNORE_FSYNC
+    } else {
+        0
+    };
     let set = open(&dir).and_then(|f| {
-        ioctl_name(&f, ioctl::ORDO_IOC_SETSTREAM, a.stream.as_bytes()).map_err(|e| {
+        set_stream_flags(&f, a.stream.as_bytes(), flags).map_err(|e| {
             let mut m = explain("setstream on", &dir, &e);
             if matches!(e.raw_os_error(), Some(libc::ENOTTY) | Some(libc::ENOSYS))
                 && a.mount.is_none()

@@ -261,13 +261,23 @@ fn ioctls_and_ordo_run_on_every_protocol() {
         // ordo info says what the calls are on this protocol.
         let info = assert_ok(&ordo(&["info", mp.to_str().unwrap()]), "ordo info");
         // The protocols with the prefix property (OptFS) have osync and
-        // dsync of their own; no shipped protocol has streams yet.
-        let want = if mode.caps().prefix_after_crash {
-            "durability calls: osync=native, dsync=native, streamsync=sync"
-        } else {
-            "durability calls: osync=fsync, dsync=fsync, streamsync=sync"
-        };
-        assert!(info.contains(want), "{mode:?}: {info}");
+        // dsync of their own; those that keep streams apart (ccfs) have
+        // streamsync.
+        let caps = mode.caps();
+        let want = format!(
+            "durability calls: {}, streamsync={}",
+            if caps.prefix_after_crash {
+                "osync=native, dsync=native"
+            } else {
+                "osync=fsync, dsync=fsync"
+            },
+            if caps.stream_prefix_after_crash {
+                "native"
+            } else {
+                "sync"
+            }
+        );
+        assert!(info.contains(&want), "{mode:?}: {info}");
         m.stop_ok();
         assert_e2fsck_clean(&image);
     }

@@ -20,6 +20,7 @@ pub(crate) mod ordering;
 pub mod sched_chain;
 pub mod sched_flag;
 pub mod softdep;
+pub mod streams;
 pub mod sync_mode;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ const REGISTRY: &[&ProtocolSpec] = &[
     &sched_flag::SPEC,
     &sched_chain::SPEC,
     &optimistic::SPEC,
+    &streams::SPEC,
 ];
 
 /// What a crash leaves under a protocol, and how the crash explorer
@@ -100,6 +102,15 @@ pub struct Capabilities {
     /// whole recovered tree against the model's snapshots, which is what
     /// makes `osync`'s ordering promise checkable.
     pub prefix_after_crash: bool,
+    /// Order is kept per stream, not across streams (ccfs): after
+    /// recovery the tree equals the model after some *prefix of each
+    /// stream's* operations, applied in the order they ran, where an
+    /// operation related to an earlier one of another stream (same file,
+    /// same name in a directory, an entry inside a directory another
+    /// stream made) is present only with it. The crash explorer checks
+    /// the recovered tree against those models, and a returned fsync or
+    /// streamsync as a lower bound on its stream's prefix.
+    pub stream_prefix_after_crash: bool,
     /// Journal-superblock INCOMPAT bits that mark a live log only this
     /// protocol's recovery can read (its own extensions of JBD2). An image
     /// whose journal carries one is recovered by this protocol, whatever
@@ -120,6 +131,7 @@ impl Capabilities {
         stale_data_with_writeback: false,
         scheduler: false,
         prefix_after_crash: false,
+        stream_prefix_after_crash: false,
         log_incompat: 0,
     };
 }
@@ -662,6 +674,27 @@ pub enum WriteBackReason {
 pub trait Sealer {
     /// Fix every checksum of `image`, an image of `block`.
     fn reseal(&self, block: u64, image: &mut [u8]);
+
+    /// For `image`, an image of group-descriptor block `block`: set the
+    /// block- and inode-bitmap checksums its descriptors carry from the
+    /// bitmap images `bitmap(b)` gives (`None`: that checksum is left as
+    /// it is). Run it before [`Sealer::reseal`], which seals the
+    /// descriptors over them. Default: nothing.
+    fn seal_bitmap_csums(
+        &self,
+        block: u64,
+        image: &mut [u8],
+        bitmap: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    ) {
+        let _ = (block, image, bitmap);
+    }
+
+    /// The group-descriptor block whose descriptor carries bitmap block
+    /// `block`'s checksum, if `block` is a bitmap. Default: none.
+    fn bitmap_desc_block(&self, block: u64) -> Option<u64> {
+        let _ = block;
+        None
+    }
 }
 
 /// What a protocol sees of the core while it plans I/O: the buffer cache
@@ -699,6 +732,21 @@ impl<'a> Io<'a> {
         if let Some(s) = self.sealer {
             s.reseal(block, image);
         }
+    }
+    /// [`Sealer::seal_bitmap_csums`] of the core's sealer (no-op without one).
+    pub fn seal_bitmap_csums(
+        &self,
+        block: u64,
+        image: &mut [u8],
+        bitmap: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    ) {
+        if let Some(s) = self.sealer {
+            s.seal_bitmap_csums(block, image, bitmap);
+        }
+    }
+    /// [`Sealer::bitmap_desc_block`] of the core's sealer.
+    pub fn bitmap_desc_block(&self, block: u64) -> Option<u64> {
+        self.sealer.and_then(|s| s.bitmap_desc_block(block))
     }
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
@@ -1036,6 +1084,15 @@ pub trait Protocol: Send {
     /// Make `ino` durable (data and, unless `datasync` allows skipping it,
     /// metadata), together with whatever the protocol's semantics tie to it.
     fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()>;
+
+    /// [`Protocol::fsync`] called from stream `stream` (the caller's
+    /// [`HandleInfo::stream`]): a protocol that keeps streams apart
+    /// commits the caller's stream with the file (ccfs's fsync commits
+    /// its stream). Default: [`Protocol::fsync`], which ignores streams.
+    fn fsync_in(&mut self, stream: u32, ino: Ino, datasync: bool, io: &mut Io) -> Result<()> {
+        let _ = stream;
+        self.fsync(ino, datasync, io)
+    }
 
     /// Make everything durable.
     fn sync(&mut self, io: &mut Io) -> Result<()>;

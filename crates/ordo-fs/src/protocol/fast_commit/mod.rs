@@ -140,6 +140,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         stale_data_with_writeback: true,
         scheduler: false,
         prefix_after_crash: false,
+        stream_prefix_after_crash: false,
         log_incompat: 0,
     },
     recover: replay::recover,

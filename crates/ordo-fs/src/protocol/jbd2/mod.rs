@@ -367,6 +367,14 @@ pub struct JournalProtocol {
     commit_tickets: BTreeMap<u32, ordo_dev::Ticket>,
     /// The device's durable horizon as last reported.
     horizon: ordo_dev::Ticket,
+    /// Images to log in place of the cached ones at the next commit, with
+    /// the cache generation each equals (0: none; the block then stays
+    /// dirty after its checkpoint). `mode=streams` commits one stream's
+    /// changes superimposed on a block's last committed image.
+    image_override: BTreeMap<u64, (Arc<Vec<u8>>, u64)>,
+    /// Dirty blocks no update reported join the committing transaction
+    /// (off when several transactions run at once: another stream's).
+    sweep: bool,
 }
 
 impl JournalProtocol {
@@ -527,6 +535,8 @@ impl JournalProtocol {
             rules,
             commit_tickets: BTreeMap::new(),
             horizon: 0,
+            image_override: BTreeMap::new(),
+            sweep: true,
         })
     }
 
@@ -668,8 +678,10 @@ impl JournalProtocol {
     /// The image to log for `block`: the cached one (the superblock with
     /// needs_recovery set); returns (copy, generation, class).
     fn take_copy(&mut self, io: &Io, block: u64) -> Option<(Arc<Vec<u8>>, u64, BlockClass)> {
-        let snap = io.snapshot(block)?;
-        let gen = io.generation(block);
+        let (snap, gen) = match self.image_override.remove(&block) {
+            Some(o) => o,
+            None => (io.snapshot(block)?, io.generation(block)),
+        };
         let class = io.class_of(block);
         if block == self.super_block {
             let mut img = (*snap).clone();
@@ -712,7 +724,9 @@ impl JournalProtocol {
             ));
         }
         let tid = self.running.tid;
-        self.sweep_unreported(io);
+        if self.sweep {
+            self.sweep_unreported(io);
+        }
         // Blocks to log, with their committed copies taken now.
         let mut copies: Vec<(u64, Arc<Vec<u8>>, u64, BlockClass)> = Vec::new();
         let logged = std::mem::take(&mut self.running.logged);
@@ -975,6 +989,70 @@ impl JournalProtocol {
     pub(crate) fn log_block(&mut self, block: u64) {
         self.running.data.remove(&block);
         self.running.logged.insert(block);
+    }
+
+    /// Hand the next commit a transaction built elsewhere (`mode=streams`:
+    /// one stream's share of the changes): the blocks to log, each with
+    /// its image and the cache generation it equals (0 when it is not
+    /// the cached image), the file-data blocks to write home first, the
+    /// blocks to revoke and those it frees. Unreported dirty blocks are
+    /// swept in only when the transaction is `everything` not yet
+    /// committed (otherwise they may be another transaction's).
+    pub(crate) fn stage(
+        &mut self,
+        logged: impl IntoIterator<Item = (u64, Option<(Arc<Vec<u8>>, u64)>)>,
+        data: impl IntoIterator<Item = u64>,
+        revoked: impl IntoIterator<Item = u64>,
+        freed: impl IntoIterator<Item = u64>,
+        everything: bool,
+    ) {
+        debug_assert!(
+            self.running.is_empty(),
+            "a staged transaction replaces none"
+        );
+        self.sweep = everything;
+        for (b, image) in logged {
+            self.running.logged.insert(b);
+            if let Some(image) = image {
+                self.image_override.insert(b, image);
+            }
+        }
+        self.running.data.extend(data);
+        self.running.revoked.extend(revoked);
+        self.running.freed.extend(freed);
+    }
+
+    /// Never sweep unreported dirty blocks into a commit (they may belong
+    /// to another running transaction).
+    pub(crate) fn sweep_off(&mut self) {
+        self.sweep = false;
+    }
+
+    /// Commit what [`JournalProtocol::stage`] handed over; `durable`: the
+    /// caller needs it durable (fsync, sync).
+    pub(crate) fn commit_staged(&mut self, io: &mut Io, durable: bool) -> Result<()> {
+        let r = self.commit(io, durable);
+        self.image_override.clear();
+        self.sweep = false;
+        r
+    }
+
+    /// Whether a block freed earlier may be allocated again (its freeing
+    /// commit is durable), as far as the journal knows.
+    pub(crate) fn reusable(&self, block: u64) -> bool {
+        !self.freed_pending.contains_key(&block)
+    }
+
+    /// Whether a copy of `block` is in the live log (a free of it needs a
+    /// revoke record).
+    pub(crate) fn in_live_log(&self, block: u64) -> bool {
+        self.in_log.contains_key(&block)
+    }
+
+    /// Log blocks a transaction of `copies` copies and `revokes` revoke
+    /// records takes, and the bound past which a transaction commits.
+    pub(crate) fn txn_size(&self, copies: usize, revokes: usize) -> (u32, u32) {
+        (self.txn_blocks(copies, revokes), self.max_txn_blocks)
     }
 
     /// Revoke `block` in the running transaction (a protocol's own reason:
