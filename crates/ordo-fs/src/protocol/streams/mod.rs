@@ -101,7 +101,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::update::{
-    CounterKind, DataWrite, HandleInfo, Ino, InodeField, LinkOp, Update, UpdateKind,
+    CounterKind, DataWrite, HandleInfo, Ino, InodeField, LinkOp, OpKind, Update, UpdateKind,
 };
 
 /// `mode=streams`.
@@ -849,7 +849,12 @@ impl Protocol for StreamsProtocol {
             }
             UpdateKind::Inode { ino, field } => {
                 self.note_inode(*ino, s);
-                let shared = matches!(field, InodeField::Links | InodeField::Times)
+                // A directory's times and link count are shared, unless
+                // set explicitly (chmod, setxattr: even to the value it
+                // had, when only the change time moves).
+                let explicit = matches!(h.op, OpKind::SetAttr | OpKind::SetXattr);
+                let shared = !explicit
+                    && matches!(field, InodeField::Links | InodeField::Times)
                     && self.dirs.contains(ino);
                 if !shared && *field != InodeField::Checksum {
                     self.own_inode(*ino, s);
