@@ -708,12 +708,19 @@ impl StreamsProtocol {
         // A group-descriptor block also carries the checksums of the
         // bitmaps it describes: another stream's bits in one of them make
         // the cached checksum wrong for the committed bitmap.
-        let others = foreign(t)
-            || (bitmap.is_some()
-                && self
-                    .tracked
-                    .iter()
-                    .any(|(&m, t)| io.bitmap_desc_block(m) == Some(b) && foreign(t)));
+        // (Every record belongs to a running transaction: with none but
+        // the committing one left, nothing is foreign.)
+        let others = !self.groups.is_empty()
+            && (foreign(t)
+                || (bitmap.is_some()
+                    && self
+                        .tracked
+                        .iter()
+                        .any(|(&m, t)| io.bitmap_desc_block(m) == Some(b) && foreign(t))));
+        debug_assert!(
+            !self.groups.is_empty() || !foreign(t),
+            "block {b}: a record of no running transaction"
+        );
         if self.fault == Some(Fault::WholeBlocks) || !others {
             return Some((cache, io.generation(b)));
         }
