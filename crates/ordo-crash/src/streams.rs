@@ -65,6 +65,9 @@ pub struct Analysis {
     tree_ops: Vec<Vec<usize>>,
     /// What each operation changes, as model nodes (by 0-based position).
     touch: Vec<Touch>,
+    /// The node an fsync, fdatasync or dsync names, as it ran (by 0-based
+    /// position).
+    synced: Vec<Option<NodeId>>,
     /// `need[s][m]`: the least tuple closed under the relations of the
     /// first `m` operations of stream `s` with earlier operations of other
     /// streams (its own entry is 0).
@@ -81,11 +84,6 @@ fn norm(p: &str) -> String {
     } else {
         t.to_string()
     }
-}
-
-fn parent(p: &str) -> Option<&str> {
-    let i = p.rfind('/')?;
-    Some(if i == 0 { "/" } else { &p[..i] })
 }
 
 /// The paths an operation names (both of link and rename; not a
@@ -114,17 +112,6 @@ pub fn op_paths(op: &Op) -> Vec<String> {
         | Op::RemoveXattr { path, .. }
         | Op::SetAcl { path, .. } => vec![norm(path)],
         Op::Sync | Op::Writeback | Op::SetStream(_) | Op::Streamsync => Vec::new(),
-    }
-}
-
-/// The names an operation adds to or removes from a directory.
-fn entry_paths(op: &Op) -> Vec<String> {
-    match op {
-        Op::Creat(p) | Op::Mkdir(p) | Op::Unlink(p) | Op::Rmdir(p) => vec![norm(p)],
-        Op::Symlink { path, .. } => vec![norm(path)],
-        Op::Link { dst, .. } => vec![norm(dst)],
-        Op::Rename { src, dst } => vec![norm(src), norm(dst)],
-        _ => Vec::new(),
     }
 }
 
@@ -189,6 +176,13 @@ impl Touch {
             _ => {}
         }
         t
+    }
+
+    /// Whether the operation changes node `n` for the promise of an fsync
+    /// of `n`: its data, attributes or link count, an entry of directory
+    /// `n`, or `n` itself made.
+    fn touches(&self, n: NodeId) -> bool {
+        self.nodes.contains(&n) || self.entries.iter().any(|(d, _)| *d == n) || self.made == Some(n)
     }
 
     /// Whether `later` is related to `self` (an earlier operation of
@@ -276,13 +270,6 @@ fn at_nodes(op: &Op, ran: &Tree, tree: &Tree) -> Option<Op> {
     Some(o)
 }
 
-/// Whether `op` touches `path` for the promise of an fsync of `path`: it
-/// names `path`, or adds or removes an entry of the directory `path`.
-fn touches(op: &Op, path: &str) -> bool {
-    op_paths(op).iter().any(|p| p == path)
-        || entry_paths(op).iter().any(|p| parent(p) == Some(path))
-}
-
 impl Analysis {
     /// Analyse `ops` (the recorded operations). `before(k)` is the model's
     /// tree before operation `k` (1-based), which says whether a rename
@@ -310,6 +297,14 @@ impl Analysis {
                 tree_ops[stream_of[i]].push(i + 1);
             }
         }
+        let synced: Vec<Option<NodeId>> = ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| match op {
+                Op::Fsync(p) | Op::Fdatasync(p) | Op::Dsync(p) => before(i + 1).resolve(p),
+                _ => None,
+            })
+            .collect();
         let touch: Vec<Touch> = ops
             .iter()
             .enumerate()
@@ -336,6 +331,7 @@ impl Analysis {
             stream_of,
             tree_ops,
             touch,
+            synced,
             need: Vec::new(),
             prefix,
         };
@@ -434,9 +430,10 @@ impl Analysis {
     /// for `sync` every operation before it; for `streamsync` in stream S
     /// every operation of S before it; for fsync, fdatasync or dsync of
     /// a path by stream S, S's operations before it and, of every other
-    /// stream, its operations up to its last one before `p` that touches
-    /// the path (names it, or adds or removes an entry of the directory
-    /// it names). Not closed under the relations ([`Analysis::close`]).
+    /// stream, its operations up to its last one before `p` that changed
+    /// the node the path named when the fsync ran (its data, attributes
+    /// or link count, an entry of it, or made it). Not closed under the
+    /// relations ([`Analysis::close`]).
     pub fn required_by(&self, p: usize) -> Tuple {
         let ns = self.names.len();
         let mut t = vec![0u32; ns];
@@ -447,16 +444,20 @@ impl Analysis {
         match op {
             Op::Sync => t = self.prefix[p - 1].clone(),
             Op::Streamsync => t[s] = self.prefix[p - 1][s],
-            Op::Fsync(path) | Op::Fdatasync(path) | Op::Dsync(path) => {
-                let path = norm(path);
+            Op::Fsync(_) | Op::Fdatasync(_) | Op::Dsync(_) => {
                 t[s] = self.prefix[p - 1][s];
+                // The node the fsync named as it ran: an operation before
+                // it under the same path may have reached another node.
+                let Some(n) = self.synced[p - 1] else {
+                    return t;
+                };
                 for (other, ops) in self.tree_ops.iter().enumerate() {
                     if other == s {
                         continue;
                     }
                     if let Some(pos) = ops
                         .iter()
-                        .rposition(|&k| k < p && touches(&self.ops[k - 1], &path))
+                        .rposition(|&k| k < p && self.touch[k - 1].touches(n))
                     {
                         t[other] = pos as u32 + 1;
                     }
