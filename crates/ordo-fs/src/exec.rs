@@ -38,12 +38,34 @@ pub(crate) struct GroupCommit {
     pub(crate) done_errno: Option<i32>,
     /// fsyncs waiting for a leader (observable by tests).
     pub(crate) waiting: usize,
+    /// The files the waiting callers asked for: the next leader's commit
+    /// covers them too (with streams, a file may hold another stream's
+    /// changes, which only a commit naming the file brings along).
+    pub(crate) inodes: Vec<crate::update::Ino>,
+}
+
+/// The group commits of a mount: one, or one per stream when a commit
+/// covers its caller's stream rather than everything
+/// (`Capabilities::group_commit_per_stream`).
+#[derive(Default)]
+pub(crate) struct GroupCommits {
+    pub(crate) per_stream: bool,
+    pub(crate) by_key: std::collections::HashMap<u32, GroupCommit>,
+}
+
+impl GroupCommits {
+    /// The group commit a caller in `stream` joins.
+    pub(crate) fn of(&mut self, stream: u32) -> &mut GroupCommit {
+        let key = if self.per_stream { stream } else { 0 };
+        self.by_key.entry(key).or_default()
+    }
 }
 
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
-    /// `Some` for the protocols whose commits cover everything before them.
-    pub(crate) group: Option<(Mutex<GroupCommit>, Condvar)>,
+    /// `Some` for the protocols whose commits cover everything before them
+    /// (or everything of the caller's stream).
+    pub(crate) group: Option<(Mutex<GroupCommits>, Condvar)>,
     pub(crate) seq: Mutex<Sequencer>,
     pub(crate) turn: Condvar,
     pub(crate) dev: Arc<dyn BlockDevice>,

@@ -483,7 +483,9 @@ impl Fs {
         if self.fsync_is_osync {
             return self.osync(ino);
         }
-        self.commit_inode(ino, true, |p, io| p.fsync_in(stream.0, ino, datasync, io))
+        self.commit_inode(ino, stream.0, true, |p, io, inos| {
+            p.fsync_in(stream.0, inos, datasync, io)
+        })
     }
 
     /// An ordering point for `ino` (OptFS): what was done before the call
@@ -495,7 +497,14 @@ impl Fs {
         let native = self
             .native_durability_calls()
             .contains(DurabilityCalls::OSYNC);
-        self.commit_inode(ino, !native, |p, io| p.osync(ino, io))
+        let stream = self.getstream().0;
+        self.commit_inode(ino, stream, !native, |p, io, inos| {
+            if native {
+                p.osync(ino, io)
+            } else {
+                p.fsync_in(stream, inos, false, io)
+            }
+        })
     }
 
     /// Make `ino` durable (OptFS's dsync): an fsync on the protocols
@@ -504,7 +513,14 @@ impl Fs {
         let native = self
             .native_durability_calls()
             .contains(DurabilityCalls::DSYNC);
-        self.commit_inode(ino, !native, |p, io| p.dsync(ino, io))
+        let stream = self.getstream().0;
+        self.commit_inode(ino, stream, !native, |p, io, inos| {
+            if native {
+                p.dsync(ino, io)
+            } else {
+                p.fsync_in(stream, inos, false, io)
+            }
+        })
     }
 
     /// Make every change made in stream `stream` durable (ccfs): a full
@@ -591,16 +607,20 @@ impl Fs {
         self.shared.lock().proto.native_durability_calls()
     }
 
-    /// Commit for one inode through `call` (fsync, osync, dsync). With
-    /// `group`, on the protocols whose commits cover everything before
-    /// them, the call shares the commit of concurrent callers (group
-    /// commit): only for calls whose guarantee is an fsync's, since a
-    /// waiter returns when another caller's commit is done.
+    /// Commit for one inode through `call` (fsync, osync, dsync), from
+    /// `stream`. With `group`, on the protocols whose commits cover
+    /// everything before them (or, with `group_commit_per_stream`,
+    /// everything of the caller's stream), the call shares the commit of
+    /// concurrent callers (of its stream): only for calls whose guarantee
+    /// is an fsync's, since a waiter returns when another caller's commit
+    /// is done. `call` gets the files of every caller the commit serves,
+    /// the leader's first.
     fn commit_inode(
         &self,
         ino: Ino,
+        stream: u32,
         group: bool,
-        call: impl Fn(&mut dyn protocol::Protocol, &mut protocol::Io) -> Result<()>,
+        call: impl Fn(&mut dyn protocol::Protocol, &mut protocol::Io, &[Ino]) -> Result<()>,
     ) -> Result<()> {
         if self.read_only {
             return Ok(());
@@ -608,18 +628,18 @@ impl Fs {
         let Some((group, cv)) = self.shared.group.as_ref().filter(|_| group) else {
             return self.shared.plan(|c| {
                 c.live_inode(ino)?;
-                c.plan_with(&call)
+                c.plan_with(|p, io| call(p, io, &[ino]))
             });
         };
         // The caller's own errors first: a leader's commit must not fail
         // for a reason that is not its waiters'.
         self.shared.read(|c| c.live_inode(ino).map(|_| ()))?;
-        let commit = || self.shared.plan(|c| c.plan_with(&call));
-        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gs = group.lock().unwrap_or_else(|e| e.into_inner());
         // Every change this caller made is in the cache now; a commit that
-        // *starts* later (number > arrival) covers them.
-        let arrival = g.started;
+        // *starts* later (number > arrival) covers them, and names its file.
+        let arrival = gs.of(stream).started;
         loop {
+            let g = gs.of(stream);
             if g.done > arrival {
                 return match g.done_errno {
                     None => Ok(()),
@@ -630,15 +650,25 @@ impl Fs {
                 break;
             }
             g.waiting += 1;
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-            g.waiting -= 1;
+            g.inodes.push(ino);
+            gs = cv.wait(gs).unwrap_or_else(|e| e.into_inner());
+            gs.of(stream).waiting -= 1;
         }
+        let g = gs.of(stream);
         g.leading = true;
         g.started += 1;
         let me = g.started;
-        drop(g);
-        let r = commit();
-        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inos = std::mem::take(&mut g.inodes);
+        inos.retain(|&i| i != ino);
+        inos.sort_unstable();
+        inos.dedup();
+        inos.insert(0, ino);
+        drop(gs);
+        let r = self
+            .shared
+            .plan(|c| c.plan_with(|p, io| call(p, io, &inos)));
+        let mut gs = group.lock().unwrap_or_else(|e| e.into_inner());
+        let g = gs.of(stream);
         debug_assert!(g.leading && g.started == me);
         g.leading = false;
         g.done = me;
@@ -650,7 +680,8 @@ impl Fs {
     /// (always 0 for the protocols without group commit).
     pub fn fsync_waiters(&self) -> usize {
         self.shared.group.as_ref().map_or(0, |(g, _)| {
-            g.lock().unwrap_or_else(|e| e.into_inner()).waiting
+            let g = g.lock().unwrap_or_else(|e| e.into_inner());
+            g.by_key.values().map(|g| g.waiting).sum()
         })
     }
     pub fn sync(&self) -> Result<()> {

@@ -24,7 +24,7 @@ use ordo_format::Superblock;
 use crate::cache::BufferCache;
 use crate::clock::Clock;
 use crate::error::{FsError, Result};
-use crate::exec::{GroupCommit, Sequencer, Shared};
+use crate::exec::{GroupCommits, Sequencer, Shared};
 use crate::fs::Fs;
 use crate::layout::{feat, sb};
 use crate::protocol::{self, Protocol, ProtocolEnv, WriteBackReason};
@@ -459,11 +459,13 @@ impl Fs {
         let journaled = opts.mode.caps().log_replay;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
-            group: opts
-                .mode
-                .caps()
-                .group_commit
-                .then(|| (Mutex::new(GroupCommit::default()), Condvar::new())),
+            group: opts.mode.caps().group_commit.then(|| {
+                let g = GroupCommits {
+                    per_stream: opts.mode.caps().group_commit_per_stream,
+                    ..GroupCommits::default()
+                };
+                (Mutex::new(g), Condvar::new())
+            }),
             seq: Mutex::new(Sequencer {
                 next_ticket: 0,
                 now_serving: 0,

@@ -1,7 +1,8 @@
-//! Group commit (`mode=journal` and `mode=fast_commit`): fsyncs that
-//! arrive while another fsync's commit is running wait for it and then
-//! share one commit, instead of each queuing a commit of its own; and
-//! that one commit makes every waiter's changes durable.
+//! Group commit (`mode=journal`, `mode=fast_commit`, and per stream
+//! `mode=streams`): fsyncs that arrive while another fsync's commit is
+//! running wait for it and then share one commit, instead of each queuing
+//! a commit of its own; and that one commit makes every waiter's changes
+//! durable. Under streams only fsyncs of one stream share.
 //!
 //! Deterministic, not timed: the device's flush blocks until the test
 //! opens a gate, and the test waits until the file system reports the
@@ -185,4 +186,69 @@ fn fast_commit_fsyncs_share_a_fast_commit() {
         "has_journal,fast_commit",
         "fc_fast_commits",
     );
+}
+
+#[test]
+fn streams_fsyncs_of_one_stream_share_a_commit() {
+    check(ProtocolKind::named("streams"), "has_journal", "commits");
+}
+
+/// With `mode=streams` a commit covers its caller's stream only, so an
+/// fsync from another stream never waits for it as a group-commit waiter:
+/// it plans a commit of its own while the first one is blocked.
+#[test]
+fn streams_fsyncs_of_other_streams_plan_their_own_commit() {
+    let mem = MemDevice::new(4096, 8192).unwrap();
+    mkfs(
+        &mem,
+        &MkfsOptions {
+            block_size: 4096,
+            features: parse_features("has_journal", DEFAULT_FEATURES).unwrap(),
+            journal_blocks: Some(1024),
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
+    let dev = Arc::new(GateDevice {
+        inner: mem,
+        closed: Mutex::new(false),
+        blocked: Mutex::new(0),
+        cv: Condvar::new(),
+    });
+    let opts = MountOptions {
+        mode: ProtocolKind::named("streams"),
+        background: false,
+        ..MountOptions::default()
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), opts).unwrap());
+    let root = Creds::root();
+    let a = fs
+        .create(ROOT_INO, b"a", FileType::Regular, 0o644, 0, &root)
+        .unwrap()
+        .ino;
+    let b = fs
+        .create(ROOT_INO, b"b", FileType::Regular, 0o644, 0, &root)
+        .unwrap()
+        .ino;
+    fs.sync().unwrap();
+    let before = stat(&fs, "stream_commits");
+    dev.set_closed(true);
+    let in_stream = |name: &'static [u8], ino, fill: u8| {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            fs.setstream(name).unwrap();
+            fs.write(ino, 0, &[fill; 5000]).unwrap();
+            fs.fsync(ino, false)
+        })
+    };
+    let first = in_stream(b"one", a, 1);
+    wait_until("the first commit to reach the gate", || dev.blocked() == 1);
+    let second = in_stream(b"two", b, 2);
+    wait_until("the other stream to plan its own commit", || {
+        stat(&fs, "stream_commits") == before + 2
+    });
+    assert_eq!(fs.fsync_waiters(), 0, "an fsync waited for another stream");
+    dev.set_closed(false);
+    first.join().unwrap().unwrap();
+    second.join().unwrap().unwrap();
 }

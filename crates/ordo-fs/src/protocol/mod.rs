@@ -70,6 +70,11 @@ pub struct Capabilities {
     /// Its commits make everything before them durable, so concurrent
     /// fsyncs may share one (the core's group commit).
     pub group_commit: bool,
+    /// With `group_commit`: a commit covers everything of its caller's
+    /// stream (and the files named), not everything, so only fsyncs of
+    /// one stream share a commit; the leader's `fsync_in` names every
+    /// waiting caller's file.
+    pub group_commit_per_stream: bool,
     /// It keeps a log guarded by the superblock's `needs_recovery` flag:
     /// mount replays the log (and undoes a torn flip of the flag), a clean
     /// unmount leaves the "cleanly unmounted" bit to the log, and an image
@@ -123,6 +128,7 @@ impl Capabilities {
     /// differences from (`..Capabilities::NONE`).
     pub const NONE: Capabilities = Capabilities {
         group_commit: false,
+        group_commit_per_stream: false,
         log_replay: false,
         kernel_replays: false,
         after_crash: AfterCrash::NoPromise,
@@ -1085,13 +1091,15 @@ pub trait Protocol: Send {
     /// metadata), together with whatever the protocol's semantics tie to it.
     fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()>;
 
-    /// [`Protocol::fsync`] called from stream `stream` (the caller's
-    /// [`HandleInfo::stream`]): a protocol that keeps streams apart
-    /// commits the caller's stream with the file (ccfs's fsync commits
-    /// its stream). Default: [`Protocol::fsync`], which ignores streams.
-    fn fsync_in(&mut self, stream: u32, ino: Ino, datasync: bool, io: &mut Io) -> Result<()> {
+    /// [`Protocol::fsync`] of files `inos` (never empty) called from
+    /// stream `stream` (the caller's [`HandleInfo::stream`]): one caller's
+    /// file, or with group commit every waiting caller's. A protocol that
+    /// keeps streams apart commits the caller's stream with the files
+    /// (ccfs's fsync commits its stream). Default: [`Protocol::fsync`] of
+    /// the first, for the protocols whose commit covers everything.
+    fn fsync_in(&mut self, stream: u32, inos: &[Ino], datasync: bool, io: &mut Io) -> Result<()> {
         let _ = stream;
-        self.fsync(ino, datasync, io)
+        self.fsync(inos[0], datasync, io)
     }
 
     /// Make everything durable.

@@ -132,6 +132,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
     mkfs_features: "has_journal,fast_commit",
     caps: Capabilities {
         group_commit: true,
+        group_commit_per_stream: false,
         log_replay: true,
         kernel_replays: true,
         after_crash: AfterCrash::ConsistentAfterReplay,

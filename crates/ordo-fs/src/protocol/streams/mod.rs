@@ -13,7 +13,8 @@
 //! Each stream has its own running transaction: the metadata blocks it
 //! changed, the file data it wrote, the blocks it freed. `fsync` commits
 //! the caller's stream (and every stream holding uncommitted changes of
-//! the file), `streamsync` the caller's, `sync` and the commit interval
+//! the file; concurrent fsyncs of one stream share a commit, JBD2's group
+//! commit per stream), `streamsync` the caller's, `sync` and the commit interval
 //! every stream. Commits go through one log, one after another, each a
 //! complete JBD2 transaction (descriptor, copies, revoke, flush, commit
 //! block FUA).
@@ -111,6 +112,8 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
     variants: &[],
     mkfs_features: "has_journal",
     caps: Capabilities {
+        group_commit: true,
+        group_commit_per_stream: true,
         log_replay: true,
         kernel_replays: true,
         after_crash: AfterCrash::ConsistentAfterReplay,
@@ -961,17 +964,19 @@ impl Protocol for StreamsProtocol {
     }
 
     fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()> {
-        self.fsync_in(0, ino, datasync, io)
+        self.fsync_in(0, &[ino], datasync, io)
     }
 
-    fn fsync_in(&mut self, stream: u32, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
+    fn fsync_in(&mut self, stream: u32, inos: &[Ino], _datasync: bool, io: &mut Io) -> Result<()> {
         // The caller's stream, and every stream with uncommitted changes
-        // of the file, in one commit.
-        let others: Vec<u32> = self
-            .inode_streams
-            .get(&ino)
-            .map(|set| set.iter().copied().collect())
-            .unwrap_or_default();
+        // of the files (the callers' of one group commit), in one commit.
+        let mut others: Vec<u32> = inos
+            .iter()
+            .filter_map(|ino| self.inode_streams.get(ino))
+            .flat_map(|set| set.iter().copied())
+            .collect();
+        others.sort_unstable();
+        others.dedup();
         let mut root = self.find(stream);
         for o in others {
             if self.fault == Some(Fault::NoMerge) {
