@@ -11,6 +11,7 @@
 #   WORKLOADS=ganger-paper scripts/results.sh  # the same at the paper's sizes (about 45 min)
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop; F8_SCALE=medium)
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
+#   WORKLOADS=ccfs scripts/results.sh        # ccfs: Table 4, Figures 7 and 8, Table 5 (CCFS_SCALE=medium, CCFS_RUNS=3)
 #   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
@@ -157,6 +158,59 @@ for w in $WORKLOADS; do
         SCALE=${FUSE_SCALE:-medium} bench fuse-fsync fcmicro \
             --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic"
         bench fuse-read read --targets "ext4:ordered,ordo:journal"
+        ;;
+    ccfs)
+        # ccfs (Pillai et al., FAST '17 / TOS '17) for mode=streams: the raw
+        # runs go to docs/results/ccfs-runs/ (not sections of the page);
+        # scripts/ccfs_tables.py makes the four tables, the paper's figures
+        # beside ordo's, as docs/results/ccfs-*.txt. See docs/BENCH.md, "ccfs".
+        RUNS_DIR="$OUT/ccfs-runs"
+        mkdir -p "$RUNS_DIR"
+        CS=${CCFS_SCALE:-medium}
+        # ccfs_bench NAME SCALE ARGS...: one run, JSON and table kept.
+        ccfs_bench() {
+            local name=$1 scale=$2
+            shift 2
+            echo "results.sh: ccfs-runs/$name" >&2
+            "$BIN" bench "$@" --scale "$scale" --seed "$SEED" -q \
+                --json "$RUNS_DIR/$name.json" >"$RUNS_DIR/$name.txt" 2>&1 || true
+        }
+        # Table 4: one fsync of B after 100 MB to A; ccfs-2 beside the
+        # kernel in the same run, ccfs-1 alone; the HDD model once.
+        for r in $(seq 1 "${CCFS_RUNS:-3}"); do
+            ccfs_bench "table4-loop-2-r$r" "$CS" twofile --streams 2 \
+                --targets ext4:ordered,ordo:journal,ordo:streams
+            ccfs_bench "table4-loop-1-r$r" "$CS" twofile --streams 1 --targets ordo:streams
+        done
+        ccfs_bench table4-hdd-2 "$CS" twofile --streams 2 \
+            --targets ordo-lib:journal,ordo-lib:streams --disk hdd
+        ccfs_bench table4-hdd-1 "$CS" twofile --streams 1 --targets ordo-lib:streams --disk hdd
+        # Figure 7: B's fsyncs beside a 20 MB/s writer to A.
+        ccfs_bench fig7-loop-2 "${F7_SCALE:-medium}" twofile-repeat --streams 2 --size 4G \
+            --targets ext4:ordered,ordo:journal,ordo:streams
+        ccfs_bench fig7-loop-1 "${F7_SCALE:-medium}" twofile-repeat --streams 1 --size 4G \
+            --targets ordo:streams
+        ccfs_bench fig7-hdd-2 "${F7_HDD_SCALE:-paper}" twofile-repeat --streams 2 --size 4G \
+            --targets ordo-lib:journal,ordo-lib:streams --disk hdd
+        ccfs_bench fig7-hdd-1 "${F7_HDD_SCALE:-paper}" twofile-repeat --streams 1 --size 4G \
+            --targets ordo-lib:streams --disk hdd
+        # Figure 8: standard workloads in one stream, normalised to data=journal.
+        for f8 in varmail randwrite webserver createfiles seqwrite fileserver; do
+            extra=()
+            [ "$f8" = randwrite ] && extra=(--fsync-every 100)
+            ccfs_bench "fig8-$f8-hdd" "${F8_HDD_SCALE:-$SCALE}" "$f8" "${extra[@]}" --disk hdd \
+                --targets ordo-lib:journal,data=journal,ordo-lib:journal,ordo-lib:streams
+            ccfs_bench "fig8-$f8-loop" "${F8_SCALE:-medium}" "$f8" "${extra[@]}" \
+                --targets ext4:journal,ext4:ordered,ordo:journal,data=journal,ordo:journal,ordo:streams
+        done
+        # Table 5: SQLite, git, LevelDB with fsync and with IGNORE_FSYNC +
+        # streamsync, on the HDD model (served through FUSE by the harness)
+        # and on loop devices.
+        ccfs_bench table5-hdd "$CS" streams-sqlite,streams-git,streams-leveldb --disk hdd \
+            --targets ordo-lib:journal,fuse,ordo-lib:streams,fuse
+        ccfs_bench table5-loop "$CS" streams-sqlite,streams-git,streams-leveldb \
+            --targets ext4:ordered,ordo:journal,ordo:streams
+        /usr/bin/python3 scripts/ccfs_tables.py "$OUT"
         ;;
     page)
         # Only rewrite docs/RESULTS.md from what docs/results/ holds.

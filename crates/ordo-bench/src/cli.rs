@@ -55,6 +55,11 @@ pub struct BenchArgs {
     /// copy / remove / smallfiles: concurrent users.
     #[arg(long)]
     pub users: Option<u32>,
+    /// twofile / twofile-repeat: 1 puts A's and B's writers in one stream
+    /// (ccfs-1), 2 (the default) gives each its own (ccfs-2); no effect on
+    /// a file system without streams.
+    #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub streams: Option<u32>,
     /// Filebench personalities: worker threads.
     #[arg(long)]
     pub threads: Option<u32>,
@@ -127,12 +132,14 @@ fn parse_fsync_every(s: &str) -> Result<Vec<u64>> {
 
 /// Split a `--targets` list on commas, keeping a target's own options
 /// with it: `ordo:journal,data=writeback,ext4:ordered` is two targets, since
-/// an `OPT=V` item (an `=` and no `:`) belongs to the target before it.
+/// an `OPT=V` item (an `=` and no `:`) belongs to the target before it, as
+/// does a bare option such as `fuse` (no `:`, and not `tmpfs` or
+/// `fuse-floor`, the targets without one).
 fn split_targets(list: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for item in list.split(',').filter(|t| !t.is_empty()) {
         match out.last_mut() {
-            Some(prev) if item.contains('=') && !item.contains(':') => {
+            Some(prev) if !item.contains(':') && !matches!(item, "tmpfs" | "fuse-floor") => {
                 prev.push(',');
                 prev.push_str(item);
             }
@@ -177,6 +184,7 @@ impl BenchArgs {
                 users: self.users,
                 threads: self.threads,
                 append_bytes: self.append_bytes,
+                streams: self.streams,
             },
             progress: !self.quiet,
         })
@@ -209,6 +217,9 @@ impl BenchArgs {
         }
         if let Some(t) = self.threads {
             s.push_str(&format!(" --threads {t}"));
+        }
+        if let Some(n) = self.streams {
+            s.push_str(&format!(" --streams {n}"));
         }
         if let Some(d) = self.disk {
             s.push_str(&format!(" --disk {d}"));
@@ -338,6 +349,16 @@ mod tests {
                 "tmpfs"
             ]
         );
+        assert_eq!(
+            super::split_targets(
+                "ordo-lib:streams,fuse,fuse-floor,ordo-lib:journal,data=journal,fuse"
+            ),
+            vec![
+                "ordo-lib:streams,fuse",
+                "fuse-floor",
+                "ordo-lib:journal,data=journal,fuse"
+            ]
+        );
     }
 
     use super::*;
@@ -392,7 +413,13 @@ mod tests {
         };
         assert!(parse("nope", "tmpfs").is_err());
         assert!(parse("varmail", "ext5:x").is_err());
-        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 18);
+        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 22);
+        assert_eq!(
+            parse("twofile-repeat,streams-git", "tmpfs")
+                .unwrap()
+                .workloads,
+            vec![WorkloadName::TwofileRepeat, WorkloadName::StreamsGit]
+        );
         assert!(parse_fsync_every("0").is_err());
         assert_eq!(parse_fsync_every("1,8").unwrap(), vec![1, 8]);
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);

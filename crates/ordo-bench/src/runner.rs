@@ -174,7 +174,13 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
     let virtual_time = vfs.virtual_time();
     drop(vfs);
     let mut out = out?;
-    let m = inst.finish_window()?;
+    // A failed unmount (a protocol that cannot write everything back)
+    // keeps what the workload measured itself, beside the error: the
+    // device figures need the window's end and are absent.
+    let (m, unmount_error) = match inst.finish_window() {
+        Ok(m) => (m, None),
+        Err(e) => (crate::target::Measurement::default(), Some(e.to_string())),
+    };
     drop(inst);
 
     let elapsed_ns = out.elapsed_ns.unwrap_or(t1.saturating_sub(t0)).max(1);
@@ -198,6 +204,13 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
         ..Row::default()
     };
     row.set_latency(LatencySummary::from_ns(&mut out.fsync_ns));
+    if let Some(e) = unmount_error {
+        row.error = Some(format!(
+            "{e} (at the unmount ending the window: the workload's own figures are kept, the device's are absent)"
+        ));
+        row.counters_source = "none".into();
+        return Ok(row);
+    }
     match (&m.blockstat, &m.ordo) {
         (Some(k), _) => row.set_device_figures(k.writes, k.write_bytes(), k.flushes, "kernel"),
         (None, Some(o)) => {

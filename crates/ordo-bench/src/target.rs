@@ -6,7 +6,7 @@
 //! | `tmpfs` | the memory-speed bound (no device) |
 //! | `fuse-floor` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device) |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
-//! | `ordo-lib:MODE[,data=D][,sched=P]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`) |
+//! | `ordo-lib:MODE[,data=D][,sched=P][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
 //!
 //! Every case gets a fresh image of the same size. The measurement window is
 //! the same for every target with a device: setup runs in one mount; the
@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::commits::{CommitCounts, KernelCommitStats, ProtocolStats};
 use crate::error::{BenchError, Result};
 use crate::sys::{self, BlockStat};
-use crate::vfs::{lib_device, LibVfs, PosixVfs, Vfs};
+use crate::vfs::{lib_device, BenchClock, LibVfs, PosixVfs, Vfs};
 
 /// How long a FUSE mount may take to appear.
 const MOUNT_WAIT: Duration = Duration::from_secs(60);
@@ -92,6 +92,8 @@ pub enum TargetKind {
         sched: Option<ordo_dev::Policy>,
         /// What a plain fsync means (`fsync=dsync|osync`).
         fsync: ordo_fs::FsyncMeaning,
+        /// Also served through FUSE by this process (`fuse`).
+        fuse: bool,
     },
 }
 
@@ -110,7 +112,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor, \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,fuse] (MODE: {})",
         modes.join(", ")
     )
 }
@@ -150,7 +152,12 @@ impl std::str::FromStr for TargetSpec {
                 let mut commit_s = None;
                 let mut sched = None;
                 let mut fsync = ordo_fs::FsyncMeaning::default();
+                let mut fuse = false;
                 for opt in parts {
+                    if opt == "fuse" {
+                        fuse = true;
+                        continue;
+                    }
                     match opt.split_once('=') {
                         Some(("data", d)) => data = d.parse::<DataMode>().map_err(bad)?,
                         Some(("commit", c)) => {
@@ -165,7 +172,7 @@ impl std::str::FromStr for TargetSpec {
                         Some(("fsync", f)) => fsync = f.parse().map_err(bad)?,
                         _ => {
                             return Err(bad(format!(
-                                "unknown option '{opt}' (ordo-lib takes data=, commit=, sched= and fsync=)"
+                                "unknown option '{opt}' (ordo-lib takes data=, commit=, sched=, fsync= and fuse)"
                             )))
                         }
                     }
@@ -176,6 +183,7 @@ impl std::str::FromStr for TargetSpec {
                     commit_s,
                     sched,
                     fsync,
+                    fuse,
                 }
             }
             _ => return Err(bad("unknown target".into())),
@@ -444,7 +452,62 @@ enum Mounted {
         fs: Arc<Fs>,
         dev: Arc<FileDevice>,
         timed: Option<Arc<TimedDevice<Arc<FileDevice>>>>,
+        /// The FUSE session serving `fs` on the mount point (`fuse`).
+        fuse: Option<LibFuse>,
+        /// The commit interval, for the timer run in idle virtual time.
+        commit_ms: u64,
     },
+}
+
+/// A FUSE session of this process serving an in-process file system.
+struct LibFuse {
+    /// Given whether the mount point is unmounted already, finish the
+    /// unmount and join the serving thread.
+    finish: Box<dyn FnOnce(bool) -> std::io::Result<()>>,
+}
+
+impl LibFuse {
+    fn start(fs: Arc<Fs>, mnt: &Path) -> std::io::Result<LibFuse> {
+        let config = ordo_fuse::MountConfig {
+            fsname: "ordo-bench".to_string(),
+            ..ordo_fuse::MountConfig::default()
+        };
+        let session = ordo_fuse::mount(fs, mnt, &config)?.spawn()?;
+        Ok(LibFuse {
+            finish: Box::new(move |done| {
+                if done {
+                    session.join()
+                } else {
+                    session.umount_and_join()
+                }
+            }),
+        })
+    }
+
+    /// Unmounts `mnt` (retrying while busy: a program that just exited may
+    /// hold it for a moment) and joins the serving thread.
+    fn stop(self, mnt: &Path) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        /// Attempts while the mount is busy, 20 ms apart.
+        const TRIES: u32 = 250;
+        let mut done = false;
+        for attempt in 0..TRIES {
+            // SAFETY: `c` is a NUL-terminated path for the whole call.
+            if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                done = true;
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) || attempt + 1 == TRIES {
+                (self.finish)(false)?;
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.finish)(done)
+    }
 }
 
 /// One target, set up for one case.
@@ -677,6 +740,7 @@ impl Instance {
                 commit_s,
                 sched,
                 fsync,
+                fuse,
             } => {
                 let path = self.device_path().to_path_buf();
                 let bs = ext4_block_size(&path)?;
@@ -703,12 +767,30 @@ impl Instance {
                     fsync: *fsync,
                     ..defaults
                 };
-                let fs = Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
-                    .map_err(|e| self.err(format!("mount: {e}")))?;
+                let commit_ms = opts.commit_interval_ms;
+                let fs = Arc::new(
+                    Fs::mount(lib_device(dev.clone(), timed.as_ref()), opts)
+                        .map_err(|e| self.err(format!("mount: {e}")))?,
+                );
+                let fuse = if *fuse {
+                    match LibFuse::start(fs.clone(), &self.mnt) {
+                        Ok(f) => Some(f),
+                        Err(e) => {
+                            if let Ok(fs) = Arc::try_unwrap(fs) {
+                                let _ = fs.unmount();
+                            }
+                            return Err(self.err(format!("FUSE mount: {e}")));
+                        }
+                    }
+                } else {
+                    None
+                };
                 self.mounted = Mounted::Lib {
-                    fs: Arc::new(fs),
+                    fs,
                     dev,
                     timed,
+                    fuse,
+                    commit_ms,
                 };
             }
         }
@@ -774,8 +856,28 @@ impl Instance {
     pub fn vfs(&self) -> Result<Arc<dyn Vfs>> {
         match &self.mounted {
             Mounted::No => Err(self.err("not mounted")),
-            Mounted::Kernel | Mounted::Fuse { .. } => Ok(Arc::new(PosixVfs::new(&self.mnt))),
-            Mounted::Lib { fs, timed, .. } => Ok(Arc::new(LibVfs::new(fs.clone(), timed.clone()))),
+            Mounted::Kernel | Mounted::Fuse { .. } => Ok(Arc::new(
+                PosixVfs::new(&self.mnt).with_loop_device(self.loopdev.clone()),
+            )),
+            Mounted::Lib {
+                dev,
+                timed,
+                fuse: Some(_),
+                ..
+            } => Ok(Arc::new(
+                PosixVfs::new(&self.mnt).served_here(dev.clone(), BenchClock::new(timed.clone())),
+            )),
+            Mounted::Lib {
+                fs,
+                dev,
+                timed,
+                commit_ms,
+                ..
+            } => Ok(Arc::new(
+                LibVfs::new(fs.clone(), timed.clone())
+                    .with_device(dev.clone())
+                    .with_virtual_timer(*commit_ms),
+            )),
         }
     }
 
@@ -846,7 +948,17 @@ impl Instance {
                     }
                 }
             }
-            Mounted::Lib { fs, dev, timed } => {
+            Mounted::Lib {
+                fs,
+                dev,
+                timed,
+                fuse,
+                ..
+            } => {
+                if let Some(f) = fuse {
+                    f.stop(&self.mnt)
+                        .map_err(|e| self.err(format!("FUSE unmount: {e}")))?;
+                }
                 drop(timed);
                 let fs = Arc::try_unwrap(fs)
                     .map_err(|_| self.err("the file system is still in use at unmount"))?;
@@ -987,7 +1099,10 @@ impl Drop for Instance {
                     let _ = child.wait();
                 }
             }
-            Mounted::Lib { fs, .. } => {
+            Mounted::Lib { fs, fuse, .. } => {
+                if let Some(f) = fuse {
+                    let _ = f.stop(&self.mnt);
+                }
                 if let Ok(fs) = Arc::try_unwrap(fs) {
                     let _ = fs.unmount();
                 }
@@ -1072,8 +1187,11 @@ mod tests {
                 commit_s: None,
                 sched: None,
                 fsync: ordo_fs::FsyncMeaning::Dsync,
+                fuse: false,
             }
         );
+        let t: TargetSpec = "ordo-lib:streams,fuse".parse().unwrap();
+        assert!(matches!(t.kind, TargetKind::OrdoLib { fuse: true, .. }));
         let t: TargetSpec = "ordo-lib:fast_commit,commit=600".parse().unwrap();
         assert_eq!(
             t.kind,
@@ -1083,6 +1201,7 @@ mod tests {
                 commit_s: Some(600),
                 sched: None,
                 fsync: ordo_fs::FsyncMeaning::Dsync,
+                fuse: false,
             }
         );
         let t: TargetSpec = "ordo-lib:sync,sched=sptf".parse().unwrap();

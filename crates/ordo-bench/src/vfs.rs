@@ -9,12 +9,24 @@
 //! Each implementation also owns the benchmark's clock ([`Vfs::now_ns`]):
 //! the host's monotonic clock, or the timing model's virtual clock, so that
 //! a run on a modeled HDD reports the HDD's time and not this machine's.
+//!
+//! ccfs's streams (Pillai et al., FAST '17) are reached through the same
+//! interface: [`Vfs::set_stream`] puts the caller in a stream (on the
+//! library the calling thread; through FUSE this whole process, since the
+//! mount keys streams by process), [`Vfs::streamsync`] makes one durable,
+//! and [`Vfs::spawn_in_stream`] runs a concurrent writer in a stream of its
+//! own (a thread on the library, a forked child process on a mount).
+//! [`Vfs::device_write_bytes`] reads the device's write counter at any
+//! moment, so a workload can say what one call wrote.
 
 use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ordo_dev::{BlockDevice, FileDevice, TimedDevice};
 use ordo_fs::{Creds, FileType, Fs, Ino, SetAttr, ROOT_INO};
@@ -31,7 +43,23 @@ pub trait VFile: Send + Sync {
     fn fsync(&self) -> Result<()>;
     /// Current size in bytes.
     fn size_bytes(&self) -> Result<u64>;
+    /// Truncates (or extends) the file to `size` bytes (ftruncate(2)).
+    fn set_len(&self, _size: u64) -> Result<()> {
+        Err(BenchError::Usage(
+            "this file system does not truncate open files".into(),
+        ))
+    }
 }
+
+/// A writer started by [`Vfs::spawn_in_stream`].
+pub trait StreamTask: Send {
+    /// Waits for the writer; its error if it failed.
+    fn join(self: Box<Self>) -> Result<()>;
+}
+
+/// What [`Vfs::spawn_in_stream`] runs: the file system as the writer sees
+/// it, in its stream.
+pub type StreamWriter = Box<dyn FnOnce(&dyn Vfs) -> Result<()> + Send>;
 
 /// A file system under test.
 pub trait Vfs: Send + Sync {
@@ -57,6 +85,53 @@ pub trait Vfs: Send + Sync {
     /// True if [`Vfs::now_ns`] is a timing model's virtual clock.
     fn virtual_time(&self) -> bool {
         false
+    }
+    /// Waits until [`Vfs::now_ns`] reads `t_ns`: sleeps on the host's
+    /// clock; under a timing model the disk idles (virtual time jumps).
+    fn sleep_until_ns(&self, t_ns: u64) {
+        let now = self.now_ns();
+        if t_ns > now {
+            std::thread::sleep(Duration::from_nanos(t_ns - now));
+        }
+    }
+    /// Puts the caller in stream `name` (made on first use) and gives the
+    /// stream `flags` (`ordo_fs::stream::IGNORE_FSYNC` or 0), as `ordo run
+    /// --stream NAME [--ignore-fsync]` does. The caller is the calling
+    /// thread on the library and this whole process through FUSE. `false`,
+    /// and nothing done, on a file system without streams (the kernel's).
+    fn set_stream(&self, _name: &str, _flags: u32) -> Result<bool> {
+        Ok(false)
+    }
+    /// True if the file system has ordo's streams (every ordo target; a
+    /// mount answers the stream ioctls).
+    fn has_streams(&self) -> bool {
+        false
+    }
+    /// Makes stream `name` durable (ccfs's `streamsync`).
+    fn streamsync(&self, name: &str) -> Result<()> {
+        Err(BenchError::Usage(format!(
+            "streamsync {name}: this file system has no streams"
+        )))
+    }
+    /// Bytes written to the device so far: ordo's own counter in-process,
+    /// the kernel's for a loop device; `None` when neither is known.
+    fn device_write_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// Starts `f` concurrently with the caller, its changes in stream
+    /// `name` with `flags` (see [`Vfs::set_stream`]): a thread on the
+    /// library, a forked child process on a mount (streams belong to
+    /// processes there). On a file system without streams `f` runs
+    /// concurrently all the same.
+    fn spawn_in_stream(
+        &self,
+        name: &str,
+        _flags: u32,
+        _f: StreamWriter,
+    ) -> Result<Box<dyn StreamTask>> {
+        Err(BenchError::Usage(format!(
+            "a writer in stream {name}: this file system cannot run one"
+        )))
     }
 }
 
@@ -124,10 +199,61 @@ pub fn read_whole(f: &dyn VFile, io_bytes: usize) -> Result<u64> {
     }
 }
 
+/// A benchmark clock: the host's monotonic clock, or a timing model's
+/// virtual clock plus the time the modeled disk was left idle
+/// ([`Vfs::sleep_until_ns`]).
+#[derive(Clone)]
+pub struct BenchClock {
+    origin: Instant,
+    timed: Option<Arc<TimedDevice<Arc<FileDevice>>>>,
+    idle_ns: Arc<AtomicU64>,
+}
+
+impl BenchClock {
+    /// The host's clock, or `timed`'s virtual clock if given.
+    pub fn new(timed: Option<Arc<TimedDevice<Arc<FileDevice>>>>) -> Self {
+        BenchClock {
+            origin: Instant::now(),
+            timed,
+            idle_ns: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Nanoseconds from an arbitrary origin.
+    pub fn now_ns(&self) -> u64 {
+        match &self.timed {
+            Some(t) => t.virtual_time_ns() + self.idle_ns.load(Ordering::Relaxed),
+            None => self.origin.elapsed().as_nanos() as u64,
+        }
+    }
+
+    /// True for a timing model's clock.
+    pub fn is_virtual(&self) -> bool {
+        self.timed.is_some()
+    }
+
+    /// Waits until the clock reads `t_ns` (in virtual time: the disk idles).
+    pub fn sleep_until_ns(&self, t_ns: u64) {
+        let now = self.now_ns();
+        if t_ns <= now {
+            return;
+        }
+        if self.timed.is_some() {
+            self.idle_ns.fetch_add(t_ns - now, Ordering::Relaxed);
+        } else {
+            std::thread::sleep(Duration::from_nanos(t_ns - now));
+        }
+    }
+}
+
 /// A mounted directory on the host.
 pub struct PosixVfs {
     root: PathBuf,
-    origin: Instant,
+    clock: BenchClock,
+    /// The device whose kernel counters [`Vfs::device_write_bytes`] reads.
+    loopdev: Option<PathBuf>,
+    /// ordo's own device, when this process serves the mount.
+    ordo_dev: Option<Arc<FileDevice>>,
 }
 
 impl PosixVfs {
@@ -135,12 +261,176 @@ impl PosixVfs {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         PosixVfs {
             root: root.into(),
-            origin: Instant::now(),
+            clock: BenchClock::new(None),
+            loopdev: None,
+            ordo_dev: None,
         }
+    }
+
+    /// The same, with the device whose counters say what it wrote
+    /// (`/dev/loopN`).
+    pub fn with_loop_device(mut self, dev: Option<PathBuf>) -> Self {
+        self.loopdev = dev;
+        self
+    }
+
+    /// The same, served by this process (`ordo-lib:MODE,fuse`): ordo's own
+    /// device counters and the timing model's clock, if any.
+    pub fn served_here(mut self, dev: Arc<FileDevice>, clock: BenchClock) -> Self {
+        self.ordo_dev = Some(dev);
+        self.clock = clock;
+        self
     }
 
     fn p(&self, path: &str) -> PathBuf {
         self.root.join(path)
+    }
+
+    /// `ioctl(root, cmd, buf)` on the mount's root directory.
+    fn root_ioctl(&self, cmd: u32, buf: &mut [u8]) -> std::io::Result<()> {
+        let dir = File::open(&self.root)?;
+        // SAFETY: `dir` is open; `buf` is as long as `cmd` encodes (the
+        // callers pass ordo_fuse::ioctl's fixed-size buffers).
+        let r = unsafe { libc::ioctl(dir.as_raw_fd(), cmd as libc::c_ulong, buf.as_mut_ptr()) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// True for the errors of an ioctl the file system does not know.
+fn is_not_ordo(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTTY) | Some(libc::ENOSYS))
+}
+
+/// A name in an ioctl's buffer, or the usage error it cannot be.
+fn ioctl_name_error(name: &str, errno: i32) -> BenchError {
+    BenchError::Usage(format!(
+        "stream name '{name}': {}",
+        std::io::Error::from_raw_os_error(errno)
+    ))
+}
+
+/// A child process forked to run a writer in its own stream.
+struct ForkTask {
+    pid: libc::pid_t,
+    /// The read end of the pipe the child writes its error to.
+    errors: Option<File>,
+    name: String,
+}
+
+impl ForkTask {
+    /// Forks; the child runs `f` and exits, 0 on success, 1 with the
+    /// error's text on the pipe otherwise.
+    fn start(name: &str, f: impl FnOnce() -> Result<()>) -> Result<ForkTask> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(BenchError::io(
+                "pipe",
+                "(writer)",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: both descriptors were just made and are owned here.
+        let (rd, wr) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        // SAFETY: the child only runs `f` (file I/O through std, which
+        // allocates: glibc's malloc is fork-safe) and leaves with _exit,
+        // running no destructor of the parent's state.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(BenchError::io(
+                "fork",
+                "(writer)",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if pid == 0 {
+            drop(rd);
+            let code = match f() {
+                Ok(()) => 0,
+                Err(e) => {
+                    let mut w = wr;
+                    let msg = e.to_string();
+                    let _ = w.write_all(&msg.as_bytes()[..msg.len().min(4096)]);
+                    1
+                }
+            };
+            // SAFETY: ends the child without unwinding into the parent's code.
+            unsafe { libc::_exit(code) };
+        }
+        drop(wr);
+        Ok(ForkTask {
+            pid,
+            errors: Some(rd),
+            name: name.to_string(),
+        })
+    }
+
+    fn wait(&mut self) -> std::io::Result<libc::c_int> {
+        let mut status = 0;
+        loop {
+            // SAFETY: `pid` is this task's child, not yet reaped.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                self.pid = 0;
+                return Ok(status);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl StreamTask for ForkTask {
+    fn join(mut self: Box<Self>) -> Result<()> {
+        let status = self
+            .wait()
+            .map_err(|e| BenchError::io("waitpid", "(writer)", e))?;
+        let mut msg = String::new();
+        if let Some(mut rd) = self.errors.take() {
+            let _ = rd.read_to_string(&mut msg);
+        }
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            return Ok(());
+        }
+        Err(BenchError::Workload {
+            workload: format!("writer in stream {}", self.name),
+            detail: if msg.is_empty() {
+                format!("child process ended with status {status:#x}")
+            } else {
+                msg
+            },
+        })
+    }
+}
+
+impl Drop for ForkTask {
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            // Never joined (the caller failed first): stop the writer.
+            // SAFETY: `pid` is this task's child, not yet reaped.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = self.wait();
+        }
+    }
+}
+
+/// A writer thread of the library.
+struct ThreadTask(std::thread::JoinHandle<Result<()>>);
+
+impl StreamTask for ThreadTask {
+    fn join(self: Box<Self>) -> Result<()> {
+        self.0.join().unwrap_or_else(|_| {
+            Err(BenchError::Workload {
+                workload: "writer thread".into(),
+                detail: "it panicked".into(),
+            })
+        })
     }
 }
 
@@ -174,6 +464,11 @@ impl VFile for PosixFile {
             .metadata()
             .map(|m| m.len())
             .map_err(|e| BenchError::io("fstat", &self.path, e))
+    }
+    fn set_len(&self, size: u64) -> Result<()> {
+        self.file
+            .set_len(size)
+            .map_err(|e| BenchError::io("ftruncate", &self.path, e))
     }
 }
 
@@ -234,15 +529,74 @@ impl Vfs for PosixVfs {
         Some(&self.root)
     }
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        self.clock.now_ns()
+    }
+    fn virtual_time(&self) -> bool {
+        self.clock.is_virtual()
+    }
+    fn sleep_until_ns(&self, t_ns: u64) {
+        self.clock.sleep_until_ns(t_ns)
+    }
+    fn set_stream(&self, name: &str, flags: u32) -> Result<bool> {
+        let mut buf = ordo_fuse::ioctl::stream_flags_buffer(name.as_bytes(), flags)
+            .map_err(|e| ioctl_name_error(name, e))?;
+        match self.root_ioctl(ordo_fuse::ioctl::ORDO_IOC_SETSTREAMFLAGS, &mut buf) {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_ordo(&e) => Ok(false),
+            Err(e) => Err(BenchError::io("setstream", &self.root, e)),
+        }
+    }
+    fn has_streams(&self) -> bool {
+        let mut buf = [0u8; ordo_fuse::ioctl::NAME_BUF_BYTES];
+        self.root_ioctl(ordo_fuse::ioctl::ORDO_IOC_GETSTREAM, &mut buf)
+            .is_ok()
+    }
+    fn streamsync(&self, name: &str) -> Result<()> {
+        let mut buf = ordo_fuse::ioctl::name_buffer(name.as_bytes())
+            .map_err(|e| ioctl_name_error(name, e))?;
+        self.root_ioctl(ordo_fuse::ioctl::ORDO_IOC_STREAMSYNC, &mut buf)
+            .map_err(|e| BenchError::io("streamsync", &self.root, e))
+    }
+    fn device_write_bytes(&self) -> Option<u64> {
+        if let Some(d) = &self.ordo_dev {
+            return Some(d.counters().by_class.iter().map(|c| c.write_bytes).sum());
+        }
+        let d = self.loopdev.as_ref()?;
+        crate::sys::BlockStat::read(d).ok().map(|s| s.write_bytes())
+    }
+    fn spawn_in_stream(
+        &self,
+        name: &str,
+        flags: u32,
+        f: StreamWriter,
+    ) -> Result<Box<dyn StreamTask>> {
+        if self.clock.is_virtual() {
+            return Err(BenchError::Usage(format!(
+                "a concurrent writer in stream {name}: not in virtual time (the model has one clock)"
+            )));
+        }
+        let task = ForkTask::start(name, || {
+            // In the child: this process joins the stream, the parent
+            // stays where it is.
+            self.set_stream(name, flags)?;
+            f(self)
+        })?;
+        Ok(Box::new(task))
     }
 }
 
 /// ordo's library, in this process.
 pub struct LibVfs {
     fs: Arc<Fs>,
-    clock: Option<Arc<TimedDevice<Arc<FileDevice>>>>,
-    origin: Instant,
+    clock: BenchClock,
+    /// The device, for its write counter.
+    dev: Option<Arc<FileDevice>>,
+    /// In virtual time the library runs no timer thread: the commit
+    /// interval's write-back is run here when idle time crosses a
+    /// multiple of it (nanoseconds; 0: never).
+    timer_ns: u64,
+    /// The next multiple of `timer_ns` the timer fires at.
+    next_tick_ns: AtomicU64,
 }
 
 impl LibVfs {
@@ -250,8 +604,41 @@ impl LibVfs {
     pub fn new(fs: Arc<Fs>, clock: Option<Arc<TimedDevice<Arc<FileDevice>>>>) -> Self {
         LibVfs {
             fs,
-            clock,
-            origin: Instant::now(),
+            clock: BenchClock::new(clock),
+            dev: None,
+            timer_ns: 0,
+            next_tick_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// The same, with the device whose counter
+    /// [`Vfs::device_write_bytes`] reads.
+    pub fn with_device(mut self, dev: Arc<FileDevice>) -> Self {
+        self.dev = Some(dev);
+        self
+    }
+
+    /// The same, with the commit timer run in idle virtual time every
+    /// `interval_ms` (the library's timer thread is off in virtual time).
+    pub fn with_virtual_timer(mut self, interval_ms: u64) -> Self {
+        if self.clock.is_virtual() && interval_ms > 0 {
+            self.timer_ns = interval_ms.saturating_mul(1_000_000);
+            let now = self.clock.now_ns();
+            self.next_tick_ns
+                .store((now / self.timer_ns + 1) * self.timer_ns, Ordering::Relaxed);
+        }
+        self
+    }
+
+    /// A second handle on the same file system and clock (for a writer
+    /// thread).
+    fn twin(&self) -> LibVfs {
+        LibVfs {
+            fs: self.fs.clone(),
+            clock: self.clock.clone(),
+            dev: self.dev.clone(),
+            timer_ns: 0,
+            next_tick_ns: AtomicU64::new(0),
         }
     }
 
@@ -349,6 +736,16 @@ impl VFile for LibFile {
             .map(|a| a.size)
             .map_err(|e| LibVfs::fs_err("getattr", &self.path, e))
     }
+    fn set_len(&self, size: u64) -> Result<()> {
+        let set = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        self.fs
+            .setattr(self.ino, &set)
+            .map(|_| ())
+            .map_err(|e| LibVfs::fs_err("truncate", &self.path, e))
+    }
 }
 
 impl Vfs for LibVfs {
@@ -442,13 +839,74 @@ impl Vfs for LibVfs {
         None
     }
     fn now_ns(&self) -> u64 {
-        match &self.clock {
-            Some(t) => t.virtual_time_ns(),
-            None => self.origin.elapsed().as_nanos() as u64,
-        }
+        self.clock.now_ns()
     }
     fn virtual_time(&self) -> bool {
-        self.clock.is_some()
+        self.clock.is_virtual()
+    }
+    fn sleep_until_ns(&self, t_ns: u64) {
+        self.clock.sleep_until_ns(t_ns);
+        if self.timer_ns == 0 {
+            return;
+        }
+        // The commit timer, at every multiple of the interval the idle
+        // time crossed (its write-back moves the clock on too).
+        loop {
+            let tick = self.next_tick_ns.load(Ordering::Relaxed);
+            if self.clock.now_ns() < tick {
+                break;
+            }
+            self.next_tick_ns
+                .store(tick + self.timer_ns, Ordering::Relaxed);
+            // A failed timer write-back has no caller; the next fsync or
+            // the unmount reports the file system's state.
+            let _ = self.fs.write_back();
+        }
+    }
+    fn set_stream(&self, name: &str, flags: u32) -> Result<bool> {
+        let id = self
+            .fs
+            .setstream(name.as_bytes())
+            .map_err(|e| Self::fs_err("setstream", name, e))?;
+        self.fs
+            .set_stream_flags(id, flags)
+            .map_err(|e| Self::fs_err("setstreamflags", name, e))?;
+        Ok(true)
+    }
+    fn has_streams(&self) -> bool {
+        true
+    }
+    fn streamsync(&self, name: &str) -> Result<()> {
+        let id = self
+            .fs
+            .find_stream(name.as_bytes())
+            .ok_or_else(|| BenchError::Usage(format!("streamsync: no stream named '{name}'")))?;
+        self.fs
+            .streamsync(id)
+            .map_err(|e| Self::fs_err("streamsync", name, e))
+    }
+    fn device_write_bytes(&self) -> Option<u64> {
+        self.dev
+            .as_ref()
+            .map(|d| d.counters().by_class.iter().map(|c| c.write_bytes).sum())
+    }
+    fn spawn_in_stream(
+        &self,
+        name: &str,
+        flags: u32,
+        f: StreamWriter,
+    ) -> Result<Box<dyn StreamTask>> {
+        if self.clock.is_virtual() {
+            return Err(BenchError::Usage(format!(
+                "a concurrent writer in stream {name}: not in virtual time (the model has one clock)"
+            )));
+        }
+        let vfs = self.twin();
+        let name = name.to_string();
+        Ok(Box::new(ThreadTask(std::thread::spawn(move || {
+            vfs.set_stream(&name, flags)?;
+            f(&vfs)
+        }))))
     }
 }
 

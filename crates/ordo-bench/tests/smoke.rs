@@ -14,7 +14,10 @@ use ordo_bench::target::{DeviceKind, DiskName, DiskSpec, TargetConfig, TargetSpe
 use ordo_bench::workload::{self, Overrides, Scale, WorkloadName};
 
 /// Workloads that run a program and so need a mounted target.
-const EXTERNAL: [WorkloadName; 5] = [
+const EXTERNAL: [WorkloadName; 8] = [
+    WorkloadName::StreamsSqlite,
+    WorkloadName::StreamsGit,
+    WorkloadName::StreamsLeveldb,
     WorkloadName::Sqlite,
     WorkloadName::Oltp,
     WorkloadName::Git,
@@ -23,14 +26,21 @@ const EXTERNAL: [WorkloadName; 5] = [
 ];
 
 /// Workloads that time fsyncs.
-const FSYNCING: [&str; 6] = [
+const FSYNCING: [&str; 7] = [
     "fcmicro",
     "varmail",
     "randwrite",
     "seqwrite",
     "overwrite",
     "twofile",
+    "twofile-repeat",
 ];
+
+/// True for the rows of a case that needs ordo's streams (IGNORE_FSYNC
+/// and streamsync), which a file system without them refuses.
+fn needs_streams(r: &Row) -> bool {
+    r.workload.starts_with("streams-") && r.case != "fsync"
+}
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -113,6 +123,16 @@ fn check_ok(r: &Row, device: bool) {
 fn every_workload_on_tmpfs_and_kernel_ext4() {
     let rows = run(&plan(&["tmpfs", "ext4:ordered"], &WorkloadName::ALL, None));
     for r in &rows {
+        if needs_streams(r) {
+            let e = r.error.as_deref().unwrap_or("");
+            assert!(
+                e.contains("IGNORE_FSYNC"),
+                "{} on {}: {e}",
+                r.title(),
+                r.target
+            );
+            continue;
+        }
         check_ok(r, r.target != "tmpfs");
         assert!(r.ordo.is_none() && r.counters_agree.is_none());
     }
@@ -372,4 +392,49 @@ fn command_line_writes_json_and_chart() {
     assert!(v["command"].as_str().unwrap().contains("--fsync-every 1,4"));
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert!(svg.contains("<polyline"), "a sweep is drawn as lines");
+}
+
+#[test]
+fn twofile_streams_keep_a_out_of_bs_fsync() {
+    // Virtual time and byte counts: deterministic. With a stream each, B's
+    // fsync writes none of A's 4 MiB; with one stream it writes all of it.
+    let mut p = plan(
+        &["ordo-lib:streams"],
+        &[WorkloadName::Twofile],
+        Some(DiskName::Hdd.into()),
+    );
+    let fsync_bytes = |rows: &[Row]| -> Vec<u64> {
+        rows.iter()
+            .map(|r| {
+                check_ok(r, true);
+                r.extra["fsync_write_bytes"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    p.overrides.streams = Some(2);
+    let two = run(&p);
+    assert!(two.iter().all(|r| r.extra["a_own_stream"] == true));
+    for b in fsync_bytes(&two) {
+        assert!(b < 1 << 20, "ccfs-2: B's fsync wrote {b} bytes");
+    }
+    p.overrides.streams = Some(1);
+    for b in fsync_bytes(&run(&p)) {
+        assert!(b >= 4 << 20, "ccfs-1: B's fsync wrote only {b} bytes");
+    }
+}
+
+#[test]
+fn programs_run_on_an_in_process_mount() {
+    // ordo-lib:MODE,fuse: the harness serves the library through FUSE, so
+    // a program runs on the timing model, in its virtual time.
+    let p = plan(
+        &["ordo-lib:streams,fuse"],
+        &[WorkloadName::StreamsSqlite],
+        Some(DiskName::Hdd.into()),
+    );
+    for r in run(&p) {
+        check_ok(&r, true);
+        assert!(r.virtual_time, "{}", r.title());
+        assert!(r.extra["wall_s"].as_f64().unwrap() > 0.0);
+    }
 }

@@ -15,6 +15,7 @@ pub mod filebench;
 pub mod ganger;
 pub mod micro;
 pub mod read;
+pub mod streams_apps;
 pub mod twofile;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,8 +85,24 @@ pub enum WorkloadName {
     Remove,
     /// Ganger & Patt: 1 KiB create / remove / create-remove.
     Smallfiles,
-    /// ccfs: A appends, B writes one byte and fsyncs.
+    /// ccfs Table 4: A writes 100 MB (append, truncate, overwrite), B writes one byte and fsyncs.
     Twofile,
+    /// ccfs Figure 7: B fsyncs every 5 s beside a 20 MB/s writer to A.
+    #[value(name = "twofile-repeat")]
+    #[serde(rename = "twofile-repeat")]
+    TwofileRepeat,
+    /// ccfs Table 5: SQLite inserts, fsync or IGNORE_FSYNC + streamsync.
+    #[value(name = "streams-sqlite")]
+    #[serde(rename = "streams-sqlite")]
+    StreamsSqlite,
+    /// ccfs Table 5: git add + commit of a kernel-like tree, fsync or streamsync.
+    #[value(name = "streams-git")]
+    #[serde(rename = "streams-git")]
+    StreamsGit,
+    /// ccfs Table 5: LevelDB fillrandom (plyvel), fsync or streamsync.
+    #[value(name = "streams-leveldb")]
+    #[serde(rename = "streams-leveldb")]
+    StreamsLeveldb,
     /// sqlite3 inserts, each its own transaction, rollback journal.
     Sqlite,
     /// sqlite3 OLTP: sysbench oltp_read_write-style transactions (for MariaDB + sysbench).
@@ -100,7 +117,7 @@ pub enum WorkloadName {
 
 impl WorkloadName {
     /// Every workload, in documentation order.
-    pub const ALL: [WorkloadName; 18] = [
+    pub const ALL: [WorkloadName; 22] = [
         WorkloadName::Fcmicro,
         WorkloadName::Varmail,
         WorkloadName::Fileserver,
@@ -114,6 +131,10 @@ impl WorkloadName {
         WorkloadName::Remove,
         WorkloadName::Smallfiles,
         WorkloadName::Twofile,
+        WorkloadName::TwofileRepeat,
+        WorkloadName::StreamsSqlite,
+        WorkloadName::StreamsGit,
+        WorkloadName::StreamsLeveldb,
         WorkloadName::Sqlite,
         WorkloadName::Oltp,
         WorkloadName::Git,
@@ -137,6 +158,10 @@ impl WorkloadName {
             WorkloadName::Remove => "remove",
             WorkloadName::Smallfiles => "smallfiles",
             WorkloadName::Twofile => "twofile",
+            WorkloadName::TwofileRepeat => "twofile-repeat",
+            WorkloadName::StreamsSqlite => "streams-sqlite",
+            WorkloadName::StreamsGit => "streams-git",
+            WorkloadName::StreamsLeveldb => "streams-leveldb",
             WorkloadName::Sqlite => "sqlite",
             WorkloadName::Oltp => "oltp",
             WorkloadName::Git => "git",
@@ -157,6 +182,9 @@ pub struct Overrides {
     pub threads: Option<u32>,
     /// fcmicro: bytes appended to each file.
     pub append_bytes: Option<usize>,
+    /// twofile / twofile-repeat: 1 (A and B in one stream, ccfs-1) or 2
+    /// (a stream each, ccfs-2).
+    pub streams: Option<u32>,
 }
 
 /// What the measured run of a case reports.
@@ -228,7 +256,11 @@ pub fn cases(name: WorkloadName, scale: Scale, o: &Overrides) -> Result<Vec<Box<
         WorkloadName::Copy => vec![ganger::copy(scale, o)],
         WorkloadName::Remove => vec![ganger::remove(scale, o)],
         WorkloadName::Smallfiles => ganger::smallfiles_cases(scale, o),
-        WorkloadName::Twofile => vec![twofile::twofile(scale)],
+        WorkloadName::Twofile => twofile::twofile_cases(scale, o),
+        WorkloadName::TwofileRepeat => twofile::twofile_repeat_cases(scale, o),
+        WorkloadName::StreamsSqlite => streams_apps::sqlite_cases(scale),
+        WorkloadName::StreamsGit => streams_apps::git_cases(scale),
+        WorkloadName::StreamsLeveldb => streams_apps::leveldb_cases(scale),
         WorkloadName::Sqlite => vec![apps::sqlite(scale)],
         WorkloadName::Oltp => vec![apps::oltp(scale)],
         WorkloadName::Git => vec![apps::git(scale)],
