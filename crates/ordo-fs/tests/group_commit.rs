@@ -83,8 +83,9 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
-    const WAITERS: usize = 3;
+/// A fresh image with `features` on a gate device, mounted with `mode`
+/// (no background thread).
+fn gate_mount(mode: ProtocolKind, features: &str) -> (Arc<GateDevice>, MountOptions, Arc<Fs>) {
     let mem = MemDevice::new(4096, 8192).unwrap();
     mkfs(
         &mem,
@@ -108,6 +109,12 @@ fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
         ..MountOptions::default()
     };
     let fs = Arc::new(Fs::mount(dev.clone(), opts.clone()).unwrap());
+    (dev, opts, fs)
+}
+
+fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
+    const WAITERS: usize = 3;
+    let (dev, opts, fs) = gate_mount(mode, features);
     fs.sync().unwrap();
     let file = |name: &str, fill: u8| {
         let a = fs
@@ -198,29 +205,7 @@ fn streams_fsyncs_of_one_stream_share_a_commit() {
 /// it plans a commit of its own while the first one is blocked.
 #[test]
 fn streams_fsyncs_of_other_streams_plan_their_own_commit() {
-    let mem = MemDevice::new(4096, 8192).unwrap();
-    mkfs(
-        &mem,
-        &MkfsOptions {
-            block_size: 4096,
-            features: parse_features("has_journal", DEFAULT_FEATURES).unwrap(),
-            journal_blocks: Some(1024),
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let dev = Arc::new(GateDevice {
-        inner: mem,
-        closed: Mutex::new(false),
-        blocked: Mutex::new(0),
-        cv: Condvar::new(),
-    });
-    let opts = MountOptions {
-        mode: ProtocolKind::named("streams"),
-        background: false,
-        ..MountOptions::default()
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), opts).unwrap());
+    let (dev, _, fs) = gate_mount(ProtocolKind::named("streams"), "has_journal");
     let root = Creds::root();
     let a = fs
         .create(ROOT_INO, b"a", FileType::Regular, 0o644, 0, &root)

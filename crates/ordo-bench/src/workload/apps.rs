@@ -330,6 +330,13 @@ pub fn git(scale: Scale) -> Box<dyn Case> {
 
 fn git_cmd(git: &Path, repo: &Path) -> Command {
     let mut c = Command::new(git);
+    git_args(&mut c, repo);
+    c
+}
+
+/// git's configuration for every command run in `repo`: fsync each object
+/// and ref (`core.fsync=committed`), no automatic gc, no user's config.
+pub(crate) fn git_args(c: &mut Command, repo: &Path) {
     c.arg("-C")
         .arg(repo)
         .args([
@@ -346,7 +353,6 @@ fn git_cmd(git: &Path, repo: &Path) -> Command {
         ])
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null");
-    c
 }
 
 impl Case for Git {

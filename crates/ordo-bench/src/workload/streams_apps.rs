@@ -44,6 +44,7 @@ use std::time::Instant;
 use rand::Rng;
 use serde_json::json;
 
+use super::apps::git_args;
 use super::{Case, RunCtx, RunOutput, Scale};
 use crate::error::{BenchError, Result};
 use crate::stats::{filebench_size, thread_rng};
@@ -423,27 +424,6 @@ pub fn git_cases(scale: Scale) -> Vec<Box<dyn Case>> {
             }) as Box<dyn Case>
         })
         .collect()
-}
-
-/// git's configuration for every command: fsync each object and ref
-/// (`core.fsync=committed`), no automatic gc, no user's config.
-fn git_args(c: &mut Command, repo: &Path) {
-    c.arg("-C")
-        .arg(repo)
-        .args([
-            "-c",
-            "user.name=ordo bench",
-            "-c",
-            "user.email=bench@ordo.invalid",
-            "-c",
-            "core.fsync=committed",
-            "-c",
-            "core.fsyncMethod=fsync",
-            "-c",
-            "gc.auto=0",
-        ])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null");
 }
 
 impl Case for StreamsGit {
