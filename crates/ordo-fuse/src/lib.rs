@@ -995,13 +995,16 @@ impl fuser::Filesystem for OrdoFuse {
 
     fn flush(
         &self,
-        req: &Request,
+        _req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.enter(req);
+        // No stream lookup: FLUSH comes from close(2), also from inside
+        // execve closing close-on-exec files with the exec lock held, and
+        // reading that process's /proc entry to find its stream would wait
+        // for the same lock (a deadlock). A flush changes nothing anyway.
         // close(2) on ext4 promises nothing about durability; neither does
         // ordo. ENOSYS tells the kernel so once: it stops sending FLUSH on
         // every close (ordo has no POSIX locks of its own for a flush to
