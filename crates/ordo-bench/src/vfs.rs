@@ -349,6 +349,29 @@ impl ForkTask {
         }
         if pid == 0 {
             drop(rd);
+            // Everything else the parent had open goes: a forked child that
+            // never execs would otherwise keep, for as long as it runs, the
+            // descriptors (and so the locks, such as an exclusively opened
+            // device's flock) of whatever else the parent was doing.
+            let keep = wr.as_raw_fd() as libc::c_uint;
+            // SAFETY: close_range only closes descriptors of this process;
+            // none of the ones closed is used by the child afterwards.
+            unsafe {
+                if keep > 3 {
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        3 as libc::c_uint,
+                        keep - 1,
+                        0 as libc::c_uint,
+                    );
+                }
+                libc::syscall(
+                    libc::SYS_close_range,
+                    keep + 1,
+                    libc::c_uint::MAX,
+                    0 as libc::c_uint,
+                );
+            }
             let code = match f() {
                 Ok(()) => 0,
                 Err(e) => {
