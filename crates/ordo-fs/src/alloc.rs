@@ -97,7 +97,9 @@ impl Core {
         (csum_lo, csum_hi): (usize, usize),
     ) -> Result<()> {
         let img = self.read_block(block, BlockClass::GroupMeta)?;
-        if !self.seal.csum || self.cache.is_dirty(block) {
+        if !self.seal.csum || self.cache.is_dirty(block) || (self.backlinks && self.scan_needed) {
+            // Backlinks before the scan: bitmap and descriptor were
+            // written in no order; the scanners rebuild both.
             return Ok(());
         }
         let n = (bits_per_group as usize / 8).min(img.len());

@@ -101,7 +101,7 @@ pub(crate) fn kind_of_ft(ft: u8) -> Option<FileType> {
 }
 
 /// Whether `img` ends with a directory checksum tail.
-fn has_tail(img: &[u8]) -> bool {
+pub(crate) fn has_tail(img: &[u8]) -> bool {
     let n = img.len();
     le32(img, n - 12) == 0 && le16(img, n - 8) == 12 && img[n - 6] == 0 && img[n - 5] == de::TAIL_FT
 }
@@ -354,7 +354,7 @@ impl Core {
     }
 
     /// An empty leaf block image (one unused entry spanning it, plus tail).
-    fn empty_dir_block(&self) -> Vec<u8> {
+    pub(crate) fn empty_dir_block(&self) -> Vec<u8> {
         let mut img = vec![0u8; self.bs as usize];
         put16(&mut img, 4, self.dir_limit() as u16);
         if self.seal.csum {
@@ -569,6 +569,9 @@ impl Core {
 
     /// Add entry `name -> ino` to `dir` (the caller checked it is absent).
     pub fn dir_add(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileType) -> Result<()> {
+        if name != b"." && name != b".." {
+            self.backlink_add(ino, dir)?;
+        }
         self.dir_unindex(dir)?;
         let need = de::rec_len_for(name.len());
         let ft = if self.sbi.has_filetype() {
@@ -711,6 +714,9 @@ impl Core {
         let slot = self
             .dir_lookup(dir, name)?
             .ok_or_else(|| errno(libc::ENOENT))?;
+        if name != b"." && name != b".." {
+            self.backlink_remove(slot.ino, dir)?;
+        }
         let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
         let img = self.read_block(p, BlockClass::Directory)?;
         let entries = parse_block(&img, p, dir)?;
@@ -758,6 +764,10 @@ impl Core {
         let slot = self
             .dir_lookup(dir, name)?
             .ok_or_else(|| errno(libc::ENOENT))?;
+        if name != b"." && name != b".." {
+            self.backlink_remove(slot.ino, dir)?;
+            self.backlink_add(ino, dir)?;
+        }
         let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
         self.ensure(p, BlockClass::Directory)?;
         let off = slot.off as usize;

@@ -187,6 +187,16 @@ impl Shared {
         let stream = self.streams().of(Caller::current_thread());
         let (r, plans, retry, shown) = {
             let mut core = self.lock();
+            // Backlinks after an unclean mount: the scanners rebuild the
+            // allocation state before the first handle that may allocate.
+            if core.scan_needed && op != OpKind::Internal {
+                if let Err(e) = core.scan_if_needed() {
+                    let plans = self.take_plans(&mut core);
+                    drop(core);
+                    let _ = self.run(plans);
+                    return (Err(e), false);
+                }
+            }
             core.begin(op, stream.0);
             // What the protocol is shown, counted per stream (observable
             // through `Fs::stream_handles`).

@@ -21,7 +21,7 @@ use crate::extent::{self, ExtentStore, Mapping, LBLK_END, ROOT_SIZE_BYTES};
 use crate::layout::{ext as exc, ino as io, put32};
 use crate::state::{Core, Owner};
 use crate::types::{FallocFlags, SeekWhence};
-use crate::update::{DataWrite, Ino, InodeField, UpdateKind};
+use crate::update::{BlockOwner, DataWrite, Ino, InodeField, UpdateKind};
 
 /// A run of file blocks a read left to its caller ([`Core::file_read_deferred`]):
 /// `blocks` blocks from device block `pblk`, holding the file's bytes from
@@ -139,9 +139,11 @@ impl Core {
     }
 
     /// Put data into a cached block and report it.
+    #[allow(clippy::too_many_arguments)]
     fn put_data(
         &mut self,
         ino: Ino,
+        generation: u32,
         lblk: u32,
         pblk: u64,
         at: usize,
@@ -155,7 +157,23 @@ impl Core {
             self.cache.insert_new(pblk, BlockClass::Data, img);
         } else {
             if !(at == 0 && bytes.len() == bs) {
+                let was_cached = self.cache.contains(pblk);
                 self.ensure(pblk, BlockClass::Data)?;
+                if !was_cached && self.backlinks {
+                    // The first partial overwrite of a block read from the
+                    // device: the bytes kept around the new ones must be
+                    // this file's, or the new record would bless them.
+                    let img = self.cache.snapshot(pblk).expect("ensured");
+                    let owner = BlockOwner {
+                        ino,
+                        generation,
+                        lblk,
+                    };
+                    if let Err(e) = self.proto.check_block_read(owner, pblk, &img) {
+                        self.cache.forget(pblk);
+                        return Err(e);
+                    }
+                }
             } else if !self.cache.contains(pblk) {
                 self.cache
                     .insert_new(pblk, BlockClass::Data, bytes.to_vec());
@@ -167,6 +185,7 @@ impl Core {
                 ino,
                 lblk,
                 pblk,
+                generation,
                 fresh,
             },
             &self.handle,
@@ -266,6 +285,7 @@ impl Core {
                 let src = &data[(from - off) as usize..(to - off) as usize];
                 self.put_data(
                     ino,
+                    i.generation,
                     lb as u32,
                     pblk + k,
                     (from - bstart) as usize,
@@ -350,8 +370,14 @@ impl Core {
         let first = off / bs;
         let last = (off + len as u64 - 1) / bs;
         let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        // Under backlinks every block read from the device is checked
+        // against its owner record, under the lock.
+        let check = self.backlinks.then_some((ino, i.generation));
+        if check.is_some() {
+            defer = None;
+        }
         for m in maps.iter().filter(|m| !m.unwritten) {
-            self.read_run(m, off, &mut out, defer.as_deref_mut())?;
+            self.read_run(m, off, &mut out, defer.as_deref_mut(), check)?;
         }
         Ok(out)
     }
@@ -362,6 +388,7 @@ impl Core {
         off: u64,
         out: &mut [u8],
         defer: Option<&mut Vec<DeferredRead>>,
+        check: Option<(Ino, u32)>,
     ) -> Result<()> {
         let mut defer = defer;
         let bs = self.bs as u64;
@@ -406,6 +433,17 @@ impl Core {
                 }
                 let mut buf = vec![0u8; (n * bs) as usize];
                 self.dev.read(pblk, &mut buf, BlockClass::Data)?;
+                if let Some((ino, generation)) = check {
+                    for j in 0..n {
+                        let owner = BlockOwner {
+                            ino,
+                            generation,
+                            lblk: (m.lblk as u64 + k + j) as u32,
+                        };
+                        let img = &buf[(j * bs) as usize..((j + 1) * bs) as usize];
+                        self.proto.check_block_read(owner, pblk + j, img)?;
+                    }
+                }
                 for j in 0..n {
                     Self::copy_out(
                         bs,
@@ -447,7 +485,14 @@ impl Core {
             if m.lblk as u64 <= lblk && lblk < m.lblk as u64 + m.len as u64 && !m.unwritten {
                 let p = m.pblk + (lblk - m.lblk as u64);
                 let zeros = vec![0u8; to - from];
-                self.put_data(ino, lblk as u32, p, from, &zeros, false)?;
+                let generation = self.read_inode(ino)?.generation;
+                match self.put_data(ino, generation, lblk as u32, p, from, &zeros, false) {
+                    // A block whose owner record disagrees reads as EIO
+                    // before and after: there is nothing of this file's
+                    // to zero.
+                    Err(e) if self.backlinks && e.errno() == libc::EIO => {}
+                    r => r?,
+                }
             }
         }
         Ok(())

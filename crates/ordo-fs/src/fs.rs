@@ -780,10 +780,82 @@ impl Fs {
     pub fn counters(&self) -> Counters {
         self.shared.dev.counters()
     }
-    /// The protocol's name and statistics.
+    /// The protocol's name and statistics (with backlinks, the checks'
+    /// and the scanners' figures too).
     pub fn protocol_stats(&self) -> (String, Vec<(String, u64)>) {
         let c = self.shared.lock();
-        (c.proto.name().to_string(), c.proto.stats())
+        let mut stats = c.proto.stats();
+        if c.backlinks {
+            stats.extend(c.nofs.pairs());
+            stats.push(("nofs_scan_pending".into(), u64::from(c.scan_needed)));
+        }
+        (c.proto.name().to_string(), stats)
+    }
+
+    /// Run the scanners to completion now, if this mount needs them (an
+    /// unclean image under a protocol with backlinks); a no-op otherwise.
+    /// They otherwise run when the first operation that may allocate
+    /// starts.
+    pub fn scan_to_end(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let plans = {
+            let mut c = self.shared.lock();
+            c.scan_if_needed()?;
+            self.shared.take_plans(&mut c)
+        };
+        self.shared.run(plans)
+    }
+
+    /// Whether the scanners still have to run on this mount.
+    pub fn scan_pending(&self) -> bool {
+        self.shared.lock().scan_needed
+    }
+
+    /// Set up the owner table at mount (backlinks): create it as reserved
+    /// inode 5 if the image has none, hand it to the protocol, rebuild the
+    /// records (and backlinks) if the protocol does not trust it, and
+    /// decide whether the scanners must run.
+    pub(crate) fn attach_owner_table(&self, before: (u32, u32), was_clean: bool) -> Result<()> {
+        let (created, blocks, now) = {
+            let plans;
+            let r = {
+                let mut c = self.shared.lock();
+                c.begin(crate::update::OpKind::Internal, 0);
+                let r = c.ensure_owner_table(was_clean);
+                let e = c.end();
+                plans = self.shared.take_plans(&mut c);
+                let r = r.and_then(|v| e.map(|()| v));
+                r.and_then(|(created, blocks)| {
+                    let mnt = c.sb32(crate::layout::sb::MNT_COUNT)? & 0xffff;
+                    let mtime = c.sb32(crate::layout::sb::MTIME)?;
+                    Ok((created, blocks, (mnt, mtime)))
+                })
+            };
+            self.shared.run(plans)?;
+            r?
+        };
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let trusted = {
+            let mut c = self.shared.lock();
+            let dev = self.shared.dev.clone();
+            c.proto
+                .attach_owner_table(&blocks, before, now, dev.as_ref())?
+        };
+        if !trusted || created {
+            self.shared
+                .with_handle(crate::update::OpKind::Internal, |c| {
+                    c.rebuild_owner_records()?;
+                    c.rebuild_backlinks()
+                })?;
+            self.sync()?;
+        }
+        let mut c = self.shared.lock();
+        c.scan_needed = !was_clean && !c.proto.trusts_allocation_state();
+        Ok(())
     }
     /// Buffer-cache figures (cached, peak and bound bytes, dirty blocks).
     pub fn cache_stats(&self) -> CacheStats {

@@ -9,6 +9,7 @@
 //! (`ordo-dev`). See `docs/DESIGN.md`.
 
 mod alloc;
+pub mod backlinks;
 pub mod cache;
 pub mod clock;
 mod dir;
@@ -26,6 +27,7 @@ mod mount;
 mod ops;
 pub mod protocol;
 pub mod random;
+pub mod scan;
 pub mod sched;
 mod state;
 pub mod stream;

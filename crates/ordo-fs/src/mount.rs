@@ -484,9 +484,28 @@ impl Fs {
         // a journal, `needs_recovery` says whether a crash left work, and a
         // recovered image is as valid as a cleanly unmounted one (e2fsck
         // then exits 0 after replaying it).
+        // The stamp and state the image had before this mount (backlinks:
+        // the owner table's trust, and whether the scanners must run).
+        let (before, was_clean) = {
+            let mut c = shared.lock();
+            c.backlinks = opts.mode.caps().backlinks;
+            let mnt = c.sb32(sb::MNT_COUNT)? & 0xffff;
+            let mtime = c.sb32(sb::MTIME)?;
+            let state = c.sb32(sb::STATE)? as u16;
+            let was_clean = state & sb::STATE_VALID != 0;
+            // Until the scanners have run (or the protocol says it trusts
+            // them) the bitmaps are not checked against their checksums:
+            // nothing ordered the two writes.
+            c.scan_needed = c.backlinks && !was_clean && !opts.read_only;
+            ((mnt, mtime), was_clean)
+        };
         if !opts.read_only {
             shared.with_handle(OpKind::Internal, |c| {
-                c.process_orphans()?;
+                // The orphan list of an image the scanners will rebuild is
+                // not followed: they reclaim what no name reaches.
+                if !c.scan_needed {
+                    c.process_orphans()?;
+                }
                 let state = c.sb32(sb::STATE)? as u16;
                 if !journaled {
                     c.set_sb(
@@ -516,6 +535,9 @@ impl Fs {
             read_only: opts.read_only,
             fsync_is_osync,
         };
+        if opts.mode.caps().backlinks && !opts.read_only {
+            fs.attach_owner_table(before, was_clean)?;
+        }
         if opts.background && !opts.read_only {
             let sh = fs.shared.clone();
             let tick = fs.shared.lock().proto.tick_interval_ms();
@@ -523,6 +545,15 @@ impl Fs {
                 .map_or(opts.commit_interval_ms, |t| t.min(opts.commit_interval_ms))
                 .max(10);
             let h = std::thread::spawn(move || {
+                // Backlinks after an unclean mount: the scanners run here,
+                // in the background, so the first operation does not wait
+                // for them (it waits for the lock if they are running).
+                let plans = {
+                    let mut c = sh.lock();
+                    let _ = c.scan_if_needed();
+                    sh.take_plans(&mut c)
+                };
+                let _ = sh.run(plans);
                 let mut waited = 0u64;
                 while !sh.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(10));

@@ -59,13 +59,29 @@ impl Core {
         if name.len() > NAME_MAX {
             return Err(errno(libc::ENAMETOOLONG));
         }
-        let ino = if name == b"." {
-            parent
+        let (ino, ft) = if name == b"." {
+            (parent, 0)
         } else {
-            self.dir_lookup(parent, name)?
-                .ok_or_else(|| errno(libc::ENOENT))?
-                .ino
+            let slot = self
+                .dir_lookup(parent, name)?
+                .ok_or_else(|| errno(libc::ENOENT))?;
+            (slot.ino, slot.ft)
         };
+        if self.backlinks && name != b"." && !self.entry_type_matches(ino, ft)? {
+            // A name left from an earlier inode of that number.
+            self.nofs.stale_names += 1;
+            return Err(errno(libc::ENOENT));
+        }
+        if self.backlinks && name != b"." {
+            // `..` resolves to the directory `parent` names back.
+            if name == b".." {
+                if parent != crate::types::ROOT_INO {
+                    self.check_backlink(ino, parent)?;
+                }
+            } else {
+                self.check_backlink(parent, ino)?;
+            }
+        }
         let i = self.read_inode(ino)?;
         if i.mode == 0 {
             return Err(crate::error::FsError::corrupt(
@@ -275,6 +291,7 @@ impl Core {
                     ino,
                     lblk: 0,
                     pblk: blk,
+                    generation: i.generation,
                     fresh: true,
                 },
                 &self.handle,

@@ -457,6 +457,17 @@ pub(crate) struct Core {
     /// Attribute blocks this mount has read or written, by `h_hash`: the
     /// candidates for sharing (ext4's mbcache).
     pub xattr_shared: HashMap<u32, Vec<u64>>,
+    /// The protocol asked for backlinks (`Capabilities::backlinks`): the
+    /// core keeps them, checks names against them and checks data reads
+    /// with the protocol's owner records (`backlinks.rs`).
+    pub backlinks: bool,
+    /// Backlinks: allocation state must be rebuilt by the scanners
+    /// (`scan.rs`) before anything is allocated.
+    pub scan_needed: bool,
+    /// The scanners move names without touching backlinks.
+    pub backlinks_frozen: bool,
+    /// What the backlink checks and the scanners found.
+    pub nofs: crate::scan::NofsStats,
 }
 
 impl Core {
@@ -513,6 +524,10 @@ impl Core {
             short_for_space: false,
             alloc_from_group_start: false,
             xattr_shared: HashMap::new(),
+            backlinks: false,
+            scan_needed: false,
+            backlinks_frozen: false,
+            nofs: Default::default(),
         }
     }
 

@@ -255,7 +255,23 @@ pub struct DataWrite {
     pub lblk: u32,
     /// Physical block on the device.
     pub pblk: u64,
+    /// The inode's generation (`i_generation`), which with `ino` and
+    /// `lblk` names the block's owner (backpointers' owner records).
+    pub generation: u32,
     /// True when the block was allocated by this write (its old contents
     /// belong to nobody); false for an overwrite in place.
     pub fresh: bool,
+}
+
+/// Who a file block belongs to: the inode, its generation (an inode number
+/// reused by a later file has another) and the logical block. Owner
+/// records (`mode=backpointers`) bind a physical block to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlockOwner {
+    /// The inode.
+    pub ino: Ino,
+    /// Its `i_generation`.
+    pub generation: u32,
+    /// The logical block in the file.
+    pub lblk: u32,
 }

@@ -13,6 +13,7 @@
 //! then calls [`Protocol::plan_done`] under the lock.
 
 pub mod async_mode;
+pub mod backpointers;
 pub mod fast_commit;
 pub mod jbd2;
 pub mod optimistic;
@@ -29,7 +30,7 @@ use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 
 use crate::cache::BufferCache;
 use crate::error::Result;
-use crate::update::{DataWrite, HandleInfo, Ino, Update};
+use crate::update::{BlockOwner, DataWrite, HandleInfo, Ino, Update};
 
 /// Every protocol ordo ships: **the registry**. Adding a protocol is its
 /// folder under `protocol/`, one line here, and its docs
@@ -47,6 +48,7 @@ const REGISTRY: &[&ProtocolSpec] = &[
     &sched_chain::SPEC,
     &optimistic::SPEC,
     &streams::SPEC,
+    &backpointers::SPEC,
 ];
 
 /// What a crash leaves under a protocol, and how the crash explorer
@@ -116,6 +118,24 @@ pub struct Capabilities {
     /// the recovered tree against those models, and a returned fsync or
     /// streamsync as a lower bound on its stream's prefix.
     pub stream_prefix_after_crash: bool,
+    /// The core keeps *backlinks* (NoFS): every inode names, in an
+    /// in-inode extended attribute, the directories that link to it; a
+    /// name resolves only to an inode that names its directory back; data
+    /// reads from the device are checked against the protocol's owner
+    /// records ([`Protocol::check_block_read`]); the protocol's owner table
+    /// lives in a reserved inode the core sets up at mount
+    /// ([`Protocol::owner_table_blocks`]); and after an unclean mount the
+    /// core rebuilds allocation state with its scanners before anything is
+    /// allocated, unless the protocol trusts it
+    /// ([`Protocol::trusts_allocation_state`]).
+    pub backlinks: bool,
+    /// No ordering promise, but *data consistency* once the scanners have
+    /// run (NoFS): after a crash, every name resolves to an inode that
+    /// names its directory or fails, every read returns bytes written to
+    /// that file or EIO, and after the scan nothing is allocated twice.
+    /// The crash explorer mounts a crash image with no recovery, runs
+    /// `Fs::scan_to_end` and checks that instead of tree equality.
+    pub data_consistent_after_scan: bool,
     /// Journal-superblock INCOMPAT bits that mark a live log only this
     /// protocol's recovery can read (its own extensions of JBD2). An image
     /// whose journal carries one is recovered by this protocol, whatever
@@ -138,6 +158,8 @@ impl Capabilities {
         scheduler: false,
         prefix_after_crash: false,
         stream_prefix_after_crash: false,
+        backlinks: false,
+        data_consistent_after_scan: false,
         log_incompat: 0,
     };
 }
@@ -1182,6 +1204,60 @@ pub trait Protocol: Send {
     /// destaged it) is known without asking for a flush.
     fn durable_notice(&mut self, durable: ordo_dev::Ticket) {
         let _ = durable;
+    }
+
+    /// With `caps.backlinks`: how many blocks the protocol's owner table
+    /// needs on a file system of `block_count` blocks (0: none). The core
+    /// keeps them as the data of the reserved inode 5 and hands them to
+    /// [`Protocol::attach_owner_table`] at mount.
+    fn owner_table_blocks(&self, block_count: u64) -> u64 {
+        let _ = block_count;
+        0
+    }
+
+    /// The owner table's physical blocks, in table order, at mount, with
+    /// the superblock's stamp before this mount (`s_mnt_count`, `s_mtime`)
+    /// and the one this mount writes. The protocol reads the table from
+    /// `dev` and answers whether it can be trusted (written by ordo up to
+    /// this image's last mount, every block intact); `false` makes the
+    /// core rebuild every record ([`Protocol::record_owner`]) before the
+    /// file system is used. It may write to `dev` (and flush) before the
+    /// superblock with the new stamp goes out.
+    fn attach_owner_table(
+        &mut self,
+        blocks: &[u64],
+        before: (u32, u32),
+        now: (u32, u32),
+        dev: &dyn BlockDevice,
+    ) -> Result<bool> {
+        let _ = (blocks, before, now, dev);
+        Ok(true)
+    }
+
+    /// A rebuild of the owner table: `pblk` holds `data` of `owner`
+    /// (`None`: it is no file's block).
+    fn record_owner(&mut self, pblk: u64, owner: Option<BlockOwner>, data: &[u8]) {
+        let _ = (pblk, owner, data);
+    }
+
+    /// The owner the table names for `pblk` (`None`: none, or no table).
+    fn block_owner(&self, pblk: u64) -> Option<BlockOwner> {
+        let _ = pblk;
+        None
+    }
+
+    /// File block `pblk`, read from the device as `owner`'s, holds `data`:
+    /// `Err` (EIO) when the owner record disagrees.
+    fn check_block_read(&mut self, owner: BlockOwner, pblk: u64, data: &[u8]) -> Result<()> {
+        let _ = (owner, pblk, data);
+        Ok(())
+    }
+
+    /// With `caps.backlinks`: whether the on-disk allocation state (bitmaps
+    /// and counts) may be trusted after an unclean mount. `false` (NoFS)
+    /// makes the core run its scanners before the first allocation.
+    fn trusts_allocation_state(&self) -> bool {
+        true
     }
 
     /// Statistics for `ordo info` / benchmarks, as name/value pairs.

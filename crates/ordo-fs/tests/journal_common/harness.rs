@@ -151,6 +151,7 @@ impl Harness {
                 ino: 12,
                 lblk: 0,
                 pblk: block,
+                generation: 0,
                 fresh,
             },
             &h,

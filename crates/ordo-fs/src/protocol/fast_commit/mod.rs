@@ -142,6 +142,8 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         scheduler: false,
         prefix_after_crash: false,
         stream_prefix_after_crash: false,
+        backlinks: false,
+        data_consistent_after_scan: false,
         log_incompat: 0,
     },
     recover: replay::recover,

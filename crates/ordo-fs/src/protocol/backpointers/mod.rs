@@ -1,0 +1,364 @@
+//! `backpointers`: consistency without ordering (NoFS, Chidambaram et al.,
+//! FAST '12).
+//!
+//! What it does
+//! ------------
+//! No write is ordered before another. Dirty blocks (metadata, data and
+//! owner-table blocks alike) go home in ascending order on the commit
+//! interval, under memory pressure and at unmount; `fsync`, `fdatasync` and
+//! `sync` write every dirty block and then flush the cache once. What makes
+//! a crash harmless is not order but *checks on access*:
+//!
+//! - **Owner records.** Every file block has a record in the owner table
+//!   (docs/FORMAT.md, "Owner table"; kept as the data of reserved inode 5)
+//!   naming `{inode, generation, logical block}` and the crc32c of the
+//!   contents written. The record is computed from the very image that
+//!   goes home, so a record and its block agree exactly when both writes
+//!   reached the disk. A read from the device whose record names another
+//!   owner, or whose contents do not match the checksum, fails with EIO
+//!   ([`Protocol::check_block_read`]): a stale pointer never shows another
+//!   file's bytes, and a pointer whose data never reached the disk never
+//!   shows garbage. The generation is what tells a reused inode number's
+//!   blocks from its predecessor's.
+//! - **Directory and extent-tree blocks** prove their owner through
+//!   `metadata_csum`, whose checksums are seeded with the inode number and
+//!   generation: the core rejects a block that is not its inode's.
+//! - **Backlinks** (the core's, `caps.backlinks`): every inode names its
+//!   directories, and a name resolves only to an inode that names its
+//!   directory back.
+//! - **Allocation state is not trusted after a crash**: the core's
+//!   scanners rebuild it from what validates before anything is allocated
+//!   ([`Protocol::trusts_allocation_state`]).
+//!
+//! Faults (`ORDO_FAULT`, read when the protocol is built), for the crash
+//! explorer's proof that it catches a broken NoFS:
+//! - `nofs_no_generation`: records are compared without the generation;
+//! - `nofs_no_owner_check`: reads skip the owner check;
+//! - `nofs_unvalidated_alloc`: the on-disk bitmaps are trusted after a
+//!   crash (no scan before allocating).
+
+mod table;
+
+pub use table::{data_crc, per_block, table_blocks};
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::*;
+use crate::error::{errno, FsError};
+use table::Record;
+
+/// `mode=backpointers`.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    name: "backpointers",
+    summary: "no ordering at all: owner records, backlinks and scanners (NoFS)",
+    variants: &[],
+    mkfs_features: "metadata_csum,extent,ext_attr",
+    caps: Capabilities {
+        backlinks: true,
+        data_consistent_after_scan: true,
+        ..Capabilities::NONE
+    },
+    recover: recover_nothing,
+    build,
+};
+
+fn build(_recovered: Recovered, env: &ProtocolEnv) -> Result<Box<dyn Protocol>> {
+    if !env.metadata_csum {
+        return Err(FsError::Invalid(
+            "mode=backpointers needs metadata_csum (directory and extent blocks prove \
+             their owner by it)"
+                .into(),
+        ));
+    }
+    Ok(Box::new(Backpointers::new(env)))
+}
+
+/// A fault injected on purpose (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    NoGeneration,
+    NoOwnerCheck,
+    UnvalidatedAlloc,
+}
+
+impl Fault {
+    fn from_env() -> Option<Fault> {
+        match std::env::var("ORDO_FAULT").ok().as_deref() {
+            Some("nofs_no_generation") => Some(Fault::NoGeneration),
+            Some("nofs_no_owner_check") => Some(Fault::NoOwnerCheck),
+            Some("nofs_unvalidated_alloc") => Some(Fault::UnvalidatedAlloc),
+            _ => None,
+        }
+    }
+}
+
+/// The `backpointers` protocol.
+pub struct Backpointers {
+    bs: u32,
+    block_count: u64,
+    fault: Option<Fault>,
+    /// Physical blocks of the table (header first); empty until attached.
+    table_at: Vec<u64>,
+    /// The table's blocks, in memory for the mount.
+    table: Vec<Vec<u8>>,
+    /// Table blocks changed since they last went home.
+    table_dirty: BTreeSet<usize>,
+    /// File blocks written since their record was last computed.
+    pending: HashMap<u64, BlockOwner>,
+    /// A table being rebuilt: its header, to go home after the first
+    /// flush that makes every record durable.
+    header_pending: Option<Vec<u8>>,
+    write_backs: u64,
+    blocks_written: u64,
+    records_written: u64,
+    owner_mismatches: u64,
+    crc_mismatches: u64,
+}
+
+impl Backpointers {
+    fn new(env: &ProtocolEnv) -> Self {
+        Backpointers {
+            bs: env.block_size,
+            block_count: env.block_count,
+            fault: Fault::from_env(),
+            table_at: Vec::new(),
+            table: Vec::new(),
+            table_dirty: BTreeSet::new(),
+            pending: HashMap::new(),
+            header_pending: None,
+            write_backs: 0,
+            blocks_written: 0,
+            records_written: 0,
+            owner_mismatches: 0,
+            crc_mismatches: 0,
+        }
+    }
+
+    fn slot_of(&self, pblk: u64) -> (usize, usize) {
+        let per = per_block(self.bs);
+        (1 + (pblk / per) as usize, (pblk % per) as usize)
+    }
+
+    fn record(&self, pblk: u64) -> Option<Record> {
+        if self.table.is_empty() || pblk >= self.block_count {
+            return None;
+        }
+        let (k, slot) = self.slot_of(pblk);
+        table::get(&self.table[k], slot)
+    }
+
+    fn set_record(&mut self, pblk: u64, r: Option<Record>) {
+        if self.table.is_empty() || pblk >= self.block_count {
+            return;
+        }
+        let (k, slot) = self.slot_of(pblk);
+        if table::get(&self.table[k], slot) == r {
+            return;
+        }
+        table::put(&mut self.table[k], slot, r);
+        self.table_dirty.insert(k);
+    }
+
+    /// Compute the records of the file blocks written since, from the
+    /// images about to go home.
+    fn settle_records(&mut self, io: &Io) {
+        let pending = std::mem::take(&mut self.pending);
+        for (pblk, owner) in pending {
+            // A block no longer cached was freed (and dropped) since.
+            if let Some(img) = io.snapshot(pblk) {
+                let r = Record {
+                    owner,
+                    crc: data_crc(&img),
+                };
+                self.set_record(pblk, Some(r));
+            }
+        }
+    }
+
+    fn write_all(&mut self, io: &mut Io, flush: bool) {
+        self.settle_records(io);
+        let dirty = io.dirty_blocks();
+        self.blocks_written += dirty.len() as u64;
+        io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
+        for k in std::mem::take(&mut self.table_dirty) {
+            let mut img = self.table[k].clone();
+            if k > 0 {
+                table::seal_record_block(&mut img);
+                self.table[k] = img.clone();
+            }
+            io.write_raw(
+                self.table_at[k],
+                Arc::new(img),
+                WriteFlags::new(BlockClass::Other),
+            );
+            self.records_written += 1;
+        }
+        if flush {
+            io.flush();
+            if let Some(h) = self.header_pending.take() {
+                // The header of a rebuilt table follows its records.
+                io.write_raw(
+                    self.table_at[0],
+                    Arc::new(h),
+                    WriteFlags::new(BlockClass::Other),
+                );
+                io.flush();
+            }
+        }
+        self.write_backs += 1;
+    }
+
+    fn owners_agree(&self, a: &BlockOwner, b: &BlockOwner) -> bool {
+        a.ino == b.ino
+            && a.lblk == b.lblk
+            && (a.generation == b.generation || self.fault == Some(Fault::NoGeneration))
+    }
+}
+
+impl Protocol for Backpointers {
+    fn name(&self) -> &'static str {
+        "backpointers"
+    }
+    fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
+        self.pending.insert(
+            w.pblk,
+            BlockOwner {
+                ino: w.ino,
+                generation: w.generation,
+                lblk: w.lblk,
+            },
+        );
+    }
+    fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
+        // The record stays: a stale pointer to the block still matches it
+        // only while the block still holds that owner's bytes.
+        self.pending.remove(&block);
+    }
+    fn fsync(&mut self, _ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
+        self.write_all(io, true);
+        Ok(())
+    }
+    fn sync(&mut self, io: &mut Io) -> Result<()> {
+        self.write_all(io, true);
+        Ok(())
+    }
+    fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
+        self.write_all(io, reason == WriteBackReason::Unmount);
+        Ok(())
+    }
+
+    fn owner_table_blocks(&self, block_count: u64) -> u64 {
+        table_blocks(self.bs, block_count)
+    }
+
+    fn attach_owner_table(
+        &mut self,
+        blocks: &[u64],
+        before: (u32, u32),
+        now: (u32, u32),
+        dev: &dyn BlockDevice,
+    ) -> Result<bool> {
+        let bs = self.bs as usize;
+        let want = table_blocks(self.bs, self.block_count) as usize;
+        assert!(blocks.len() >= want, "the core sized the owner table");
+        self.table_at = blocks[..want].to_vec();
+        self.table = Vec::with_capacity(want);
+        let mut trusted = true;
+        let mut buf = vec![0u8; bs];
+        dev.read(self.table_at[0], &mut buf, BlockClass::Other)?;
+        match table::Header::decode(&buf) {
+            Ok(h) => {
+                let same_geometry =
+                    u64::from(h.per_block) == per_block(self.bs) && h.blocks == self.block_count;
+                // The stamp of the mount that wrote the table is what the
+                // superblock says now, or the superblock never got that
+                // mount's stamp (the header goes first). Anything else: the
+                // image was mounted elsewhere since.
+                if !same_geometry || (h.stamp != before && h.before != before) {
+                    trusted = false;
+                }
+            }
+            Err(_) => trusted = false,
+        }
+        self.table.push(buf.clone());
+        for k in 1..want {
+            dev.read(self.table_at[k], &mut buf, BlockClass::Other)?;
+            if table::check_record_block(&buf, k as u64 - 1).is_err() {
+                trusted = false;
+            }
+            self.table.push(buf.clone());
+        }
+        if !trusted {
+            for k in 1..want {
+                self.table[k] = table::empty_record_block(bs, k as u64 - 1);
+                self.table_dirty.insert(k);
+            }
+        }
+        // The new stamp goes to disk, and is flushed, before the
+        // superblock that carries it: a crash in between leaves a header
+        // whose `before` is the superblock's stamp, which is still trusted.
+        let header = table::Header {
+            per_block: per_block(self.bs) as u32,
+            blocks: self.block_count,
+            stamp: now,
+            before,
+        };
+        let img = header.encode(bs);
+        if trusted {
+            dev.write(self.table_at[0], &img, WriteFlags::new(BlockClass::Other))?;
+            dev.flush()?;
+        } else {
+            // Until the rebuilt records are durable the old header (or
+            // none) keeps the table untrusted.
+            self.header_pending = Some(img.clone());
+        }
+        self.table[0] = img;
+        Ok(trusted)
+    }
+
+    fn record_owner(&mut self, pblk: u64, owner: Option<BlockOwner>, data: &[u8]) {
+        let r = owner.map(|owner| Record {
+            owner,
+            crc: data_crc(data),
+        });
+        self.set_record(pblk, r);
+    }
+
+    fn block_owner(&self, pblk: u64) -> Option<BlockOwner> {
+        self.record(pblk).map(|r| r.owner)
+    }
+
+    fn check_block_read(&mut self, owner: BlockOwner, pblk: u64, data: &[u8]) -> Result<()> {
+        if self.fault == Some(Fault::NoOwnerCheck) || self.table.is_empty() {
+            return Ok(());
+        }
+        match self.record(pblk) {
+            Some(r) if self.owners_agree(&r.owner, &owner) => {
+                if r.crc == data_crc(data) {
+                    Ok(())
+                } else {
+                    self.crc_mismatches += 1;
+                    Err(errno(libc::EIO))
+                }
+            }
+            _ => {
+                self.owner_mismatches += 1;
+                Err(errno(libc::EIO))
+            }
+        }
+    }
+
+    fn trusts_allocation_state(&self) -> bool {
+        self.fault == Some(Fault::UnvalidatedAlloc)
+    }
+
+    fn stats(&self) -> Vec<(String, u64)> {
+        vec![
+            ("write_backs".into(), self.write_backs),
+            ("blocks_written".into(), self.blocks_written),
+            ("owner_blocks_written".into(), self.records_written),
+            ("owner_mismatches".into(), self.owner_mismatches),
+            ("crc_mismatches".into(), self.crc_mismatches),
+        ]
+    }
+}
