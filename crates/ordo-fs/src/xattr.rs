@@ -73,6 +73,12 @@ fn name_errno(e: NameError) -> FsError {
     })
 }
 
+/// ordo's own attributes (backlinks, `crate::backlinks`), kept on disk
+/// but neither listed nor read nor set through the attribute calls.
+fn is_internal(index: u8, name: &[u8]) -> bool {
+    index == xattr::index::TRUSTED && name == crate::backlinks::NAME
+}
+
 fn is_acl(index: u8) -> bool {
     matches!(
         index,
@@ -203,6 +209,9 @@ impl Core {
     /// The value of attribute `name` of `ino` (ENODATA when absent).
     pub fn op_getxattr(&mut self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         let (index, n) = xattr::split_name(name).map_err(name_errno)?;
+        if is_internal(index, n) {
+            return Err(errno(libc::ENODATA));
+        }
         if self.xattrs_none(ino)? && self.open_counts.contains_key(&ino) {
             // An open file (the write path's question): alive, and bare.
             return Err(errno(libc::ENODATA));
@@ -231,7 +240,7 @@ impl Core {
             .iter()
             .chain(st.block.iter().flat_map(|b| b.2.iter()))
         {
-            if a.index == xattr::index::TRUSTED && !privileged {
+            if (a.index == xattr::index::TRUSTED && !privileged) || is_internal(a.index, &a.name) {
                 continue;
             }
             if let Some(full) = xattr::full_name(a.index, &a.name) {
@@ -264,6 +273,10 @@ impl Core {
             return Err(errno(libc::EPERM));
         }
         let (index, n) = xattr::split_name(name).map_err(name_errno)?;
+        if is_internal(index, n) {
+            // ordo's own attribute: neither shown nor settable.
+            return Err(errno(libc::EPERM));
+        }
         if let Some(v) = value {
             if v.len() > xattr::VALUE_MAX {
                 return Err(errno(libc::E2BIG));
