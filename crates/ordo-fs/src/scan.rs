@@ -339,6 +339,13 @@ impl Core {
         }
         self.nofs.inodes_valid += valid.len() as u64;
 
+        // Sizes against mappings: a file maps no written block past its
+        // size, a directory's size covers every block it maps (the inode
+        // and a tree block below it were written in no order).
+        for &c in &sorted {
+            self.fit_size(c)?;
+        }
+
         // 3. Data scanner: claims, conflicts, then bitmaps and counters.
         let mut claims = self.claim_blocks(&sorted)?;
         for _ in 0..4 {
@@ -453,6 +460,39 @@ impl Core {
     /// Whether `img` at `b` is `o`'s by its owner record and contents.
     fn proto_probe(&mut self, b: u64, o: BlockOwner, img: &[u8]) -> bool {
         self.proto.check_block_read(o, b, img).is_ok()
+    }
+
+    /// Bring `c`'s size and mappings into agreement (see the caller).
+    fn fit_size(&mut self, c: Ino) -> Result<()> {
+        let i = self.read_inode(c)?;
+        if !i.uses_extents() {
+            return Ok(());
+        }
+        let bs = self.bs as u64;
+        let maps = extent::extents(&mut self.tree(c)?, 0..LBLK_END)?;
+        if i.is_dir() {
+            let end = maps
+                .iter()
+                .filter(|m| !m.unwritten)
+                .map(|m| u64::from(m.lblk) + u64::from(m.len))
+                .max()
+                .unwrap_or(0);
+            if i.size < end * bs {
+                self.set_size(c, end * bs);
+                self.drop_dir_index(c);
+                self.nofs.links_fixed += 1;
+            }
+            return Ok(());
+        }
+        let keep = i.size.div_ceil(bs);
+        let past = maps
+            .iter()
+            .any(|m| !m.unwritten && u64::from(m.lblk) + u64::from(m.len) > keep);
+        if past && keep < LBLK_END {
+            extent::remove_range(&mut self.tree(c)?, keep as u32, LBLK_END - keep)?;
+            self.nofs.conflicts_cut += 1;
+        }
+        Ok(())
     }
 
     /// Reset every block of directory `d` that is not its own to an empty
