@@ -163,6 +163,9 @@ struct Model {
     written: HashMap<u32, Vec<(u32, u32)>>,
     /// The file id of each (inode, generation) created.
     id_of: HashMap<(Ino, u32), u32>,
+    /// Files fsynced and not written, truncated or unlinked since: what
+    /// each block held at the fsync (file id, version, lblk).
+    promised: HashMap<Ino, Vec<(u32, u32, u32)>>,
 }
 
 /// A random workload of creates, writes, overwrites, appends, truncates,
@@ -172,6 +175,8 @@ fn workload(fs: &Fs, rng: &mut SplitMix64, ops: usize, model: &mut Model) {
     // Names: (dir, name, inode); per inode: (file id, version, blocks).
     let mut files: Vec<(Ino, Vec<u8>, Ino)> = Vec::new();
     let mut state: HashMap<Ino, (u32, u32, u32)> = HashMap::new();
+    // What each block of each file holds: (version) by lblk.
+    let mut held: HashMap<Ino, Vec<u32>> = HashMap::new();
     let mut dirs: Vec<(Ino, Vec<u8>, Ino)> = vec![(ROOT_INO, b"/".to_vec(), ROOT_INO)];
     let mut next_id = 1u32;
     let mut n = 0;
@@ -202,6 +207,7 @@ fn workload(fs: &Fs, rng: &mut SplitMix64, ops: usize, model: &mut Model) {
             }
             files.push((d, name, a.ino));
             state.insert(a.ino, (id, 0, blocks));
+            held.insert(a.ino, vec![0; blocks as usize]);
         } else if pick < 35 {
             let ino = files[below(rng, files.len())].2;
             let (id, ver, blocks) = state.get_mut(&ino).unwrap();
@@ -211,17 +217,25 @@ fn workload(fs: &Fs, rng: &mut SplitMix64, ops: usize, model: &mut Model) {
             *ver += 1;
             let l = below(rng, *blocks as usize) as u32;
             model.written.entry(*id).or_default().push((*ver, l));
-            let _ = fs.write(ino, u64::from(l) * BS as u64, &block(*id, *ver, l));
+            model.promised.remove(&ino);
+            if fs
+                .write(ino, u64::from(l) * BS as u64, &block(*id, *ver, l))
+                .is_ok()
+            {
+                held.get_mut(&ino).unwrap()[l as usize] = *ver;
+            }
         } else if pick < 45 {
             let ino = files[below(rng, files.len())].2;
             let (id, ver, blocks) = state.get_mut(&ino).unwrap();
             let l = *blocks;
             model.written.entry(*id).or_default().push((*ver, l));
+            model.promised.remove(&ino);
             if fs
                 .write(ino, u64::from(l) * BS as u64, &block(*id, *ver, l))
                 .is_ok()
             {
                 *blocks += 1;
+                held.get_mut(&ino).unwrap().push(*ver);
             }
         } else if pick < 52 {
             let ino = files[below(rng, files.len())].2;
@@ -231,12 +245,15 @@ fn workload(fs: &Fs, rng: &mut SplitMix64, ops: usize, model: &mut Model) {
                 size: Some(u64::from(keep) * BS as u64),
                 ..SetAttr::default()
             };
+            model.promised.remove(&ino);
             if fs.setattr(ino, &set).is_ok() {
                 *blocks = keep;
+                held.get_mut(&ino).unwrap().truncate(keep as usize);
             }
         } else if pick < 62 {
             let k = below(rng, files.len());
-            let (d, name, _) = files.remove(k);
+            let (d, name, ino) = files.remove(k);
+            model.promised.remove(&ino);
             let _ = fs.unlink(d, &name);
         } else if pick < 70 {
             let k = below(rng, files.len());
@@ -272,7 +289,15 @@ fn workload(fs: &Fs, rng: &mut SplitMix64, ops: usize, model: &mut Model) {
             }
         } else if pick < 92 {
             let ino = files[below(rng, files.len())].2;
-            let _ = fs.fsync(ino, false);
+            if fs.fsync(ino, false).is_ok() {
+                let id = state[&ino].0;
+                let blocks = held[&ino]
+                    .iter()
+                    .enumerate()
+                    .map(|(l, &v)| (id, v, l as u32))
+                    .collect();
+                model.promised.insert(ino, blocks);
+            }
         } else {
             fs.write_back().unwrap();
         }
@@ -421,6 +446,7 @@ fn random_crashes_leave_data_consistency_after_the_scan() {
     let mut checked = 0;
     let mut eio = 0u64;
     let mut stale = 0u64;
+    let mut promises = 0usize;
     // NOFS_SEEDS=N runs more (a soak); NOFS_E2FSCK_EVERY=K checks every
     // K-th image with e2fsck (default 6).
     let seeds: u64 = std::env::var("NOFS_SEEDS")
@@ -452,6 +478,23 @@ fn random_crashes_leave_data_consistency_after_the_scan() {
             eprintln!("{:?}", fs.protocol_stats());
         }
         let seen = check_tree(&fs, &model, &what);
+        promises += model.promised.len();
+        for (ino, blocks) in &model.promised {
+            let got = seen.get(ino).unwrap_or_else(|| {
+                panic!(
+                    "{what}: inode {ino} was fsynced and not removed since, but no name reaches it"
+                )
+            });
+            let got: Vec<Option<(u32, u32, u32)>> = got
+                .iter()
+                .map(|b| b.as_ref().and_then(|b| decode(b)))
+                .collect();
+            let want: Vec<Option<(u32, u32, u32)>> = blocks.iter().copied().map(Some).collect();
+            assert_eq!(
+                got, want,
+                "{what}: inode {ino} does not hold what was fsynced"
+            );
+        }
         eio += stat(&fs, "owner_mismatches") + stat(&fs, "crc_mismatches");
         stale += stat(&fs, "nofs_entries_removed");
         fill_and_recheck(&fs, &seen, &what);
@@ -462,7 +505,11 @@ fn random_crashes_leave_data_consistency_after_the_scan() {
         checked += 1;
     }
     assert_eq!(checked, seeds);
-    eprintln!("{checked} crashes: {eio} reads refused, {stale} stale names removed");
+    eprintln!(
+        "{checked} crashes: {eio} reads refused, {stale} stale names removed, \
+         {promises} fsynced files held"
+    );
+    assert!(promises > 0, "no fsync promise was checked");
     // The crashes did leave something to detect.
     assert!(eio + stale > 0, "no crash left a stale pointer or name");
 }

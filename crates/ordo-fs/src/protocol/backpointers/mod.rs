@@ -105,6 +105,14 @@ pub struct Backpointers {
     table_dirty: BTreeSet<usize>,
     /// File blocks written since their record was last computed.
     pending: HashMap<u64, BlockOwner>,
+    /// Blocks changed for each inode since they last went home: its
+    /// inode-table block, extent-tree and attribute blocks, data blocks,
+    /// and for a directory its blocks. An fsync writes these alone.
+    owned: HashMap<Ino, BTreeSet<u64>>,
+    /// The directories whose entries naming each inode changed.
+    entry_dirs: HashMap<Ino, BTreeSet<Ino>>,
+    /// The inodes a directory's changed entries name.
+    children: HashMap<Ino, BTreeSet<Ino>>,
     /// A table being rebuilt: its header, to go home after the first
     /// flush that makes every record durable.
     header_pending: Option<Vec<u8>>,
@@ -126,6 +134,9 @@ impl Backpointers {
             table_dirty: BTreeSet::new(),
             pending: HashMap::new(),
             header_pending: None,
+            owned: HashMap::new(),
+            entry_dirs: HashMap::new(),
+            children: HashMap::new(),
             write_backs: 0,
             blocks_written: 0,
             records_written: 0,
@@ -175,23 +186,92 @@ impl Backpointers {
         }
     }
 
+    fn note(&mut self, ino: Ino, block: u64) {
+        self.owned.entry(ino).or_default().insert(block);
+    }
+
+    /// The blocks an fsync of `ino` writes: the file's own, those of the
+    /// directories whose entries naming it changed (and theirs, up to
+    /// the root), and for a directory those of the inodes its changed
+    /// entries name. Nothing of allocation state: bitmaps and counters
+    /// are rebuilt by the scanners after a crash, so they go home with
+    /// the write-backs only (the paper's lazily written hints).
+    fn fsync_blocks(&mut self, ino: Ino, io: &Io) -> BTreeSet<u64> {
+        let mut todo = vec![ino];
+        let mut seen = std::collections::HashSet::new();
+        if let Some(ch) = self.children.remove(&ino) {
+            todo.extend(ch);
+        }
+        let mut blocks = BTreeSet::new();
+        while let Some(i) = todo.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            if let Some(b) = self.owned.remove(&i) {
+                blocks.extend(b);
+            }
+            if let Some(d) = self.entry_dirs.remove(&i) {
+                todo.extend(d);
+            }
+        }
+        blocks.retain(|&b| io.is_dirty(b));
+        blocks
+    }
+
+    /// Write `blocks` and the owner records of the file blocks among them,
+    /// then flush once.
+    fn write_some(&mut self, blocks: &BTreeSet<u64>, io: &mut Io) {
+        let mut tables = BTreeSet::new();
+        for &b in blocks {
+            if let Some(owner) = self.pending.remove(&b) {
+                if let Some(img) = io.snapshot(b) {
+                    let r = Record {
+                        owner,
+                        crc: data_crc(&img),
+                    };
+                    self.set_record(b, Some(r));
+                }
+                if !self.table.is_empty() && b < self.block_count {
+                    tables.insert(self.slot_of(b).0);
+                }
+            }
+        }
+        let list: Vec<u64> = blocks.iter().copied().collect();
+        self.blocks_written += list.len() as u64;
+        io.write_home_runs(&list, false, super::MAX_RUN_BLOCKS);
+        for k in tables {
+            if self.table_dirty.remove(&k) {
+                self.write_table_block(k, io);
+            }
+        }
+        io.flush();
+        self.write_backs += 1;
+    }
+
+    fn write_table_block(&mut self, k: usize, io: &mut Io) {
+        let mut img = self.table[k].clone();
+        if k > 0 {
+            table::seal_record_block(&mut img);
+            self.table[k] = img.clone();
+        }
+        io.write_raw(
+            self.table_at[k],
+            Arc::new(img),
+            WriteFlags::new(BlockClass::Other),
+        );
+        self.records_written += 1;
+    }
+
     fn write_all(&mut self, io: &mut Io, flush: bool) {
+        self.owned.clear();
+        self.entry_dirs.clear();
+        self.children.clear();
         self.settle_records(io);
         let dirty = io.dirty_blocks();
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         for k in std::mem::take(&mut self.table_dirty) {
-            let mut img = self.table[k].clone();
-            if k > 0 {
-                table::seal_record_block(&mut img);
-                self.table[k] = img.clone();
-            }
-            io.write_raw(
-                self.table_at[k],
-                Arc::new(img),
-                WriteFlags::new(BlockClass::Other),
-            );
-            self.records_written += 1;
+            self.write_table_block(k, io);
         }
         if flush {
             io.flush();
@@ -219,7 +299,29 @@ impl Protocol for Backpointers {
     fn name(&self) -> &'static str {
         "backpointers"
     }
+    fn on_update(&mut self, u: &Update, _h: &HandleInfo) {
+        use crate::update::UpdateKind as K;
+        match &u.kind {
+            K::Inode { ino, .. }
+            | K::Extent { ino, .. }
+            | K::ExtentTree { ino, .. }
+            | K::ExtentBlockInit { ino }
+            | K::Xattr { ino }
+            | K::XattrBlockInit { ino }
+            | K::XattrRef { ino, .. } => self.note(*ino, u.block),
+            K::DirBlockInit { dir } => self.note(*dir, u.block),
+            K::Dirent { dir, ino, .. } => {
+                self.note(*dir, u.block);
+                if *ino != 0 && ino != dir {
+                    self.entry_dirs.entry(*ino).or_default().insert(*dir);
+                    self.children.entry(*dir).or_default().insert(*ino);
+                }
+            }
+            _ => {}
+        }
+    }
     fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
+        self.note(w.ino, w.pblk);
         self.pending.insert(
             w.pblk,
             BlockOwner {
@@ -234,8 +336,14 @@ impl Protocol for Backpointers {
         // only while the block still holds that owner's bytes.
         self.pending.remove(&block);
     }
-    fn fsync(&mut self, _ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
-        self.write_all(io, true);
+    fn fsync(&mut self, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
+        if self.header_pending.is_some() {
+            // A table being rebuilt goes home whole first.
+            self.write_all(io, true);
+            return Ok(());
+        }
+        let blocks = self.fsync_blocks(ino, io);
+        self.write_some(&blocks, io);
         Ok(())
     }
     fn sync(&mut self, io: &mut Io) -> Result<()> {
