@@ -45,6 +45,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::*;
 use crate::error::{errno, FsError};
+use crate::update::InodeField;
 use table::Record;
 
 /// `mode=backpointers`.
@@ -109,6 +110,9 @@ pub struct Backpointers {
     /// inode-table block, extent-tree and attribute blocks, data blocks,
     /// and for a directory its blocks. An fsync writes these alone.
     owned: HashMap<Ino, BTreeSet<u64>>,
+    /// Inode-table blocks whose change for each inode is its times (or
+    /// checksum) alone.
+    own_times: HashMap<Ino, BTreeSet<u64>>,
     /// The directories whose entries naming each inode changed.
     entry_dirs: HashMap<Ino, BTreeSet<Ino>>,
     /// The inodes a directory's changed entries name.
@@ -135,6 +139,7 @@ impl Backpointers {
             pending: HashMap::new(),
             header_pending: None,
             owned: HashMap::new(),
+            own_times: HashMap::new(),
             entry_dirs: HashMap::new(),
             children: HashMap::new(),
             write_backs: 0,
@@ -203,6 +208,9 @@ impl Backpointers {
             todo.extend(ch);
         }
         let mut blocks = BTreeSet::new();
+        if let Some(b) = self.own_times.remove(&ino) {
+            blocks.extend(b);
+        }
         while let Some(i) = todo.pop() {
             if !seen.insert(i) {
                 continue;
@@ -264,6 +272,7 @@ impl Backpointers {
 
     fn write_all(&mut self, io: &mut Io, flush: bool) {
         self.owned.clear();
+        self.own_times.clear();
         self.entry_dirs.clear();
         self.children.clear();
         self.settle_records(io);
@@ -302,6 +311,14 @@ impl Protocol for Backpointers {
     fn on_update(&mut self, u: &Update, _h: &HandleInfo) {
         use crate::update::UpdateKind as K;
         match &u.kind {
+            // Times and checksums alone do not make a name reachable: an
+            // fsync writes them for the file itself only.
+            K::Inode {
+                ino,
+                field: InodeField::Times | InodeField::Checksum,
+            } => {
+                self.own_times.entry(*ino).or_default().insert(u.block);
+            }
             K::Inode { ino, .. }
             | K::Extent { ino, .. }
             | K::ExtentTree { ino, .. }
