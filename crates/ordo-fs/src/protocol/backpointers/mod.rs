@@ -106,6 +106,9 @@ pub struct Backpointers {
     table_dirty: BTreeSet<usize>,
     /// File blocks written since their record was last computed.
     pending: HashMap<u64, BlockOwner>,
+    /// Blocks whose record changed since the last flush this protocol
+    /// planned (their new version may still be in flight).
+    unflushed: std::collections::HashSet<u64>,
     /// Blocks changed for each inode since they last went home: its
     /// inode-table block, extent-tree and attribute blocks, data blocks,
     /// and for a directory its blocks. An fsync writes these alone.
@@ -137,6 +140,7 @@ impl Backpointers {
             table: Vec::new(),
             table_dirty: BTreeSet::new(),
             pending: HashMap::new(),
+            unflushed: Default::default(),
             header_pending: None,
             owned: HashMap::new(),
             own_times: HashMap::new(),
@@ -175,6 +179,33 @@ impl Backpointers {
         self.table_dirty.insert(k);
     }
 
+    /// The record of `pblk` now holding `img` of `owner`: it keeps the
+    /// checksum of the version a flush made durable, for as long as the
+    /// new one may still be in flight.
+    fn settle(&mut self, pblk: u64, owner: BlockOwner, img: &[u8]) {
+        let crc = data_crc(img);
+        let prev = match self.record(pblk) {
+            Some(old) if old.owner == owner && old.crc != crc => {
+                if self.unflushed.contains(&pblk) {
+                    old.prev
+                } else {
+                    old.crc
+                }
+            }
+            Some(old) if old.owner == owner => old.prev,
+            _ => 0,
+        };
+        self.set_record(pblk, Some(Record { owner, crc, prev }));
+        self.unflushed.insert(pblk);
+    }
+
+    /// A flush is planned after every write planned so far: the versions
+    /// recorded so far are durable once it completes.
+    fn flush(&mut self, io: &mut Io) {
+        io.flush();
+        self.unflushed.clear();
+    }
+
     /// Compute the records of the file blocks written since, from the
     /// images about to go home.
     fn settle_records(&mut self, io: &Io) {
@@ -182,11 +213,7 @@ impl Backpointers {
         for (pblk, owner) in pending {
             // A block no longer cached was freed (and dropped) since.
             if let Some(img) = io.snapshot(pblk) {
-                let r = Record {
-                    owner,
-                    crc: data_crc(&img),
-                };
-                self.set_record(pblk, Some(r));
+                self.settle(pblk, owner, &img);
             }
         }
     }
@@ -233,11 +260,7 @@ impl Backpointers {
         for &b in blocks {
             if let Some(owner) = self.pending.remove(&b) {
                 if let Some(img) = io.snapshot(b) {
-                    let r = Record {
-                        owner,
-                        crc: data_crc(&img),
-                    };
-                    self.set_record(b, Some(r));
+                    self.settle(b, owner, &img);
                 }
                 if !self.table.is_empty() && b < self.block_count {
                     tables.insert(self.slot_of(b).0);
@@ -252,7 +275,7 @@ impl Backpointers {
                 self.write_table_block(k, io);
             }
         }
-        io.flush();
+        self.flush(io);
         self.write_backs += 1;
     }
 
@@ -283,7 +306,7 @@ impl Backpointers {
             self.write_table_block(k, io);
         }
         if flush {
-            io.flush();
+            self.flush(io);
             if let Some(h) = self.header_pending.take() {
                 // The header of a rebuilt table follows its records.
                 io.write_raw(
@@ -291,7 +314,7 @@ impl Backpointers {
                     Arc::new(h),
                     WriteFlags::new(BlockClass::Other),
                 );
-                io.flush();
+                self.flush(io);
             }
         }
         self.write_backs += 1;
@@ -445,6 +468,7 @@ impl Protocol for Backpointers {
         let r = owner.map(|owner| Record {
             owner,
             crc: data_crc(data),
+            prev: 0,
         });
         self.set_record(pblk, r);
     }
@@ -459,7 +483,8 @@ impl Protocol for Backpointers {
         }
         match self.record(pblk) {
             Some(r) if self.owners_agree(&r.owner, &owner) => {
-                if r.crc == data_crc(data) {
+                let crc = data_crc(data);
+                if crc == r.crc || (r.prev != 0 && crc == r.prev) {
                     Ok(())
                 } else {
                     self.crc_mismatches += 1;

@@ -11,7 +11,8 @@
 //!  bs-4 u32 crc32c of bytes 0..bs-4
 //! record block k (table block 1 + k):
 //!   0  magic "OBPR"   4 u32 k   8 u32 0   12 u32 crc32c of the block (this field 0)
-//!  16  records: u32 ino, u32 generation, u32 lblk, u32 crc32c(data); ino 0 = none
+//!  16  records: u32 ino, u32 generation, u32 lblk, u32 crc32c(data),
+//!      u32 crc32c of the version before (0: none); ino 0 = no record
 //! ```
 
 use crate::update::BlockOwner;
@@ -21,9 +22,9 @@ pub const MAGIC: &[u8; 8] = b"ORDOBPT1";
 /// First four bytes of every record block.
 pub const RECORD_MAGIC: &[u8; 4] = b"OBPR";
 /// Format version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of a record.
-pub const RECORD_BYTES: usize = 16;
+pub const RECORD_BYTES: usize = 20;
 /// Bytes before the first record of a record block.
 pub const RECORD_HEADER: usize = 16;
 
@@ -31,7 +32,12 @@ pub const RECORD_HEADER: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
     pub owner: BlockOwner,
+    /// The contents checksum of the version written with this record.
     pub crc: u32,
+    /// The checksum of the owner's version before it that a flush made
+    /// durable (0: none): while the new version is in flight the disk
+    /// may hold either.
+    pub prev: u32,
 }
 
 /// Records per table block of `bs` bytes.
@@ -155,6 +161,7 @@ pub fn get(b: &[u8], slot: usize) -> Option<Record> {
             lblk: le32(b, at + 8),
         },
         crc: le32(b, at + 12),
+        prev: le32(b, at + 16),
     })
 }
 
@@ -162,14 +169,15 @@ pub fn get(b: &[u8], slot: usize) -> Option<Record> {
 /// checksum is left to [`seal_record_block`].
 pub fn put(b: &mut [u8], slot: usize, r: Option<Record>) {
     let at = RECORD_HEADER + slot * RECORD_BYTES;
-    let (ino, generation, lblk, crc) = match r {
-        Some(r) => (r.owner.ino, r.owner.generation, r.owner.lblk, r.crc),
-        None => (0, 0, 0, 0),
+    let (ino, generation, lblk, crc, prev) = match r {
+        Some(r) => (r.owner.ino, r.owner.generation, r.owner.lblk, r.crc, r.prev),
+        None => (0, 0, 0, 0, 0),
     };
     put32(b, at, ino);
     put32(b, at + 4, generation);
     put32(b, at + 8, lblk);
     put32(b, at + 12, crc);
+    put32(b, at + 16, prev);
 }
 
 #[cfg(test)]
@@ -202,14 +210,15 @@ mod tests {
                 lblk: 3,
             },
             crc: 42,
+            prev: 7,
         };
-        put(&mut b, 254, Some(r));
+        put(&mut b, 203, Some(r));
         seal_record_block(&mut b);
-        assert_eq!(get(&b, 254), Some(r));
+        assert_eq!(get(&b, 203), Some(r));
         assert_eq!(get(&b, 0), None);
         b[100] ^= 1;
         assert!(check_record_block(&b, 7).is_err());
-        assert_eq!(per_block(4096), 255);
-        assert_eq!(table_blocks(4096, 8192), 1 + 33);
+        assert_eq!(per_block(4096), 204);
+        assert_eq!(table_blocks(4096, 8192), 1 + 41);
     }
 }
