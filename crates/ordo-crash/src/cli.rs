@@ -59,8 +59,8 @@ pub struct CrashArgs {
     #[arg(long, default_value = "ordered")]
     pub data: DataMode,
     /// seq1, seq2, random, mix, htree, enospc (random on a full file
-    /// system), streams (related operations in ccfs streams), or a
-    /// scenario file.
+    /// system), streams (related operations in ccfs streams),
+    /// nofs-table3 (NoFS's 20 dropped-write cases), or a scenario file.
     #[arg(long, short = 'w')]
     pub workload: Option<String>,
     /// Check at most N states (a seeded sample of all of them).

@@ -12,9 +12,10 @@
 //! the base image, recovered as the protocol defines, and checked by the
 //! [`oracle`]: ordo's fsck and `e2fsck -fn`, the promises, no foreign or
 //! stale data, and the protocol's own invariants (among them, for ccfs
-//! streams, a prefix of each stream: [`streams`]). [`explore()`] runs it all in
-//! parallel and [`report`] says what it found, with a command that rebuilds
-//! each failing state. See `docs/CRASH.md`.
+//! streams, a prefix of each stream: [`streams`]); a NoFS protocol is
+//! checked for data consistency after its scanners instead ([`nofs`]).
+//! [`explore()`] runs it all in parallel and [`report`] says what it found,
+//! with a command that rebuilds each failing state. See `docs/CRASH.md`.
 
 pub mod app;
 pub mod backend;
@@ -25,6 +26,7 @@ pub mod fuse;
 pub mod judge;
 pub mod log;
 pub mod model;
+pub mod nofs;
 pub mod oracle;
 pub mod pattern;
 pub mod read;

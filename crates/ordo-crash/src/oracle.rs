@@ -22,6 +22,9 @@
 //!    protocol promises it, the recovered tree is the model's after some
 //!    operation ([`PrefixOfOperations`]) or after some prefix of each
 //!    stream's operations ([`StreamPrefix`]).
+//!
+//! A protocol with `data_consistent_after_scan` (NoFS) has no recovery to
+//! judge and promises no tree: its states go to [`crate::nofs`] instead.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -124,7 +127,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(class: FailureClass, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(class: FailureClass, detail: impl Into<String>) -> Self {
         Failure {
             class,
             detail: detail.into(),
@@ -152,6 +155,21 @@ pub enum Note {
     /// check), e2fsprogs 1.47.0 stops before it. The kernel's replay agreed
     /// with ordo's; e2fsck's difference is not counted.
     E2fsckTornCommit,
+    /// NoFS (`crate::nofs`): a listed name's lookup was refused (ENOENT or
+    /// EIO: a stale name), which the property allows.
+    NofsLookupRefused,
+    /// NoFS: a block of a reachable file (or a directory, a symlink) read
+    /// EIO (its owner record disagrees), which the property allows.
+    NofsReadEio,
+    /// NoFS: the scanners linked an orphan back into a directory its
+    /// backlinks name (as `#INO`).
+    NofsOrphanRelinked,
+    /// NoFS: the disk was filled and everything reached re-read.
+    NofsDiskFilled,
+    /// NoFS: the mount took the crash image for cleanly unmounted, so the
+    /// scanners did not run (right for the base, which was; otherwise
+    /// the allocation state on disk is trusted).
+    NofsNoScan,
 }
 
 impl Note {
@@ -162,6 +180,11 @@ impl Note {
             Note::JudgeTornSuperblock => "judge_torn_superblock",
             Note::E2fsckMultiplyClaimed => "e2fsck_multiply_claimed",
             Note::E2fsckTornCommit => "e2fsck_torn_commit",
+            Note::NofsLookupRefused => "nofs_lookup_refused",
+            Note::NofsReadEio => "nofs_read_eio",
+            Note::NofsOrphanRelinked => "nofs_orphan_relinked",
+            Note::NofsDiskFilled => "nofs_disk_filled",
+            Note::NofsNoScan => "nofs_no_scan",
         }
     }
 }
@@ -540,6 +563,31 @@ pub fn recover(
     data: ordo_fs::DataMode,
     image: &Arc<MemDevice>,
 ) -> Result<backend::FsckVerdict, String> {
+    if mode.caps().data_consistent_after_scan {
+        // NoFS: no recovery pass. The scanners rebuild the allocation
+        // state in memory, a clean unmount writes it, and then the image
+        // must be clean with no repair at all.
+        let dev: Arc<dyn BlockDevice> = image.clone();
+        let fs = backend::mount(dev, mode, data, false)
+            .map_err(|e| format!("mount with no recovery: {e}"))?;
+        fs.scan_to_end().map_err(|e| format!("scan_to_end: {e}"))?;
+        fs.unmount()
+            .map_err(|e| format!("unmount after the scan: {e}"))?;
+        let v = backend::fsck(image.as_ref(), false)?;
+        if !v.is_clean() {
+            let all: Vec<String> = v
+                .unsafe_problems
+                .iter()
+                .chain(&v.benign_problems)
+                .cloned()
+                .collect();
+            return Err(format!(
+                "problems after the scan and a clean unmount: {}",
+                all.join("; ")
+            ));
+        }
+        return Ok(v);
+    }
     match mode.caps().after_crash {
         AfterCrash::NoPromise | AfterCrash::ConsistentAfterRepair => {
             let v = backend::fsck(image.as_ref(), true)?;
@@ -606,16 +654,17 @@ pub fn check_state_noted(
     }));
     let failures = match result {
         Ok(f) => f,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "non-string panic".into());
-            vec![Failure::new(FailureClass::Panic, msg)]
-        }
+        Err(p) => vec![Failure::new(FailureClass::Panic, panic_message(p))],
     };
     (failures, notes, image)
+}
+
+/// What a caught panic said.
+pub(crate) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".into())
 }
 
 fn check_image(
@@ -626,6 +675,11 @@ fn check_image(
     image: &Arc<MemDevice>,
     notes: &mut Vec<Note>,
 ) -> Vec<Failure> {
+    // NoFS: no recovery pass, the scanners, then data consistency rather
+    // than the repair verdicts and tree checks below (`crate::nofs`).
+    if params.mode.caps().data_consistent_after_scan {
+        return crate::nofs::check_image(rec, state, params, image, notes);
+    }
     let mut out = Vec::new();
     let judge = params.judge && crate::judge::applies_to(params.mode);
     // The crash image as the crash left it, for the second judge.
@@ -769,7 +823,7 @@ fn scratch_dir() -> std::path::PathBuf {
 /// which is stricter than any earlier promise's wider window, and an
 /// earlier promise's object that is gone by `q` is skipped by that promise
 /// anyway. So checking starts at the last such promise.
-fn promises_to_check(rec: &Recording, state: &StateSpec) -> Vec<usize> {
+pub(crate) fn promises_to_check(rec: &Recording, state: &StateSpec) -> Vec<usize> {
     let mut promises = vec![0];
     promises.extend(state.promises(&rec.events));
     let last_all = promises
@@ -1066,7 +1120,7 @@ fn check_foreign(
 
 /// The window of snapshots a promise made after op `p` is judged against
 /// when op `j` was in flight.
-fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
+pub(crate) fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
     let end = j.max(p).min(rec.snapshots.len() - 1);
     &rec.snapshots[p..=end]
 }
@@ -1250,7 +1304,7 @@ fn check_file(
 
 /// Whether `op` writes data into `node` (as resolved in the window's last
 /// snapshot but one: the tree the operation ran on).
-fn writes_to(op: &Op, win: &[Arc<Tree>], node: NodeId) -> bool {
+pub(crate) fn writes_to(op: &Op, win: &[Arc<Tree>], node: NodeId) -> bool {
     let path = match op {
         Op::Write { path, .. } | Op::Append { path, .. } => path,
         _ => return false,
@@ -1258,7 +1312,7 @@ fn writes_to(op: &Op, win: &[Arc<Tree>], node: NodeId) -> bool {
     win.len() >= 2 && win[win.len() - 2].resolve(path) == Some(node)
 }
 
-fn dedup(mut v: Vec<usize>) -> Vec<usize> {
+pub(crate) fn dedup(mut v: Vec<usize>) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
     v

@@ -279,12 +279,13 @@ impl Default for WorkloadParams {
 }
 
 /// Resolve a workload name: `seq1`, `seq2`, `random`, `mix`, `htree`,
-/// `enospc`, `streams`, or a scenario file.
+/// `enospc`, `streams`, `nofs-table3`, or a scenario file.
 pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashError> {
     let sequences = match name {
         "seq1" => seq1_with(params),
         "seq2" => seq2_with(params),
         "streams" => stream_scenarios(),
+        "nofs-table3" => nofs_table3(),
         "random" => random(params),
         "mix" => mix(params),
         "htree" => htree(params),
@@ -292,7 +293,7 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         path => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 CrashError::Workload(format!(
-                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, htree, enospc, streams) and can not be read: {e}"
+                    "'{path}' is not a built-in workload (seq1, seq2, random, mix, htree, enospc, streams, nofs-table3) and can not be read: {e}"
                 ))
             })?;
             let stem = std::path::Path::new(path)
@@ -857,6 +858,153 @@ pub fn stream_scenarios() -> Vec<Sequence> {
                 name: format!("streams/{name}"),
                 setup: preset(),
                 ops,
+            }
+        })
+        .collect()
+}
+
+/// NoFS's Table 3 (Chidambaram et al., FAST '12, "Consistency Without
+/// Ordering"): the 20 cases of writes dropped from one operation (or from
+/// two that share an inode or a block), on the preset tree. The workload
+/// `nofs-table3`.
+///
+/// Each sequence ends in a `sync`, so that every write of its operations
+/// is in one unflushed epoch and the crash states drop every subset of
+/// them (up to the per-point bound); the table's case, named after the
+/// operation and the blocks it drops (`C` the child, `P` its parent
+/// directory, `O`/`N` the old and new directory, `inode`, `dir` a
+/// directory block, `data`, `ind` an extent-tree block), is among those
+/// subsets. The sequences of one operation differ in where it acts, so
+/// that each case is also met in another setting:
+///
+/// - `mkdir` ×6: C-inode, C-dir, P-dir, C-inode+C-dir, C-inode+P-dir,
+///   C-dir+P-dir (a bad entry, an orphan inode or block, reclaimed by the
+///   scan or refused on access);
+/// - `link` ×2: C-inode (the link count), P-dir (the new name);
+/// - `unlink` ×2: C-inode of a file with two names, O-dir;
+/// - `rename` ×2: N-dir, O-dir (a file in both directories, or in none);
+/// - `write` ×5: C-data, C-ind, C-inode+C-data, C-inode+C-ind,
+///   C-data+C-ind (garbage data, orphan blocks); an extent-tree block
+///   needs a fifth extent, hence the sparse files;
+/// - `delete-create`: a new file reuses an unlinked one's inode, the old
+///   directory block dropped;
+/// - `truncate-write`: a block freed by a truncate given to a new file,
+///   the truncated inode dropped (two inodes point at one block);
+/// - `unlink-link`: a freed inode reused and linked under a second name,
+///   the old directory block dropped.
+pub fn nofs_table3() -> Vec<Sequence> {
+    // A file of five extents (one more than the inode holds): an
+    // extent-tree block.
+    let sparse = |p: &str| {
+        (0..5)
+            .map(|k| format!("write {p} {} 4096\n", k * 65536))
+            .collect::<String>()
+    };
+    let sparse_c = format!("creat /C/s\n{}", sparse("/C/s"));
+    let cases: Vec<(&str, String, String)> = vec![
+        ("mkdir-C-inode", String::new(), "mkdir /C/d\nsync\n".into()),
+        ("mkdir-C-dir", String::new(), "mkdir /A/d\nsync\n".into()),
+        (
+            "mkdir-P-dir",
+            String::new(),
+            "mkdir /B/sub/d\nsync\n".into(),
+        ),
+        (
+            "mkdir-C-inode+C-dir",
+            String::new(),
+            "mkdir /d\nsync\n".into(),
+        ),
+        (
+            "mkdir-C-inode+P-dir",
+            String::new(),
+            "mkdir /C/d\ncreat /C/d/f\nsync\n".into(),
+        ),
+        (
+            "mkdir-C-dir+P-dir",
+            String::new(),
+            "mkdir /C/d\nmkdir /C/d/e\nsync\n".into(),
+        ),
+        (
+            "link-C-inode",
+            String::new(),
+            "link /A/foo /C/l\nsync\n".into(),
+        ),
+        (
+            "link-P-dir",
+            String::new(),
+            "link /B/sub/x /A/l\nsync\n".into(),
+        ),
+        (
+            "unlink-C-inode",
+            "link /A/foo /C/l\n".into(),
+            "unlink /A/foo\nsync\n".into(),
+        ),
+        (
+            "unlink-O-dir",
+            String::new(),
+            "unlink /A/bar\nsync\n".into(),
+        ),
+        (
+            "rename-N-dir",
+            String::new(),
+            "rename /A/bar /C/bar\nsync\n".into(),
+        ),
+        (
+            "rename-O-dir",
+            String::new(),
+            "rename /B/sub/x /A/x\nsync\n".into(),
+        ),
+        (
+            "write-C-data",
+            String::new(),
+            "write /A/empty 0 8192\nsync\n".into(),
+        ),
+        ("write-C-ind", String::new(), format!("{sparse_c}sync\n")),
+        (
+            "write-C-inode+C-data",
+            String::new(),
+            "append /foo 8192\nsync\n".into(),
+        ),
+        (
+            "write-C-inode+C-ind",
+            String::new(),
+            format!("{}sync\n", sparse("/A/foo")),
+        ),
+        (
+            "write-C-data+C-ind",
+            sparse_c.clone(),
+            "write /C/s 327680 4096\nwrite /C/s 0 4096\nsync\n".into(),
+        ),
+        (
+            "delete-create",
+            String::new(),
+            "unlink /A/bar\ncreat /C/n\nwrite /C/n 0 4096\nsync\n".into(),
+        ),
+        (
+            "truncate-write",
+            String::new(),
+            "truncate /foo 0\ncreat /C/n\nwrite /C/n 0 16384\nsync\n".into(),
+        ),
+        (
+            "unlink-link",
+            String::new(),
+            "unlink /A/bar\ncreat /B/n\nlink /B/n /C/l\nsync\n".into(),
+        ),
+    ];
+    let parse = |text: &str| -> Vec<Op> {
+        text.lines()
+            .map(|l| parse_op(l).expect("the Table 3 scenarios parse"))
+            .collect()
+    };
+    cases
+        .iter()
+        .map(|(name, setup, ops)| {
+            let mut s = preset();
+            s.extend(parse(setup));
+            Sequence {
+                name: format!("nofs-table3/{name}"),
+                setup: s,
+                ops: parse(ops),
             }
         })
         .collect()

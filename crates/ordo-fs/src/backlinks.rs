@@ -23,6 +23,15 @@ use crate::update::Ino;
 
 /// The attribute's name in the `trusted.` namespace.
 pub const NAME: &[u8] = b"ordo.bl";
+/// The attribute naming a file's blocks that read as EIO (`trusted.`
+/// namespace): blocks the scanners took from the file because another
+/// file's owner record proves them its own. Little-endian u32 logical
+/// blocks, ascending, at most [`POISON_MAX`].
+pub const EIO_NAME: &[u8] = b"ordo.eio";
+/// Most blocks a poison list holds (a file that would need more is cut
+/// short at the first instead).
+pub const POISON_MAX: usize = 32;
+
 /// Most directories a list names before it overflows.
 pub const BACKLINKS_MAX: usize = 16;
 /// The last entry of an overflowed list: any directory matches.
@@ -92,6 +101,48 @@ impl Core {
             self.set_backlinks(ino, &l)?;
         }
         Ok(())
+    }
+
+    /// `ino`'s poisoned logical blocks (EIO on read), ascending.
+    pub(crate) fn poisoned(&mut self, ino: Ino) -> Result<Vec<u32>> {
+        let mut v = self
+            .xattr_get_raw(ino, index::TRUSTED, EIO_NAME)?
+            .map(|v| decode(&v))
+            .unwrap_or_default();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// Replace `ino`'s poisoned blocks.
+    pub(crate) fn set_poisoned(&mut self, ino: Ino, list: &[u32]) -> Result<()> {
+        let v = (!list.is_empty()).then(|| list.iter().flat_map(|l| l.to_le_bytes()).collect());
+        self.xattr_put_raw(ino, index::TRUSTED, EIO_NAME, v)
+    }
+
+    /// Forget the poisoned blocks of `ino` in `lo..hi` (written again, or
+    /// cut off): they read as what is written there now.
+    pub(crate) fn unpoison(&mut self, ino: Ino, lo: u64, hi: u64) -> Result<()> {
+        if !self.backlinks {
+            return Ok(());
+        }
+        let mut v = self.poisoned(ino)?;
+        let n = v.len();
+        v.retain(|&l| u64::from(l) < lo || u64::from(l) >= hi);
+        if v.len() != n {
+            self.set_poisoned(ino, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Under backlinks, metadata that fails its checks on access (a tree
+    /// or directory block that is another inode's, after a crash) is EIO,
+    /// as NoFS answers; elsewhere the error stays as it is.
+    pub(crate) fn nofs_eio(&self, e: crate::error::FsError) -> crate::error::FsError {
+        if self.backlinks && e.errno() == libc::EUCLEAN {
+            errno(libc::EIO)
+        } else {
+            e
+        }
     }
 
     /// The lookup check: `child`, found under a name in `dir`, must be in

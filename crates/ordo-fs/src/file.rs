@@ -257,6 +257,11 @@ impl Core {
                     let want = (next - l).min(exc::MAX_INIT_LEN as u64) as u32;
                     match self.alloc_blocks(goal, want) {
                         Ok((p, n)) => {
+                            if let Err(e) = self.unpoison(ino, l, l + u64::from(n)) {
+                                self.rollback_to(sp);
+                                err = Some(e);
+                                break;
+                            }
                             let r = self
                                 .tree(ino)
                                 .and_then(|mut t| extent::insert(&mut t, l as u32, p, n, false))
@@ -375,6 +380,25 @@ impl Core {
         let check = self.backlinks.then_some((ino, i.generation));
         if check.is_some() {
             defer = None;
+            // A hole in the range may be a block the scanners took away
+            // (poisoned): EIO, not zeros.
+            let covered: u64 = maps
+                .iter()
+                .filter(|m| !m.unwritten)
+                .map(|m| {
+                    let a = u64::from(m.lblk).max(first);
+                    let b = (u64::from(m.lblk) + u64::from(m.len)).min(last + 1);
+                    b.saturating_sub(a)
+                })
+                .sum();
+            if covered < last + 1 - first
+                && self
+                    .poisoned(ino)?
+                    .iter()
+                    .any(|&l| (first..=last).contains(&u64::from(l)))
+            {
+                return Err(errno(libc::EIO));
+            }
         }
         for m in maps.iter().filter(|m| !m.unwritten) {
             self.read_run(m, off, &mut out, defer.as_deref_mut(), check)?;
@@ -538,6 +562,9 @@ impl Core {
         }
         if size != i.size {
             self.set_size(ino, size);
+        }
+        if size < i.size {
+            self.unpoison(ino, size.div_ceil(bs), LBLK_END)?;
         }
         // truncate(2) and ftruncate(2) on ext4 set mtime and ctime even when
         // the size does not change.
@@ -717,6 +744,51 @@ impl Core {
         }
         let (first, n) = (off / bs, len / bs);
         self.touch_inode(ino);
+        // The written blocks that move: reported once the tree has moved
+        // (owner records name the logical block).
+        let moving: Vec<Mapping> = if self.backlinks {
+            let from = if collapse { first + n } else { first };
+            extent::extents(&mut self.tree(ino)?, from..LBLK_END)?
+                .into_iter()
+                .filter(|m| !m.unwritten && u64::from(m.lblk) >= from)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let r = self.file_shift_inner(ino, i, first, n, len, collapse);
+        if r.is_ok() {
+            for m in moving {
+                for k in 0..m.len {
+                    let lblk = m.lblk + k;
+                    let new_lblk = if collapse {
+                        lblk - n as u32
+                    } else {
+                        lblk + n as u32
+                    };
+                    let owner = BlockOwner {
+                        ino,
+                        generation: i.generation,
+                        lblk,
+                    };
+                    self.proto
+                        .on_data_moved(owner, m.pblk + u64::from(k), new_lblk);
+                }
+            }
+        }
+        r
+    }
+
+    fn file_shift_inner(
+        &mut self,
+        ino: Ino,
+        i: &crate::inode::Inode,
+        first: u64,
+        n: u64,
+        len: u64,
+        collapse: bool,
+    ) -> Result<()> {
+        let off = first * self.bs as u64;
+        let end = off + len;
         if collapse {
             // Nothing to collapse past the end: that would be a truncate.
             if end >= i.size {

@@ -57,7 +57,8 @@ impl Fs {
 
     /// Look up `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
-        self.shared.read(|c| c.op_lookup(parent, name))
+        self.shared
+            .read(|c| c.op_lookup(parent, name).map_err(|e| c.nofs_eio(e)))
     }
 
     /// Resolve an absolute path ("/a/b") without following a final symlink
@@ -334,9 +335,10 @@ impl Fs {
         size: u32,
         between: impl FnOnce(),
     ) -> Result<Vec<u8>> {
-        let (mut out, runs, frees) = self
-            .shared
-            .read(|c| c.file_read_deferred(ino, offset, size))?;
+        let (mut out, runs, frees) = self.shared.read(|c| {
+            c.file_read_deferred(ino, offset, size)
+                .map_err(|e| c.nofs_eio(e))
+        })?;
         if runs.is_empty() {
             return Ok(out);
         }
@@ -726,7 +728,7 @@ impl Fs {
     pub fn readdir(&self, ino: Ino, offset: u64, max: usize) -> Result<Vec<DirEntry>> {
         self.shared.read(|c| {
             c.live_dir(ino)?;
-            c.dir_read(ino, offset, max)
+            c.dir_read(ino, offset, max).map_err(|e| c.nofs_eio(e))
         })
     }
     /// Check `mask` (R_OK=4, W_OK=2, X_OK=1) for `creds` as the kernel does.
@@ -853,9 +855,14 @@ impl Fs {
                 })?;
             self.sync()?;
         }
-        let mut c = self.shared.lock();
-        c.scan_needed = !was_clean && !c.proto.trusts_allocation_state();
-        Ok(())
+        {
+            let mut c = self.shared.lock();
+            c.scan_needed = !was_clean && !c.proto.trusts_allocation_state();
+        }
+        // Nothing orders the superblock's "not clean" mark before the
+        // writes that follow: it is made durable now, before any, or a
+        // crash image could look cleanly unmounted and skip the scanners.
+        self.sync()
     }
     /// Buffer-cache figures (cached, peak and bound bytes, dirty blocks).
     pub fn cache_stats(&self) -> CacheStats {

@@ -31,7 +31,7 @@
 //! [`Core::rebuild_owner_records`], which trusts the tree of a cleanly
 //! unmounted image.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use ordo_dev::BlockClass;
 
@@ -76,6 +76,12 @@ pub struct NofsStats {
     pub inode_bits_fixed: u64,
     /// Owner records rebuilt from the tree at mount (a table not trusted).
     pub records_rebuilt: u64,
+    /// Files whose map was rebuilt from their owner records (the extent
+    /// tree did not survive).
+    pub maps_rebuilt: u64,
+    /// File blocks taken from a file whose pointer to them was stale
+    /// (another file's record proves them its own): EIO from then on.
+    pub blocks_poisoned: u64,
 }
 
 impl NofsStats {
@@ -97,6 +103,8 @@ impl NofsStats {
             ("nofs_block_bits_fixed".into(), self.block_bits_fixed),
             ("nofs_inode_bits_fixed".into(), self.inode_bits_fixed),
             ("nofs_records_rebuilt".into(), self.records_rebuilt),
+            ("nofs_maps_rebuilt".into(), self.maps_rebuilt),
+            ("nofs_blocks_poisoned".into(), self.blocks_poisoned),
         ]
     }
 }
@@ -165,16 +173,53 @@ impl Core {
         let inodes = self.sbi.inodes_count;
         // 1. Metadata scanner.
         let mut cand: BTreeMap<Ino, (bool, u32)> = BTreeMap::new();
+        let mut remap: Vec<Ino> = Vec::new();
+        // Every inode that looks in use (a mode and a link count in its
+        // raw bytes): what is not found valid among them is reclaimed, or
+        // e2fsck would take it for a live inode.
+        let mut looks_live: Vec<Ino> = Vec::new();
         for ino in (ROOT_INO..=inodes).filter(|&i| i == ROOT_INO || i >= first_ino) {
             if !self.itable_initialized(ino)? {
                 continue;
             }
             self.nofs.inodes_scanned += 1;
+            let raw = self.inode_raw(ino)?;
+            if crate::layout::le16(&raw, io::MODE) != 0 && crate::layout::le16(&raw, io::LINKS) != 0
+            {
+                looks_live.push(ino);
+            }
             let Ok(i) = self.read_inode(ino) else {
                 continue;
             };
             if i.mode == 0 || i.links == 0 || FileType::from_mode(i.mode).is_none() {
                 continue;
+            }
+            // An attribute block that is not one (the pointer outlived
+            // the block): the pointer goes, the inode stays.
+            let raw = self.inode_raw(ino)?;
+            let acl = u64::from(le32(&raw, io::FILE_ACL_LO))
+                | u64::from(crate::layout::le16(&raw, io::FILE_ACL_HI)) << 32;
+            if acl != 0 {
+                let ok =
+                    acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count && {
+                        let img = self.block_image(acl)?;
+                        self.xattr_block_ok(acl, &img)
+                    };
+                if !ok {
+                    self.set_inode_bytes(
+                        ino,
+                        io::FILE_ACL_LO,
+                        &0u32.to_le_bytes(),
+                        InodeField::Other,
+                    );
+                    self.set_inode_bytes(
+                        ino,
+                        io::FILE_ACL_HI,
+                        &0u16.to_le_bytes(),
+                        InodeField::Other,
+                    );
+                    self.nofs.links_fixed += 1;
+                }
             }
             if i.uses_extents() {
                 let ok = match self.tree(ino) {
@@ -182,7 +227,11 @@ impl Core {
                     Err(_) => false,
                 };
                 if !ok {
-                    continue;
+                    if !i.is_reg() {
+                        continue;
+                    }
+                    self.empty_map(ino)?;
+                    remap.push(ino);
                 }
             } else if i.is_dir() || (i.is_reg() && i.size > 0) {
                 continue;
@@ -290,9 +339,10 @@ impl Core {
         }
         // Reclaim the rest.
         let now = self.now().sec as u32;
-        for (&c, _) in cand.iter().filter(|(c, _)| !valid.contains(c)) {
+        for &c in looks_live.iter().filter(|c| !valid.contains(c)) {
             self.set_links(c, 0);
             self.set_dtime(c, now.max(1), InodeField::Dtime);
+            self.csum_inode(c);
             self.nofs.inodes_reclaimed += 1;
         }
         // Link counts, `..`, backlinks.
@@ -348,14 +398,26 @@ impl Core {
 
         // 3. Data scanner: claims, conflicts, then bitmaps and counters.
         let mut claims = self.claim_blocks(&sorted)?;
+        let mut punch: BTreeMap<Ino, BTreeSet<u32>> = BTreeMap::new();
         for _ in 0..4 {
-            let cut = self.cut_conflicts(&claims)?;
+            let cut = self.cut_conflicts(&claims, &mut punch)?;
             if cut == 0 {
                 break;
             }
             claims = self.claim_blocks(&sorted)?;
         }
         self.rebuild_bitmaps(&claims, &valid, &cand)?;
+        for (ino, lblks) in punch {
+            if valid.contains(&ino) {
+                self.punch_and_poison(ino, &lblks)?;
+            }
+        }
+        for ino in remap {
+            if valid.contains(&ino) {
+                self.remap_from_records(ino)?;
+            }
+        }
+        self.update_sb_counters()?;
         Ok(())
     }
 
@@ -378,6 +440,40 @@ impl Core {
             return crate::dir::parse_block(img, 0, d).is_ok();
         }
         crate::dir::has_tail(img) && le32(img, n - 4) == self.seal.dir_csum(d, generation, img)
+    }
+
+    /// A regular file whose extent tree did not survive (the inode reached
+    /// the disk, a tree block it names did not): its map is emptied now,
+    /// and rebuilt from its owner records once the bitmaps are
+    /// ([`Core::remap_from_records`]), when blocks can be allocated for
+    /// the tree again.
+    fn empty_map(&mut self, ino: Ino) -> Result<()> {
+        let root = extent::empty_root();
+        self.set_inode_bytes(ino, io::BLOCK, &root, InodeField::Blocks);
+        Ok(())
+    }
+
+    /// Map every block the owner records give `ino` (within its size)
+    /// that nothing else took: holes stay holes, as the file had them.
+    fn remap_from_records(&mut self, ino: Ino) -> Result<()> {
+        let i = self.read_inode(ino)?;
+        let end = i.size.div_ceil(self.bs as u64);
+        // Every block is taken first: a tree block the inserts allocate
+        // must not be one of them.
+        let mut mine = Vec::new();
+        for (lblk, pblk) in self.proto.blocks_owned_by(ino, i.generation) {
+            if u64::from(lblk) >= end || self.block_in_use(pblk)? {
+                continue;
+            }
+            self.set_blocks_in_use(pblk, 1, true)?;
+            mine.push((lblk, pblk));
+        }
+        for (lblk, pblk) in mine {
+            extent::insert(&mut self.tree(ino)?, lblk, pblk, 1, false)?;
+        }
+        self.fix_iblocks(ino)?;
+        self.nofs.maps_rebuilt += 1;
+        Ok(())
     }
 
     /// Settle who owns each directory block before names are read: a
@@ -653,7 +749,11 @@ impl Core {
 
     /// Cut every file whose pointer is the losing claim of a block claimed
     /// twice short before that block; how many were cut.
-    fn cut_conflicts(&mut self, claims: &HashMap<u64, Vec<Claim>>) -> Result<u64> {
+    fn cut_conflicts(
+        &mut self,
+        claims: &HashMap<u64, Vec<Claim>>,
+        punch: &mut BTreeMap<Ino, BTreeSet<u32>>,
+    ) -> Result<u64> {
         let mut cut_at: BTreeMap<Ino, u32> = BTreeMap::new();
         for (&b, v) in claims.iter().filter(|(_, v)| v.len() > 1) {
             // Attribute blocks are shared by design.
@@ -687,8 +787,10 @@ impl Core {
                     // A tree or attribute block lost: drop the whole file.
                     cut_at.insert(c.ino, 0);
                 } else {
-                    let e = cut_at.entry(c.ino).or_insert(c.lblk);
-                    *e = (*e).min(c.lblk);
+                    // A file block another file proves its own: unmapped
+                    // once the bitmaps are rebuilt (the unmapping may
+                    // need a tree block), and EIO from then on.
+                    punch.entry(c.ino).or_default().insert(c.lblk);
                 }
             }
         }
@@ -698,6 +800,33 @@ impl Core {
             self.nofs.conflicts_cut += 1;
         }
         Ok(n)
+    }
+
+    /// Unmap `lblks` of `ino` (blocks another file owns: not freed) and
+    /// make them read as EIO; a file that would need more poisoned blocks
+    /// than a list holds is cut short at the first instead.
+    fn punch_and_poison(&mut self, ino: Ino, lblks: &BTreeSet<u32>) -> Result<()> {
+        let mut list = self.poisoned(ino)?;
+        list.extend(lblks.iter().copied());
+        list.sort_unstable();
+        list.dedup();
+        if list.len() > backlinks::POISON_MAX {
+            let first = *lblks.iter().next().expect("not empty");
+            extent::remove_range(&mut self.tree(ino)?, first, LBLK_END - u64::from(first))?;
+            let size = u64::from(first) * self.bs as u64;
+            if self.read_inode(ino)?.size > size {
+                self.set_size(ino, size);
+            }
+            list.retain(|&l| l < first);
+        } else {
+            for &l in lblks {
+                extent::remove_range(&mut self.tree(ino)?, l, 1)?;
+            }
+        }
+        self.set_poisoned(ino, &list)?;
+        self.fix_iblocks(ino)?;
+        self.nofs.blocks_poisoned += lblks.len() as u64;
+        Ok(())
     }
 
     /// Unmap `ino`'s blocks from `lblk` on (not freeing them: the bitmaps
@@ -826,9 +955,31 @@ impl Core {
             if have != dirs {
                 self.add_group_counter(g, CounterKind::UsedDirs, dirs - have)?;
             }
+            if self.sbi.has_group_csum() {
+                // No inode in use past the table's unused tail.
+                let last_used = (g * ipg + 1..=(g + 1) * ipg)
+                    .rev()
+                    .find(|&i| i < first_ino || valid.contains(&i))
+                    .map_or(0, |i| (i - 1) % ipg + 1);
+                let unused = self.gd_count(g, gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI)?;
+                let want = unused.min(ipg - last_used);
+                if want != unused {
+                    self.add_group_counter(
+                        g,
+                        CounterKind::ItableUnused,
+                        i64::from(want) - i64::from(unused),
+                    )?;
+                }
+            }
         }
         for &ino in valid {
             self.fix_iblocks(ino)?;
+        }
+        // Attribute blocks: the reference count is the inodes naming them.
+        for (&b, v) in claims {
+            if v.iter().all(|c| c.lblk == u32::MAX - 1) {
+                self.xattr_set_refcount(b, v.len() as u32)?;
+            }
         }
         for g in 0..groups {
             self.csum_block_bitmap(g);

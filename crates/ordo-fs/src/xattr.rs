@@ -76,7 +76,8 @@ fn name_errno(e: NameError) -> FsError {
 /// ordo's own attributes (backlinks, `crate::backlinks`), kept on disk
 /// but neither listed nor read nor set through the attribute calls.
 fn is_internal(index: u8, name: &[u8]) -> bool {
-    index == xattr::index::TRUSTED && name == crate::backlinks::NAME
+    index == xattr::index::TRUSTED
+        && (name == crate::backlinks::NAME || name == crate::backlinks::EIO_NAME)
 }
 
 fn is_acl(index: u8) -> bool {
@@ -168,6 +169,23 @@ impl Core {
             return Ok(());
         }
         self.xattr_store(ino, st, index, name, value)
+    }
+
+    /// Set the reference count of attribute block `blk` to `n` (the
+    /// scanners' rebuild).
+    pub(crate) fn xattr_set_refcount(&mut self, blk: u64, n: u32) -> Result<()> {
+        self.ensure(blk, BlockClass::Other)?;
+        let cur = le32(&self.cache.snapshot(blk).expect("ensured"), 4);
+        if cur != n {
+            self.xattr_refcount(blk, cur, n as i32 - cur as i32);
+        }
+        Ok(())
+    }
+
+    /// Whether `img`, read at `blk`, is a valid attribute block there
+    /// (magic, checksum, entries).
+    pub(crate) fn xattr_block_ok(&self, blk: u64, img: &[u8]) -> bool {
+        self.xattr_csum_check(blk, img).is_ok() && xattr::decode_block(img).is_ok()
     }
 
     /// Remember a block as a candidate for sharing.
@@ -530,7 +548,11 @@ impl Core {
         hash: u32,
         not: Option<u64>,
     ) -> Option<(u64, u32)> {
-        if hash == 0 {
+        // Under backlinks no block is shared: a shared block's change is a
+        // copy and a pointer switch, two writes nothing may order, and a
+        // crash between them would lose the attributes; a block of one
+        // inode changes in place, one atomic write.
+        if hash == 0 || self.backlinks {
             return None;
         }
         let cands = self.xattr_shared.get(&hash).cloned().unwrap_or_default();

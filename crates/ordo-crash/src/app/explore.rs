@@ -431,7 +431,13 @@ fn recover(
         Target::Kernel { .. } => crate::judge::kernel_recover(&image).map(|i| (i, "kernel mount")),
         Target::Ordo { mode, data, .. } => match crate::oracle::recover(mode, data, &image) {
             Ok(_) => Ok((image, "protocol recovery")),
-            Err(e) if mode.caps().after_crash == AfterCrash::ConsistentAfterReplay => Err(e),
+            // NoFS's recovery is its scan: no repair may stand in for it.
+            Err(e)
+                if mode.caps().after_crash == AfterCrash::ConsistentAfterReplay
+                    || mode.caps().data_consistent_after_scan =>
+            {
+                Err(e)
+            }
             Err(_) => crate::judge::e2fsck_recover(&image).map(|(i, _)| (i, "e2fsck -fy")),
         },
     }

@@ -1240,6 +1240,21 @@ pub trait Protocol: Send {
         let _ = (pblk, owner, data);
     }
 
+    /// A file block moved within its file without being written
+    /// (collapse or insert range): `pblk`, `owner`'s until now, is now its
+    /// logical block `new_lblk`.
+    fn on_data_moved(&mut self, owner: BlockOwner, pblk: u64, new_lblk: u32) {
+        let _ = (owner, pblk, new_lblk);
+    }
+
+    /// Every block the owner table says `ino` (of `generation`) holds, as
+    /// (logical, physical), in logical order: what the scanners rebuild a
+    /// file's map from when its extent tree did not survive a crash.
+    fn blocks_owned_by(&self, ino: Ino, generation: u32) -> Vec<(u32, u64)> {
+        let _ = (ino, generation);
+        Vec::new()
+    }
+
     /// The owner the table names for `pblk` (`None`: none, or no table).
     fn block_owner(&self, pblk: u64) -> Option<BlockOwner> {
         let _ = pblk;

@@ -32,7 +32,11 @@
 //!
 //! Faults (`ORDO_FAULT`, read when the protocol is built), for the crash
 //! explorer's proof that it catches a broken NoFS:
-//! - `nofs_no_generation`: records are compared without the generation;
+//! - `nofs_no_generation`: records are compared without the generation,
+//!   and, as the paper's backpointers, neither cleared when a block is
+//!   freed nor kept from reuse until the free is durable (either would
+//!   hide the missing generation: a reused inode number then never meets
+//!   its predecessor's block);
 //! - `nofs_no_owner_check`: reads skip the owner check;
 //! - `nofs_unvalidated_alloc`: the on-disk bitmaps are trusted after a
 //!   crash (no scan before allocating).
@@ -116,10 +120,25 @@ pub struct Backpointers {
     /// Inode-table blocks whose change for each inode is its times (or
     /// checksum) alone.
     own_times: HashMap<Ino, BTreeSet<u64>>,
+    /// Table blocks whose records of each inode's blocks moved (collapse
+    /// and insert range) since they last went home.
+    moved: HashMap<Ino, BTreeSet<usize>>,
     /// The directories whose entries naming each inode changed.
     entry_dirs: HashMap<Ino, BTreeSet<Ino>>,
     /// The inodes a directory's changed entries name.
     children: HashMap<Ino, BTreeSet<Ino>>,
+    /// Freed blocks not to be reused yet: until the change that freed
+    /// them is durable, a pointer to them may still be on disk, and a
+    /// block with no owner record (a directory's, a tree's, an attribute
+    /// block) could not tell its new owner's contents from the old.
+    frozen: std::collections::HashSet<u64>,
+    /// Frozen blocks whose freeing change has not been written yet.
+    awaiting_write: Vec<u64>,
+    /// Frozen blocks whose freeing change was written, with no flush
+    /// planned since.
+    awaiting_flush: Vec<u64>,
+    /// Frozen blocks released when the plan of that number is done.
+    staged: Vec<(u64, Vec<u64>)>,
     /// A table being rebuilt: its header, to go home after the first
     /// flush that makes every record durable.
     header_pending: Option<Vec<u8>>,
@@ -141,9 +160,14 @@ impl Backpointers {
             table_dirty: BTreeSet::new(),
             pending: HashMap::new(),
             unflushed: Default::default(),
+            frozen: Default::default(),
+            awaiting_write: Vec::new(),
+            awaiting_flush: Vec::new(),
+            staged: Vec::new(),
             header_pending: None,
             owned: HashMap::new(),
             own_times: HashMap::new(),
+            moved: HashMap::new(),
             entry_dirs: HashMap::new(),
             children: HashMap::new(),
             write_backs: 0,
@@ -204,6 +228,11 @@ impl Backpointers {
     fn flush(&mut self, io: &mut Io) {
         io.flush();
         self.unflushed.clear();
+        if !self.awaiting_flush.is_empty() {
+            let serial = io.plan().serial;
+            self.staged
+                .push((serial, std::mem::take(&mut self.awaiting_flush)));
+        }
     }
 
     /// Compute the records of the file blocks written since, from the
@@ -228,7 +257,7 @@ impl Backpointers {
     /// entries name. Nothing of allocation state: bitmaps and counters
     /// are rebuilt by the scanners after a crash, so they go home with
     /// the write-backs only (the paper's lazily written hints).
-    fn fsync_blocks(&mut self, ino: Ino, io: &Io) -> BTreeSet<u64> {
+    fn fsync_blocks(&mut self, ino: Ino, io: &Io) -> (BTreeSet<u64>, BTreeSet<usize>) {
         let mut todo = vec![ino];
         let mut seen = std::collections::HashSet::new();
         if let Some(ch) = self.children.remove(&ino) {
@@ -238,6 +267,7 @@ impl Backpointers {
         if let Some(b) = self.own_times.remove(&ino) {
             blocks.extend(b);
         }
+        let tables = self.moved.remove(&ino).unwrap_or_default();
         while let Some(i) = todo.pop() {
             if !seen.insert(i) {
                 continue;
@@ -250,13 +280,13 @@ impl Backpointers {
             }
         }
         blocks.retain(|&b| io.is_dirty(b));
-        blocks
+        (blocks, tables)
     }
 
     /// Write `blocks` and the owner records of the file blocks among them,
     /// then flush once.
-    fn write_some(&mut self, blocks: &BTreeSet<u64>, io: &mut Io) {
-        let mut tables = BTreeSet::new();
+    fn write_some(&mut self, blocks: &BTreeSet<u64>, tables: BTreeSet<usize>, io: &mut Io) {
+        let mut tables = tables;
         for &b in blocks {
             if let Some(owner) = self.pending.remove(&b) {
                 if let Some(img) = io.snapshot(b) {
@@ -296,9 +326,11 @@ impl Backpointers {
     fn write_all(&mut self, io: &mut Io, flush: bool) {
         self.owned.clear();
         self.own_times.clear();
+        self.moved.clear();
         self.entry_dirs.clear();
         self.children.clear();
         self.settle_records(io);
+        self.awaiting_flush.append(&mut self.awaiting_write);
         let dirty = io.dirty_blocks();
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
@@ -372,9 +404,46 @@ impl Protocol for Backpointers {
         );
     }
     fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
-        // The record stays: a stale pointer to the block still matches it
-        // only while the block still holds that owner's bytes.
         self.pending.remove(&block);
+        if self.fault == Some(Fault::NoGeneration) {
+            // The paper's backpointers: neither cleared on free nor kept
+            // from reuse, and here without the generation.
+            return;
+        }
+        // A file block's record is cleared: a truncate (or unlink) made
+        // durable must not let a later owner of the same logical block,
+        // whose data then did not reach the disk, read the old bytes.
+        if let Some(r) = self.record(block) {
+            self.set_record(block, None);
+            let k = self.slot_of(block).0;
+            self.moved.entry(r.owner.ino).or_default().insert(k);
+        }
+        if self.fault != Some(Fault::UnvalidatedAlloc) {
+            self.frozen.insert(block);
+            self.awaiting_write.push(block);
+        }
+    }
+    fn can_allocate(&self, block: u64) -> bool {
+        !self.frozen.contains(&block)
+    }
+    fn has_pending_frees(&self) -> bool {
+        !self.frozen.is_empty()
+    }
+    fn plan_done(&mut self, done: &PlanDone) {
+        if !done.ok {
+            return;
+        }
+        let frozen = &mut self.frozen;
+        self.staged.retain(|(serial, blocks)| {
+            if *serial <= done.serial {
+                for b in blocks {
+                    frozen.remove(b);
+                }
+                false
+            } else {
+                true
+            }
+        });
     }
     fn fsync(&mut self, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
         if self.header_pending.is_some() {
@@ -382,8 +451,8 @@ impl Protocol for Backpointers {
             self.write_all(io, true);
             return Ok(());
         }
-        let blocks = self.fsync_blocks(ino, io);
-        self.write_some(&blocks, io);
+        let (blocks, tables) = self.fsync_blocks(ino, io);
+        self.write_some(&blocks, tables, io);
         Ok(())
     }
     fn sync(&mut self, io: &mut Io) -> Result<()> {
@@ -471,6 +540,43 @@ impl Protocol for Backpointers {
             prev: 0,
         });
         self.set_record(pblk, r);
+    }
+
+    fn on_data_moved(&mut self, owner: BlockOwner, pblk: u64, new_lblk: u32) {
+        if let Some(p) = self.pending.get_mut(&pblk) {
+            // Written since its record was made: the record is made with
+            // the new position when the block goes home.
+            if p.ino == owner.ino {
+                p.lblk = new_lblk;
+            }
+        }
+        if let Some(mut r) = self.record(pblk) {
+            if r.owner == owner {
+                r.owner.lblk = new_lblk;
+                self.set_record(pblk, Some(r));
+                let k = self.slot_of(pblk).0;
+                self.moved.entry(owner.ino).or_default().insert(k);
+            }
+        }
+    }
+
+    fn blocks_owned_by(&self, ino: Ino, generation: u32) -> Vec<(u32, u64)> {
+        let per = per_block(self.bs);
+        let mut out = Vec::new();
+        for (k, blk) in self.table.iter().enumerate().skip(1) {
+            for slot in 0..per as usize {
+                if let Some(r) = table::get(blk, slot) {
+                    if r.owner.ino == ino && r.owner.generation == generation {
+                        let pblk = (k as u64 - 1) * per + slot as u64;
+                        if pblk < self.block_count {
+                            out.push((r.owner.lblk, pblk));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out
     }
 
     fn block_owner(&self, pblk: u64) -> Option<BlockOwner> {
