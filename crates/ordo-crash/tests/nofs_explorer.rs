@@ -63,15 +63,18 @@ fn nofs_keeps_data_consistent() {
 #[test]
 fn the_broken_variants_are_caught() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    // A block is reused only once its free is durable, so a pointer left
+    // by a crash meets another file's bytes only after a sync: random
+    // workloads have them.
     for (fault, workloads) in [
         ("nofs_no_generation", ["nofs-table3", "random"]),
-        ("nofs_no_owner_check", ["nofs-table3", "seq1"]),
+        ("nofs_no_owner_check", ["random", "nofs-table3"]),
         ("nofs_unvalidated_alloc", ["nofs-table3", "seq1"]),
     ] {
         std::env::set_var("ORDO_FAULT", fault);
         let caught = workloads
             .iter()
-            .find(|w| run(w, Some(1_500), E2fsckPolicy::Never).failures_total > 0);
+            .find(|w| run(w, Some(3_000), E2fsckPolicy::Never).failures_total > 0);
         std::env::remove_var("ORDO_FAULT");
         assert!(
             caught.is_some(),
