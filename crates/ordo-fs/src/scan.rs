@@ -236,6 +236,10 @@ impl Core {
             } else if i.is_dir() || (i.is_reg() && i.size > 0) {
                 continue;
             }
+            if i.is_symlink() && i.uses_extents() && !self.symlink_block_ok(ino)? {
+                // A slow symlink whose target block never reached the disk.
+                continue;
+            }
             cand.insert(ino, (i.is_dir(), i.generation));
         }
         self.settle_dir_blocks(&mut cand)?;
@@ -274,9 +278,19 @@ impl Core {
                         None => false,
                         Some(_) if !self.entry_type_matches(c, ft)? => false,
                         Some(&(is_dir, _)) => {
+                            // Every name of a file in a directory it names
+                            // stays (its backlink and entry writes were not
+                            // ordered: a rename or link may have reached
+                            // the disk in part, and the older name may be
+                            // the durable one); a directory keeps its
+                            // first name only.
                             let bl = self.backlinks_of(c)?;
-                            let times = if bl.contains(&backlinks::OVERFLOW) {
-                                usize::MAX
+                            let times = if bl.contains(&backlinks::OVERFLOW) || !is_dir {
+                                if bl.contains(&d) || bl.contains(&backlinks::OVERFLOW) {
+                                    usize::MAX
+                                } else {
+                                    0
+                                }
                             } else {
                                 bl.iter().filter(|&&x| x == d).count()
                             };
@@ -440,6 +454,25 @@ impl Core {
             return crate::dir::parse_block(img, 0, d).is_ok();
         }
         crate::dir::has_tail(img) && le32(img, n - 4) == self.seal.dir_csum(d, generation, img)
+    }
+
+    /// Whether slow symlink `ino`'s target block is the one its owner
+    /// record names (the target was written with the inode).
+    fn symlink_block_ok(&mut self, ino: Ino) -> Result<bool> {
+        let i = self.read_inode(ino)?;
+        let Some(m) = extent::lookup(&mut self.tree(ino)?, 0)? else {
+            return Ok(false);
+        };
+        if m.lblk != 0 || m.unwritten {
+            return Ok(false);
+        }
+        let img = self.block_image(m.pblk)?;
+        let owner = BlockOwner {
+            ino,
+            generation: i.generation,
+            lblk: 0,
+        };
+        Ok(self.proto_probe(m.pblk, owner, &img))
     }
 
     /// A regular file whose extent tree did not survive (the inode reached
