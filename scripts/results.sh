@@ -12,6 +12,7 @@
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop; F8_SCALE=medium)
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
 #   WORKLOADS=ccfs scripts/results.sh        # ccfs: Tables 3 and 4, Figures 7 and 8, Table 5 (CCFS_SCALE=medium, CCFS_RUNS=3)
+#   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5 and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
 #   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
@@ -229,6 +230,51 @@ for w in $WORKLOADS; do
             echo
             echo "reproduce with: ordo crash --app sqlite-rollback,leveldb,git --mode kernel,journal,streams"
         } >"$OUT/ccfs-table3.txt" || true
+        ;;
+    nofs)
+        # NoFS (Chidambaram et al., FAST '12) for mode=backpointers: the
+        # raw runs go to docs/results/nofs-runs/ (not sections of the
+        # page); scripts/nofs_tables.py makes Figures 4 and 5, the
+        # per-fsync figures and the goals, the paper's results beside
+        # ordo's, as docs/results/nofs-*.txt. See docs/BENCH.md, "NoFS".
+        RUNS_DIR="$OUT/nofs-runs"
+        mkdir -p "$RUNS_DIR"
+        NS=${NOFS_SCALE:-small}
+        # nofs_bench NAME ARGS...: one run at $NS, JSON and table kept.
+        nofs_bench() {
+            local name=$1
+            shift
+            echo "results.sh: nofs-runs/$name" >&2
+            "$BIN" bench "$@" --scale "$NS" --seed "$SEED" -q \
+                --json "$RUNS_DIR/$name.json" >"$RUNS_DIR/$name.txt" 2>&1 || true
+        }
+        # Table 3: the 20 dropped-write cases, async (the paper's ext2)
+        # beside backpointers, every state's disk filled and re-read.
+        echo "results.sh: nofs-runs/table3" >&2
+        "$BIN" crash --workload nofs-table3 --mode async -q \
+            --json "$RUNS_DIR/table3-async.json" >"$RUNS_DIR/table3-async.txt" 2>&1 || true
+        ORDO_NOFS_FILL_EVERY=1 "$BIN" crash --workload nofs-table3 --mode backpointers -q \
+            --json "$RUNS_DIR/table3-backpointers.json" >"$RUNS_DIR/table3-backpointers.txt" 2>&1 || true
+        # Figure 4 and Figure 5: NoFS (backpointers) and ext3 (ordo's
+        # journal) on the HDD model in virtual time; the same and the
+        # kernel's ext4 through FUSE on loop devices.
+        nofs_bench fig4-hdd nofs-micro --targets ordo-lib:backpointers,ordo-lib:journal --disk hdd
+        nofs_bench fig4-loop nofs-micro --targets ordo:backpointers,ordo:journal,ext4:ordered
+        nofs_bench fig5-hdd sort,fileserver,webserver,varmail \
+            --targets ordo-lib:backpointers,ordo-lib:journal --disk hdd
+        nofs_bench fig5-loop sort,fileserver,webserver,varmail \
+            --targets ordo:backpointers,ordo:journal,ext4:ordered
+        # For reference: the same in-process runs on the SSD model, where an
+        # fsync costs its flushes rather than its seeks.
+        nofs_bench fig4-ssd nofs-micro --targets ordo-lib:backpointers,ordo-lib:journal --disk ssd
+        nofs_bench fig5-ssd sort,fileserver,webserver,varmail \
+            --targets ordo-lib:backpointers,ordo-lib:journal --disk ssd
+        # Figure 6(b): the scan after a crash (and the mount after a crash,
+        # beside journal's replay), a 1 GiB image, in-process.
+        echo "results.sh: nofs-fig6" >&2
+        "$BIN" bench nofs-scan --scale "$NS" --seed "$SEED" -q \
+            --json "$RUNS_DIR/fig6.json" >"$OUT/nofs-fig6.txt" 2>&1 || true
+        /usr/bin/python3 scripts/nofs_tables.py "$OUT"
         ;;
     page)
         # Only rewrite docs/RESULTS.md from what docs/results/ holds.

@@ -16,7 +16,7 @@ pub const DEFAULT_SEED: u64 = 42;
 /// Arguments of `ordo bench`.
 #[derive(Args, Debug, Clone)]
 #[command(after_help = format!("Targets: {}.\n\
-Workloads: {}, or all.\n\
+Workloads: {}, or all; also ganger (Ganger & Patt's tables) and nofs-scan (NoFS's scanners after a crash).\n\
 Needs root (loop devices, mounts). See docs/BENCH.md.", crate::target::target_names(), workload_names()))]
 pub struct BenchArgs {
     /// Workloads, comma-separated (or `all`).
@@ -234,6 +234,9 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     if args.workloads == "ganger" {
         return run_ganger(args);
     }
+    if args.workloads == "nofs-scan" {
+        return run_nofs_scan(args);
+    }
     let plan = args.plan()?;
     let command = args.command_line();
     let rows = run_plan(&plan, |r| {
@@ -262,6 +265,86 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         println!("chart: {}", p.display());
     }
     Ok(if rows.iter().any(|r| r.error.is_some()) {
+        1
+    } else {
+        0
+    })
+}
+
+/// `ordo bench nofs-scan`: the scanners' cost after a crash and the mount
+/// after a crash (see [`crate::nofs_scan`]). In-process: no root needed
+/// (as root, the host's page cache is dropped before the wall-clock
+/// mount); `--targets` may name the protocols (`backpointers,journal` by
+/// default, `ordo-lib:` prefixes accepted), `--disk` the model (default
+/// `hdd`), `--size` the image (default 1G).
+fn run_nofs_scan(args: &BenchArgs) -> Result<i32> {
+    let default_targets = "ext4:ordered,tmpfs";
+    let modes: Vec<ordo_fs::ProtocolKind> = if args.targets == default_targets {
+        vec![
+            ordo_fs::ProtocolKind::named("backpointers"),
+            ordo_fs::ProtocolKind::named("journal"),
+        ]
+    } else {
+        args.targets
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                let name = t.strip_prefix("ordo-lib:").unwrap_or(t);
+                name.parse::<ordo_fs::ProtocolKind>()
+                    .map_err(|e| BenchError::Usage(format!("nofs-scan --targets: '{t}': {e}")))
+            })
+            .collect::<Result<_>>()?
+    };
+    let disk = args
+        .disk
+        .unwrap_or(DiskSpec::from(crate::target::DiskName::Hdd));
+    let suite = crate::nofs_scan::ScanSuite {
+        scale: args.scale,
+        seed: args.seed,
+        image_bytes: args.size.unwrap_or(crate::nofs_scan::GOAL_IMAGE_BYTES),
+        disk: disk.model(),
+        disk_name: disk.to_string(),
+        workdir: args.workdir.clone(),
+        modes: modes.clone(),
+        drop_host_cache: true,
+    };
+    let mut command = format!(
+        "ordo bench nofs-scan --scale {} --seed {}",
+        args.scale.name(),
+        args.seed
+    );
+    if args.targets != default_targets {
+        command.push_str(&format!(" --targets {}", args.targets));
+    }
+    if let Some(size) = args.size {
+        command.push_str(&format!(" --size {}M", size >> 20));
+    }
+    if args.disk.is_some() {
+        command.push_str(&format!(" --disk {disk}"));
+    }
+    let runs = suite.run(|r| {
+        if !args.quiet {
+            match &r.error {
+                Some(e) => eprintln!("ordo bench nofs-scan: {} {} MiB: FAILED: {e}", r.mode, r.data_mib),
+                None => eprintln!(
+                    "ordo bench nofs-scan: {} {} MiB: mount {:.3} s + scan {:.3} s virtual; {:.3} s + {:.3} s wall",
+                    r.mode, r.data_mib, r.mount_s, r.scan_s, r.wall_mount_s, r.wall_scan_s
+                ),
+            }
+        }
+    })?;
+    println!("{}", crate::nofs_scan::report(&runs, &suite));
+    println!("reproduce with: {command}");
+    if let Some(p) = &args.json {
+        let doc = serde_json::json!({ "command": command, "runs": runs });
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        std::fs::write(p, text + "\n").map_err(|e| BenchError::Output {
+            path: p.clone(),
+            source: e,
+        })?;
+        println!("results: {}", p.display());
+    }
+    Ok(if runs.iter().any(|r| r.error.is_some() || !r.fsck_clean) {
         1
     } else {
         0
@@ -413,7 +496,7 @@ mod tests {
         };
         assert!(parse("nope", "tmpfs").is_err());
         assert!(parse("varmail", "ext5:x").is_err());
-        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 22);
+        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 24);
         assert_eq!(
             parse("twofile-repeat,streams-git", "tmpfs")
                 .unwrap()

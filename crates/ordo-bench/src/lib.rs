@@ -21,6 +21,7 @@ pub mod cli;
 pub mod commits;
 pub mod error;
 pub mod ganger;
+pub mod nofs_scan;
 pub mod report;
 pub mod runner;
 pub mod stats;

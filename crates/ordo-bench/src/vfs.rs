@@ -71,6 +71,14 @@ pub trait Vfs: Send + Sync {
     fn mkdir(&self, path: &str) -> Result<()>;
     /// Removes a file.
     fn unlink(&self, path: &str) -> Result<()>;
+    /// Opens a directory (`""` is the root) for [`VFile::fsync`] (the
+    /// fsync(2) of a directory descriptor, which makes its entries
+    /// durable); its reads and writes fail.
+    fn open_dir(&self, path: &str) -> Result<Box<dyn VFile>> {
+        Err(BenchError::Usage(format!(
+            "open_dir {path}: this file system cannot open directories"
+        )))
+    }
     /// Removes an empty directory.
     fn rmdir(&self, path: &str) -> Result<()>;
     /// The size of a file (stat).
@@ -520,6 +528,12 @@ impl Vfs for PosixVfs {
         let p = self.p(path);
         std::fs::create_dir(&p).map_err(|e| BenchError::io("mkdir", &p, e))
     }
+    fn open_dir(&self, path: &str) -> Result<Box<dyn VFile>> {
+        let p = self.p(path);
+        // Read-only, as open(2) of a directory must be.
+        let file = File::open(&p).map_err(|e| BenchError::io("open", &p, e))?;
+        Ok(Box::new(PosixFile { file, path: p }))
+    }
     fn unlink(&self, path: &str) -> Result<()> {
         let p = self.p(path);
         std::fs::remove_file(&p).map_err(|e| BenchError::io("unlink", &p, e))
@@ -771,6 +785,43 @@ impl VFile for LibFile {
     }
 }
 
+/// A directory of the library, open for fsync.
+struct LibDir {
+    fs: Arc<Fs>,
+    ino: Ino,
+    path: String,
+}
+
+impl LibDir {
+    fn is_dir(&self, op: &'static str) -> BenchError {
+        BenchError::io(
+            op,
+            &self.path,
+            std::io::Error::from_raw_os_error(libc::EISDIR),
+        )
+    }
+}
+
+impl VFile for LibDir {
+    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<()> {
+        Err(self.is_dir("write"))
+    }
+    fn read_at(&self, _offset: u64, _buf: &mut [u8]) -> Result<usize> {
+        Err(self.is_dir("read"))
+    }
+    fn fsync(&self) -> Result<()> {
+        self.fs
+            .fsync(self.ino, false)
+            .map_err(|e| LibVfs::fs_err("fsync", &self.path, e))
+    }
+    fn size_bytes(&self) -> Result<u64> {
+        self.fs
+            .getattr(self.ino)
+            .map(|a| a.size)
+            .map_err(|e| LibVfs::fs_err("getattr", &self.path, e))
+    }
+}
+
 impl Vfs for LibVfs {
     fn create(&self, path: &str) -> Result<Box<dyn VFile>> {
         let (parent, name) = self.parent(path)?;
@@ -818,6 +869,14 @@ impl Vfs for LibVfs {
         self.fs
             .unlink(parent, name.as_bytes())
             .map_err(|e| Self::fs_err("unlink", path, e))
+    }
+    fn open_dir(&self, path: &str) -> Result<Box<dyn VFile>> {
+        let ino = self.resolve(path)?;
+        Ok(Box::new(LibDir {
+            fs: self.fs.clone(),
+            ino,
+            path: path.to_string(),
+        }))
     }
     fn rmdir(&self, path: &str) -> Result<()> {
         let (parent, name) = self.parent(path)?;

@@ -341,6 +341,44 @@ fn timing_models_charge_virtual_time() {
     );
 }
 
+/// NoFS's benchmarks on the HDD model, as `WORKLOADS=nofs` runs them: every
+/// case runs on backpointers and journal, and a backpointers fsync is one
+/// flush with nothing ordered (no FUA), journal's a flush and a FUA commit.
+#[test]
+fn nofs_benchmarks_run_on_the_hdd_model() {
+    let p = plan(
+        &["ordo-lib:backpointers", "ordo-lib:journal"],
+        &[WorkloadName::NofsMicro, WorkloadName::Sort],
+        Some(DiskName::Hdd.into()),
+    );
+    let rows = run(&p);
+    for r in &rows {
+        check_ok(r, true);
+        assert!(r.virtual_time, "{} on {}", r.title(), r.target);
+    }
+    let create = |target: &str| {
+        rows.iter()
+            .find(|r| r.target == target && r.case == "create")
+            .unwrap()
+    };
+    let (bp, jn) = (create("ordo-lib:backpointers"), create("ordo-lib:journal"));
+    assert_eq!(bp.fsyncs, 200);
+    let c = &bp.ordo.as_ref().unwrap().counters;
+    let fua: u64 = c.by_class.iter().map(|k| k.fua_writes).sum();
+    assert_eq!(fua, 0, "backpointers orders nothing");
+    // One flush per fsync, and the mount's and the unmount's (the owner
+    // table's stamp, the write-back): a few.
+    assert!(
+        (bp.fsyncs..=bp.fsyncs + 4).contains(&c.flushes),
+        "{} flushes for {} fsyncs",
+        c.flushes,
+        bp.fsyncs
+    );
+    let c = &jn.ordo.as_ref().unwrap().counters;
+    let fua: u64 = c.by_class.iter().map(|k| k.fua_writes).sum();
+    assert!(fua >= jn.fsyncs, "journal commits with FUA: {fua}");
+}
+
 #[test]
 fn command_line_writes_json_and_chart() {
     use clap::Parser;

@@ -564,6 +564,12 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
         for n in notes {
             *report.notes.entry(n.name().to_string()).or_default() += 1;
         }
+        let names: Vec<&str> = notes.iter().map(|n| n.name()).collect();
+        report
+            .by_sequence
+            .entry(recs[job.rec].sequence.name.clone())
+            .or_default()
+            .count(&classes, &names);
         if !failures.is_empty() {
             failing.push((job, failures));
         }

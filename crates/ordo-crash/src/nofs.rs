@@ -844,7 +844,20 @@ impl Check<'_> {
             }
             Err(e) => self.access(format!("{what}: attributes: {e}")),
             Ok(have) => {
-                if !versions.iter().any(|n| n.xattrs == have) {
+                // No write is ordered before another, so an attribute
+                // update that spans the inode and its attribute block may
+                // land in part: each attribute on its own must be one a
+                // version had (present with that value, or absent).
+                let attr_ok = |name: &Vec<u8>| {
+                    let got = have.get(name);
+                    versions.iter().any(|n| n.xattrs.get(name) == got)
+                };
+                let names: BTreeSet<&Vec<u8>> = versions
+                    .iter()
+                    .flat_map(|n| n.xattrs.keys())
+                    .chain(have.keys())
+                    .collect();
+                if !names.into_iter().all(attr_ok) {
                     let names = |m: &BTreeMap<Vec<u8>, Vec<u8>>| {
                         m.iter()
                             .map(|(k, v)| format!("{}={}B", String::from_utf8_lossy(k), v.len()))
@@ -1203,6 +1216,32 @@ pub(crate) fn check_image(
             format!("scan_to_end: {e}"),
         ));
         return out;
+    }
+    let (_, stats) = fs.protocol_stats();
+    let stat = |name: &str| {
+        stats
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+            .sum::<u64>()
+    };
+    for (names, note) in [
+        (&["nofs_entries_removed"][..], Note::NofsScanEntryRemoved),
+        (&["nofs_inodes_reclaimed"][..], Note::NofsScanInodeReclaimed),
+        (&["nofs_links_fixed"][..], Note::NofsScanLinkFixed),
+        (
+            &["nofs_conflicts_cut", "nofs_blocks_poisoned"][..],
+            Note::NofsScanConflictCut,
+        ),
+        (
+            &["nofs_block_bits_fixed", "nofs_inode_bits_fixed"][..],
+            Note::NofsScanBitsFixed,
+        ),
+        (&["nofs_maps_rebuilt"][..], Note::NofsScanMapRebuilt),
+    ] {
+        if names.iter().map(|n| stat(n)).sum::<u64>() > 0 {
+            notes.push(note);
+        }
     }
     let mut c = Check {
         rec,

@@ -170,6 +170,23 @@ pub enum Note {
     /// scanners did not run (right for the base, which was; otherwise
     /// the allocation state on disk is trusted).
     NofsNoScan,
+    /// NoFS: the scanners removed a directory entry (a stale name, a
+    /// second name of a directory).
+    NofsScanEntryRemoved,
+    /// NoFS: the scanners reclaimed an inode no valid name reached.
+    NofsScanInodeReclaimed,
+    /// NoFS: the scanners corrected a link count, a `..` entry or a
+    /// backlink list.
+    NofsScanLinkFixed,
+    /// NoFS: the scanners cut a file short at a block another file's
+    /// owner record proves its own, or made such a block EIO.
+    NofsScanConflictCut,
+    /// NoFS: the scanners changed bits of the block or inode bitmaps (a
+    /// leaked or a doubly used object).
+    NofsScanBitsFixed,
+    /// NoFS: the scanners rebuilt a file's map from its owner records
+    /// (its extent tree did not survive).
+    NofsScanMapRebuilt,
 }
 
 impl Note {
@@ -185,6 +202,12 @@ impl Note {
             Note::NofsOrphanRelinked => "nofs_orphan_relinked",
             Note::NofsDiskFilled => "nofs_disk_filled",
             Note::NofsNoScan => "nofs_no_scan",
+            Note::NofsScanEntryRemoved => "nofs_scan_entry_removed",
+            Note::NofsScanInodeReclaimed => "nofs_scan_inode_reclaimed",
+            Note::NofsScanLinkFixed => "nofs_scan_link_fixed",
+            Note::NofsScanConflictCut => "nofs_scan_conflict_cut",
+            Note::NofsScanBitsFixed => "nofs_scan_bits_fixed",
+            Note::NofsScanMapRebuilt => "nofs_scan_map_rebuilt",
         }
     }
 }

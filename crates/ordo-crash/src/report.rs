@@ -107,6 +107,10 @@ pub struct Report {
     pub notes: BTreeMap<String, u64>,
     /// States per failure class.
     pub by_class: BTreeMap<String, u64>,
+    /// The same counts per sequence of the workload (by its name; the
+    /// `nofs-table3` rows of docs/RESULTS.md are made from them).
+    #[serde(default)]
+    pub by_sequence: BTreeMap<String, SequenceTally>,
     /// Wall-clock time of the checks in milliseconds (summed over merged
     /// shards).
     pub elapsed_ms: u64,
@@ -118,6 +122,50 @@ pub struct Report {
     pub failures: Vec<FailureRecord>,
     /// Failing states in total (the list may be shorter).
     pub failures_total: u64,
+}
+
+/// What the states of one sequence found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SequenceTally {
+    /// States checked.
+    pub checked: u64,
+    /// States with at least one failure.
+    pub failing: u64,
+    /// States per failure class.
+    pub by_class: BTreeMap<String, u64>,
+    /// States per note.
+    pub notes: BTreeMap<String, u64>,
+}
+
+impl SequenceTally {
+    /// Count one state of the sequence.
+    pub fn count(&mut self, classes: &[FailureClass], notes: &[&str]) {
+        self.checked += 1;
+        let mut distinct = classes.to_vec();
+        distinct.sort();
+        distinct.dedup();
+        if !distinct.is_empty() {
+            self.failing += 1;
+        }
+        for c in &distinct {
+            *self.by_class.entry(c.name().to_string()).or_default() += 1;
+        }
+        for n in notes {
+            *self.notes.entry((*n).to_string()).or_default() += 1;
+        }
+    }
+
+    /// Add another tally of the same sequence (a merge of shards).
+    pub fn add(&mut self, o: &SequenceTally) {
+        self.checked += o.checked;
+        self.failing += o.failing;
+        for (k, v) in &o.by_class {
+            *self.by_class.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.notes {
+            *self.notes.entry(k.clone()).or_default() += v;
+        }
+    }
 }
 
 /// Failures kept in the JSON list; the counts are always complete.
@@ -149,6 +197,7 @@ impl Report {
                 .iter()
                 .map(|c| (c.name().to_string(), 0))
                 .collect(),
+            by_sequence: BTreeMap::new(),
             elapsed_ms: 0,
             states_per_sec: 0.0,
             jobs: 0,
@@ -371,6 +420,9 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, CrashError> {
         for (k, v) in &r.by_class {
             *out.by_class.entry(k.clone()).or_default() += v;
         }
+        for (k, v) in &r.by_sequence {
+            out.by_sequence.entry(k.clone()).or_default().add(v);
+        }
         out.failures.extend(r.failures.iter().cloned());
     }
     out.failures.sort_by_key(|f| state_sort_key(&f.state));
@@ -437,6 +489,23 @@ mod tests {
         assert_eq!(r.by_class["recovery"], 1);
         assert_eq!(r.e2fsck_checked, 1);
         assert!(r.summary(5).contains("inconsistent"));
+    }
+
+    #[test]
+    fn sequence_tallies_count_states_and_merge() {
+        let mut t = SequenceTally::default();
+        t.count(&[FailureClass::Recovery, FailureClass::Recovery], &["n"]);
+        t.count(&[], &["n", "m"]);
+        assert_eq!((t.checked, t.failing), (2, 1));
+        assert_eq!(t.by_class["recovery"], 1);
+        assert_eq!((t.notes["n"], t.notes["m"]), (2, 1));
+        let mut a = shard(0, true);
+        let mut b = shard(1, false);
+        a.by_sequence.insert("s".into(), t.clone());
+        b.by_sequence.insert("s".into(), t);
+        let m = merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
+        assert_eq!((m.by_sequence["s"].checked, m.by_sequence["s"].failing), (4, 2));
+        assert_eq!(m.by_sequence["s"].notes["n"], 4);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod fcmicro;
 pub mod filebench;
 pub mod ganger;
 pub mod micro;
+pub mod nofs;
 pub mod read;
 pub mod streams_apps;
 pub mod twofile;
@@ -113,11 +114,18 @@ pub enum WorkloadName {
     Postmark,
     /// fs_mark (Debian package `fsmark`).
     Fsmark,
+    /// NoFS Figure 4: sequential write and read, random 4 KiB writes (fsync
+    /// every 1,000) and reads, creates and deletes with an fsync each.
+    #[value(name = "nofs-micro")]
+    #[serde(rename = "nofs-micro")]
+    NofsMicro,
+    /// NoFS Figure 5: an external merge sort of gensort-style records.
+    Sort,
 }
 
 impl WorkloadName {
     /// Every workload, in documentation order.
-    pub const ALL: [WorkloadName; 22] = [
+    pub const ALL: [WorkloadName; 24] = [
         WorkloadName::Fcmicro,
         WorkloadName::Varmail,
         WorkloadName::Fileserver,
@@ -140,6 +148,8 @@ impl WorkloadName {
         WorkloadName::Git,
         WorkloadName::Postmark,
         WorkloadName::Fsmark,
+        WorkloadName::NofsMicro,
+        WorkloadName::Sort,
     ];
 
     /// The command-line name.
@@ -167,6 +177,8 @@ impl WorkloadName {
             WorkloadName::Git => "git",
             WorkloadName::Postmark => "postmark",
             WorkloadName::Fsmark => "fsmark",
+            WorkloadName::NofsMicro => "nofs-micro",
+            WorkloadName::Sort => "sort",
         }
     }
 }
@@ -266,6 +278,8 @@ pub fn cases(name: WorkloadName, scale: Scale, o: &Overrides) -> Result<Vec<Box<
         WorkloadName::Git => vec![apps::git(scale)],
         WorkloadName::Postmark => vec![apps::postmark(scale)],
         WorkloadName::Fsmark => vec![apps::fsmark(scale)],
+        WorkloadName::NofsMicro => nofs::micro_cases(scale, o.fsync_every.first().copied()),
+        WorkloadName::Sort => vec![nofs::sort(scale)],
     })
 }
 

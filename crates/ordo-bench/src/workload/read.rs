@@ -206,12 +206,12 @@ fn read_checked(
 
 /// Empties the host's clean page cache: the image's pages, the loop
 /// device's, every mount's. Nothing in virtual time needs it.
-fn drop_host_cache(vfs: &dyn Vfs) -> Result<&'static str> {
+pub(crate) fn drop_host_cache(vfs: &dyn Vfs, workload: &str) -> Result<&'static str> {
     if vfs.virtual_time() {
         return Ok("not needed (virtual time)");
     }
     std::fs::write(DROP_CACHES, "1").map_err(|e| BenchError::Workload {
-        workload: "read".into(),
+        workload: workload.into(),
         detail: format!(
             "a cold read drops the host's page cache (writing 1 to {DROP_CACHES}), which failed: {e} (run as root)"
         ),
@@ -253,7 +253,7 @@ fn measure(
 ) -> Result<Pass> {
     match cache {
         Cache::Cold => {
-            let how = drop_host_cache(vfs)?;
+            let how = drop_host_cache(vfs, "read")?;
             out.extra.insert("host_page_cache".into(), json!(how));
         }
         Cache::Warm => warm_up()?,
