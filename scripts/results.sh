@@ -35,8 +35,14 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-cargo build --release -q -p ordo
-BIN="$CARGO_TARGET_DIR/release/ordo"
+# ORDO_BIN: an ordo binary built already (a copy that a rebuild during a
+# long run leaves alone); otherwise build one.
+if [ -n "${ORDO_BIN:-}" ]; then
+    BIN=$ORDO_BIN
+else
+    cargo build --release -q -p ordo
+    BIN="$CARGO_TARGET_DIR/release/ordo"
+fi
 OUT=docs/results
 mkdir -p "$OUT"
 

@@ -336,13 +336,7 @@ fn run_nofs_scan(args: &BenchArgs) -> Result<i32> {
     println!("{}", crate::nofs_scan::report(&runs, &suite));
     println!("reproduce with: {command}");
     if let Some(p) = &args.json {
-        let doc = serde_json::json!({ "command": command, "runs": runs });
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        std::fs::write(p, text + "\n").map_err(|e| BenchError::Output {
-            path: p.clone(),
-            source: e,
-        })?;
-        println!("results: {}", p.display());
+        write_runs_json(p, &command, &runs)?;
     }
     Ok(if runs.iter().any(|r| r.error.is_some() || !r.fsck_clean) {
         1
@@ -400,13 +394,7 @@ fn run_ganger(args: &BenchArgs) -> Result<i32> {
     println!("{}", crate::ganger::report(&runs, &suite));
     println!("reproduce with: {command}");
     if let Some(p) = &args.json {
-        let doc = serde_json::json!({ "command": command, "runs": runs });
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        std::fs::write(p, text + "\n").map_err(|e| BenchError::Output {
-            path: p.clone(),
-            source: e,
-        })?;
-        println!("results: {}", p.display());
+        write_runs_json(p, &command, &runs)?;
     }
     if let Some(p) = &args.chart {
         let rows = crate::ganger::rows(&runs, &suite);
@@ -418,6 +406,22 @@ fn run_ganger(args: &BenchArgs) -> Result<i32> {
         println!("chart: {}", p.display());
     }
     Ok(0)
+}
+
+/// `{"command": ..., "runs": [...]}` to `path`, and a line saying where.
+fn write_runs_json(
+    path: &std::path::Path,
+    command: &str,
+    runs: &impl serde::Serialize,
+) -> Result<()> {
+    let doc = serde_json::json!({ "command": command, "runs": runs });
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    std::fs::write(path, text + "\n").map_err(|e| BenchError::Output {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    println!("results: {}", path.display());
+    Ok(())
 }
 
 #[cfg(test)]

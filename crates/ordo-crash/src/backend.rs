@@ -298,3 +298,34 @@ pub fn write_image(image: &MemDevice, path: &std::path::Path) -> std::io::Result
     }
     Ok(())
 }
+
+/// Block `b` of `dev`, as group metadata, with the block named on error.
+pub fn read_raw_block(dev: &dyn BlockDevice, b: u64) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(b, &mut buf, ordo_dev::BlockClass::GroupMeta)
+        .map_err(|e| format!("block {b}: {e}"))?;
+    Ok(buf)
+}
+
+/// The superblock and every group descriptor of an image, read straight
+/// from the device without mounting it (a crash image's, say); checksums
+/// are not verified.
+pub fn raw_groups(
+    dev: &dyn BlockDevice,
+) -> Result<(ordo_format::Superblock, Vec<ordo_format::GroupDesc>), String> {
+    use ordo_format::superblock::{super_block_nr, super_offset, SUPERBLOCK_SIZE};
+    let bs = dev.block_size();
+    let sb_block = read_raw_block(dev, super_block_nr(bs))?;
+    let off = super_offset(bs);
+    let sb = ordo_format::Superblock::decode_unverified(&sb_block[off..off + SUPERBLOCK_SIZE])
+        .map_err(|e| format!("superblock: {e}"))?;
+    let table = u64::from(sb.first_data_block) + 1;
+    let mut descs = Vec::new();
+    for g in 0..sb.groups_count() {
+        let (blk, at) = ordo_format::group::desc_location(&sb, table, g);
+        let desc = ordo_format::GroupDesc::decode(&read_raw_block(dev, blk)?[at..], sb.desc_size())
+            .map_err(|e| format!("group {g} descriptor: {e}"))?;
+        descs.push(desc);
+    }
+    Ok((sb, descs))
+}

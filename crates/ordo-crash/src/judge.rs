@@ -33,10 +33,10 @@ use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, MemDevice};
 use ordo_format::group::{
-    desc_location, uninit_block_bitmap, uninit_inode_bitmap, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
+    uninit_block_bitmap, uninit_inode_bitmap, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
 };
 use ordo_format::superblock::{super_block_nr, super_offset, SUPERBLOCK_SIZE};
-use ordo_format::{bitmap, GroupDesc, Superblock};
+use ordo_format::{bitmap, Superblock};
 use ordo_fs::{DataMode, FileType, Fs, Ino, ProtocolKind, ROOT_INO};
 
 use crate::backend;
@@ -156,26 +156,12 @@ pub fn tree_of(fs: &Fs) -> Result<Walked, String> {
 /// The blocks and inodes the bitmaps mark in use (uninitialised groups as
 /// the kernel reads them).
 pub fn allocation_of(dev: &dyn BlockDevice) -> Result<Allocation, String> {
-    let bs = dev.block_size() as usize;
-    let read = |b: u64| -> Result<Vec<u8>, String> {
-        let mut buf = vec![0u8; bs];
-        dev.read(b, &mut buf, BlockClass::GroupMeta)
-            .map_err(|e| format!("block {b}: {e}"))?;
-        Ok(buf)
-    };
-    let sb_block = read(super_block_nr(bs as u32))?;
-    let off = super_offset(bs as u32);
-    let sb = Superblock::decode_unverified(&sb_block[off..off + SUPERBLOCK_SIZE])
-        .map_err(|e| format!("superblock: {e}"))?;
-    let table = u64::from(sb.first_data_block) + 1;
+    let read = |b: u64| backend::read_raw_block(dev, b);
+    let (sb, descs) = backend::raw_groups(dev)?;
     let mut alloc = Allocation::default();
-    for g in 0..sb.groups_count() {
-        let (blk, at) = desc_location(&sb, table, g);
-        let desc_block = read(blk)?;
-        let desc = GroupDesc::decode(&desc_block[at..], sb.desc_size())
-            .map_err(|e| format!("group {g} descriptor: {e}"))?;
+    for (g, desc) in (0u64..).zip(&descs) {
         let bbm = if desc.has_flag(BG_BLOCK_UNINIT) {
-            uninit_block_bitmap(&sb, g, &desc)
+            uninit_block_bitmap(&sb, g, desc)
         } else {
             read(desc.block_bitmap)?
         };

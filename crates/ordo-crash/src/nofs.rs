@@ -53,10 +53,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice, MemDevice};
-use ordo_format::group::desc_location;
 use ordo_format::inode::off as inode_off;
-use ordo_format::superblock::{super_block_nr, super_offset, SUPERBLOCK_SIZE};
-use ordo_format::{GroupDesc, Superblock};
 use ordo_fs::{Attr, Creds, DirEntry, FileType, Fs, FsError, Ino, ROOT_INO};
 
 use crate::backend;
@@ -182,24 +179,8 @@ struct InodeTables {
 impl InodeTables {
     fn of(dev: &dyn BlockDevice) -> Result<InodeTables, String> {
         let bs = dev.block_size() as usize;
-        let read = |b: u64| -> Result<Vec<u8>, String> {
-            let mut buf = vec![0u8; bs];
-            dev.read(b, &mut buf, BlockClass::GroupMeta)
-                .map_err(|e| format!("block {b}: {e}"))?;
-            Ok(buf)
-        };
-        let sb_block = read(super_block_nr(bs as u32))?;
-        let off = super_offset(bs as u32);
-        let sb = Superblock::decode_unverified(&sb_block[off..off + SUPERBLOCK_SIZE])
-            .map_err(|e| format!("superblock: {e}"))?;
-        let table = u64::from(sb.first_data_block) + 1;
-        let mut starts = Vec::new();
-        for g in 0..sb.groups_count() {
-            let (blk, at) = desc_location(&sb, table, g);
-            let desc = GroupDesc::decode(&read(blk)?[at..], sb.desc_size())
-                .map_err(|e| format!("group {g} descriptor: {e}"))?;
-            starts.push(desc.inode_table);
-        }
+        let (sb, descs) = backend::raw_groups(dev)?;
+        let starts = descs.iter().map(|d| d.inode_table).collect();
         Ok(InodeTables {
             starts,
             len: u64::from(sb.inode_table_blocks()),

@@ -504,7 +504,10 @@ mod tests {
         a.by_sequence.insert("s".into(), t.clone());
         b.by_sequence.insert("s".into(), t);
         let m = merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
-        assert_eq!((m.by_sequence["s"].checked, m.by_sequence["s"].failing), (4, 2));
+        assert_eq!(
+            (m.by_sequence["s"].checked, m.by_sequence["s"].failing),
+            (4, 2)
+        );
         assert_eq!(m.by_sequence["s"].notes["n"], 4);
     }
 

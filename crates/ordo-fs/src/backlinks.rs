@@ -28,6 +28,24 @@ pub const NAME: &[u8] = b"ordo.bl";
 /// file's owner record proves them its own. Little-endian u32 logical
 /// blocks, ascending, at most [`POISON_MAX`].
 pub const EIO_NAME: &[u8] = b"ordo.eio";
+
+/// The attribute (index 4, `trusted.`) by which an attribute block names
+/// its owner under backlinks: `le32 ino, le32 i_generation`. ext4 seeds an
+/// attribute block's checksum with the block number only, so without it a
+/// block freed by one file and taken by the next could show the earlier
+/// file's attributes after a crash (docs/FORMAT.md, "Backlinks").
+pub const OWNER_NAME: &[u8] = b"ordo.own";
+
+/// The owner mark of inode `ino` of generation `generation`.
+pub(crate) fn owner_mark(ino: Ino, generation: u32) -> ordo_format::xattr::Attr {
+    let mut value = ino.to_le_bytes().to_vec();
+    value.extend_from_slice(&generation.to_le_bytes());
+    ordo_format::xattr::Attr {
+        index: ordo_format::xattr::index::TRUSTED,
+        name: OWNER_NAME.to_vec(),
+        value,
+    }
+}
 /// Most blocks a poison list holds (a file that would need more is cut
 /// short at the first instead).
 pub const POISON_MAX: usize = 32;

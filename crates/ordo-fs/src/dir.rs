@@ -714,6 +714,17 @@ impl Core {
         let slot = self
             .dir_lookup(dir, name)?
             .ok_or_else(|| errno(libc::ENOENT))?;
+        self.dir_remove_slot(dir, name, slot)?;
+        Ok(slot)
+    }
+
+    /// Remove the entry of `dir` at `slot` (named `name`): [`dir_remove`]'s
+    /// work once the entry is found, and the NoFS scanner's removal of a
+    /// second entry of one name (the index holds only one of them; the
+    /// caller drops the index afterwards).
+    ///
+    /// [`dir_remove`]: Core::dir_remove
+    pub(crate) fn dir_remove_slot(&mut self, dir: Ino, name: &[u8], slot: Slot) -> Result<()> {
         if name != b"." && name != b".." {
             self.backlink_remove(slot.ino, dir)?;
         }
@@ -753,7 +764,7 @@ impl Core {
         if idx.names.remove(name).is_some() {
             self.dir_names -= 1;
         }
-        Ok(slot)
+        Ok(())
     }
 
     /// Point existing entry `name` of `dir` at `ino` (rename over a target,

@@ -41,7 +41,7 @@ use crate::extent::{self, LBLK_END};
 use crate::layout::{gd, ino as io, le32};
 use crate::state::{Core, Owner};
 use crate::types::{FileType, ROOT_INO};
-use crate::update::{BlockOwner, CounterKind, Ino, InodeField, OpKind, UpdateKind};
+use crate::update::{BlockOwner, CounterKind, Ino, InodeField, OpKind, UpdateKind, XATTR_LBLK};
 
 /// What the backlink checks and the scanners found (`ordo info`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -200,10 +200,20 @@ impl Core {
             let acl = u64::from(le32(&raw, io::FILE_ACL_LO))
                 | u64::from(crate::layout::le16(&raw, io::FILE_ACL_HI)) << 32;
             if acl != 0 {
+                // The block must be this inode's: a block freed by an
+                // earlier file and taken by this one may still hold the
+                // earlier file's attributes, the pointer having reached
+                // the disk before the new contents.
+                let owner = BlockOwner {
+                    ino,
+                    generation: i.generation,
+                    lblk: XATTR_LBLK,
+                };
                 let ok =
                     acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count && {
                         let img = self.block_image(acl)?;
                         self.xattr_block_ok(acl, &img)
+                            && self.xattr_block_owned(ino, owner.generation, acl, &img)
                     };
                 if !ok {
                     self.set_inode_bytes(
@@ -262,6 +272,7 @@ impl Core {
                 walked.insert(d);
                 let parent = parent_of[&d];
                 self.repair_dir(d, parent)?;
+                self.dedup_names(d, &cand)?;
                 let mut entries: Vec<(Vec<u8>, Ino, u8)> = self
                     .dir_index(d)?
                     .names
@@ -680,6 +691,66 @@ impl Core {
         Ok(())
     }
 
+    /// Keep one entry of each name in directory `d`. An unlink and a
+    /// create of the same name that went to different blocks, unordered,
+    /// can leave both entries on disk; the index holds only one of them,
+    /// so the walk would never judge the other. The entry kept is the one
+    /// whose inode is a candidate of the right type that names `d` back,
+    /// the most recently created among those; the walk judges it as any
+    /// other.
+    fn dedup_names(&mut self, d: Ino, cand: &BTreeMap<Ino, (bool, u32)>) -> Result<()> {
+        let pblks = self.dir_index(d)?.pblks.clone();
+        let mut by_name: HashMap<Vec<u8>, Vec<crate::dir::Slot>> = HashMap::new();
+        for (l, &p) in pblks.iter().enumerate() {
+            if p == 0 {
+                continue;
+            }
+            let img = self.read_block(p, BlockClass::Directory)?;
+            let entries = crate::dir::parse_block(&img, p, d)?;
+            drop(img);
+            for e in entries.into_iter().filter(|e| e.ino != 0) {
+                by_name.entry(e.name).or_default().push(crate::dir::Slot {
+                    lblk: l as u32,
+                    off: e.off as u16,
+                    ino: e.ino,
+                    ft: e.ft,
+                });
+            }
+        }
+        let mut dups: Vec<(Vec<u8>, Vec<crate::dir::Slot>)> =
+            by_name.into_iter().filter(|(_, v)| v.len() > 1).collect();
+        if dups.is_empty() {
+            return Ok(());
+        }
+        dups.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, slots) in dups {
+            let mut best: Option<(bool, (i64, u32), usize)> = None;
+            for (k, s) in slots.iter().enumerate() {
+                let valid = cand.contains_key(&s.ino) && self.entry_type_matches(s.ino, s.ft)? && {
+                    let bl = self.backlinks_of(s.ino)?;
+                    bl.contains(&d) || bl.contains(&backlinks::OVERFLOW)
+                };
+                let born = self
+                    .read_inode(s.ino)
+                    .map(|i| (i.crtime.sec, i.crtime.nsec))
+                    .unwrap_or((i64::MIN, 0));
+                let score = (valid, born, k);
+                if best.is_none_or(|b| score > b) {
+                    best = Some(score);
+                }
+            }
+            let keep = best.expect("two entries at least").2;
+            for (k, s) in slots.into_iter().enumerate() {
+                if k != keep {
+                    self.dir_remove_slot(d, &name, s)?;
+                    self.nofs.entries_removed += 1;
+                }
+            }
+        }
+        self.drop_dir_index(d);
+        Ok(())
+    }
+
     /// Every block the valid inodes (and the kept reserved ones) map, with
     /// who claims it.
     fn claim_blocks(&mut self, valid: &[Ino]) -> Result<HashMap<u64, Vec<Claim>>> {
@@ -726,7 +797,7 @@ impl Core {
                     acl,
                     Claim {
                         ino,
-                        lblk: u32::MAX - 1,
+                        lblk: XATTR_LBLK,
                         strong: true,
                         data: false,
                         generation: i.generation,
@@ -790,7 +861,7 @@ impl Core {
         let mut cut_at: BTreeMap<Ino, u32> = BTreeMap::new();
         for (&b, v) in claims.iter().filter(|(_, v)| v.len() > 1) {
             // Attribute blocks are shared by design.
-            if v.iter().all(|c| c.lblk == u32::MAX - 1) {
+            if v.iter().all(|c| c.lblk == XATTR_LBLK) {
                 continue;
             }
             // A file's claim is as strong as its record *and* the block's
@@ -816,7 +887,7 @@ impl Core {
                 if k == winner {
                     continue;
                 }
-                if c.lblk >= u32::MAX - 1 {
+                if c.lblk >= XATTR_LBLK {
                     // A tree or attribute block lost: drop the whole file.
                     cut_at.insert(c.ino, 0);
                 } else {
@@ -1010,7 +1081,7 @@ impl Core {
         }
         // Attribute blocks: the reference count is the inodes naming them.
         for (&b, v) in claims {
-            if v.iter().all(|c| c.lblk == u32::MAX - 1) {
+            if v.iter().all(|c| c.lblk == XATTR_LBLK) {
                 self.xattr_set_refcount(b, v.len() as u32)?;
             }
         }
@@ -1044,7 +1115,26 @@ impl Core {
             let Ok(i) = self.read_inode(ino) else {
                 continue;
             };
-            if i.mode == 0 || i.links == 0 || !(i.is_reg() || i.is_symlink()) || !i.uses_extents() {
+            if i.mode == 0 || i.links == 0 {
+                continue;
+            }
+            let raw = self.inode_raw(ino)?;
+            let acl = u64::from(le32(&raw, io::FILE_ACL_LO))
+                | u64::from(crate::layout::le16(&raw, io::FILE_ACL_HI)) << 32;
+            if acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count {
+                match self.cache.snapshot(acl) {
+                    Some(img) => buf.copy_from_slice(&img),
+                    None => self.dev.read(acl, &mut buf, BlockClass::Other)?,
+                }
+                let owner = BlockOwner {
+                    ino,
+                    generation: i.generation,
+                    lblk: XATTR_LBLK,
+                };
+                self.proto.record_owner(acl, Some(owner), &buf);
+                self.nofs.records_rebuilt += 1;
+            }
+            if !(i.is_reg() || i.is_symlink()) || !i.uses_extents() {
                 continue;
             }
             for m in extent::extents(&mut self.tree(ino)?, 0..LBLK_END)? {

@@ -263,6 +263,11 @@ pub struct DataWrite {
     pub fresh: bool,
 }
 
+/// The logical block of an inode's extended-attribute block in its owner
+/// record (`mode=backpointers`): the attribute block proves its owner
+/// through the record, as a file block does.
+pub const XATTR_LBLK: u32 = u32::MAX - 1;
+
 /// Who a file block belongs to: the inode, its generation (an inode number
 /// reused by a later file has another) and the logical block. Owner
 /// records (`mode=backpointers`) bind a physical block to one.

@@ -77,7 +77,9 @@ fn name_errno(e: NameError) -> FsError {
 /// but neither listed nor read nor set through the attribute calls.
 fn is_internal(index: u8, name: &[u8]) -> bool {
     index == xattr::index::TRUSTED
-        && (name == crate::backlinks::NAME || name == crate::backlinks::EIO_NAME)
+        && (name == crate::backlinks::NAME
+            || name == crate::backlinks::EIO_NAME
+            || name == crate::backlinks::OWNER_NAME)
 }
 
 fn is_acl(index: u8) -> bool {
@@ -119,7 +121,18 @@ impl Core {
                     format!("block {blk} outside the file system"),
                 ));
             }
+            let was_cached = self.cache.contains(blk);
             let img = self.read_block(blk, BlockClass::Other)?;
+            if self.backlinks && !was_cached {
+                // Read from the device: the block must be this inode's, as
+                // a file block must.
+                let generation = self.read_inode(ino)?.generation;
+                if !self.xattr_block_owned(ino, generation, blk, &img) {
+                    drop(img);
+                    self.cache.forget(blk);
+                    return Err(errno(libc::EIO));
+                }
+            }
             if let Err((have, want)) = self.xattr_csum_check(blk, &img) {
                 return Err(FsError::corrupt(
                     blk,
@@ -413,6 +426,20 @@ impl Core {
                 }
             }
         }
+        if self.backlinks {
+            // The block names its owner (`crate::backlinks::OWNER_NAME`).
+            battrs.retain(|a| {
+                !(a.index == xattr::index::TRUSTED && a.name == crate::backlinks::OWNER_NAME)
+            });
+            if !battrs.is_empty() {
+                let generation = self.read_inode(ino)?.generation;
+                battrs.push(crate::backlinks::owner_mark(ino, generation));
+                battrs.sort_by(|a, b| a.key().cmp(&b.key()));
+                if xattr::space_needed(&battrs) > self.bs as usize - xattr::BLOCK_HEADER {
+                    return Err(errno(libc::ENOSPC));
+                }
+            }
+        }
         // The place that gains the attribute is written first, the place
         // that loses it after (the ordering rules keep the two updates in
         // this order across blocks): a crash in between leaves the
@@ -643,6 +670,43 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// With backlinks: whether attribute block `blk`, read as `img`, is
+    /// inode `ino`'s (generation `generation`). A block ordo wrote names
+    /// its owner in the hidden attribute `trusted.ordo.own`; any version
+    /// of the owner's is its own, a block that still holds an earlier
+    /// owner's attributes is not. A block without the mark (the kernel's)
+    /// must match its owner record, which is rebuilt from the tree after
+    /// the kernel has had the image.
+    pub(crate) fn xattr_block_owned(
+        &mut self,
+        ino: Ino,
+        generation: u32,
+        blk: u64,
+        img: &[u8],
+    ) -> bool {
+        let Ok(d) = xattr::decode_block(img) else {
+            return false;
+        };
+        match d
+            .attrs
+            .iter()
+            .find(|a| a.index == xattr::index::TRUSTED && a.name == crate::backlinks::OWNER_NAME)
+        {
+            Some(a) => {
+                a.value == crate::backlinks::owner_mark(ino, generation).value
+                    || !self.proto.checks_owner_marks()
+            }
+            None => {
+                let owner = crate::update::BlockOwner {
+                    ino,
+                    generation,
+                    lblk: crate::update::XATTR_LBLK,
+                };
+                self.proto.check_block_read(owner, blk, img).is_ok()
+            }
+        }
     }
 
     /// `ino` no longer uses block `blk` (its pointer already changed):

@@ -82,27 +82,18 @@ impl Case for RandWrite {
         fill(vfs, "rand", self.file_bytes, seed)
     }
     fn run(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
-        let f = vfs.open("rand")?;
-        let mut rng = thread_rng(ctx.seed, 1);
-        let blocks = self.file_bytes / RANDWRITE_BYTES as u64;
-        let buf = pattern(RANDWRITE_BYTES, ctx.seed ^ 7);
-        let mut lat = Vec::new();
-        for i in 0..self.writes {
-            let b = rng.gen_range(0..blocks);
-            f.write_at(b * RANDWRITE_BYTES as u64, &buf)?;
-            if (i + 1) % self.fsync_every == 0 {
-                timed_fsync(vfs, &*f, &mut lat)?;
-            }
-            ctx.tick(1);
-        }
-        if !self.writes.is_multiple_of(self.fsync_every) {
-            timed_fsync(vfs, &*f, &mut lat)?;
-        }
-        Ok(RunOutput {
-            ops: self.writes,
-            fsync_ns: lat,
-            ..RunOutput::default()
-        })
+        random_writes(
+            vfs,
+            ctx,
+            RandomWrites {
+                path: "rand",
+                file_bytes: self.file_bytes,
+                io_bytes: RANDWRITE_BYTES,
+                writes: self.writes,
+                fsync_every: self.fsync_every,
+                stream: 1,
+            },
+        )
     }
 }
 
@@ -201,4 +192,45 @@ impl Case for Overwrite {
         // Different bytes from the fill, so every write changes its block.
         sequential_pass(vfs, &*f, self.file_bytes, ctx.seed ^ 0x0e, t0, ctx)
     }
+}
+
+/// What [`random_writes`] does.
+pub(crate) struct RandomWrites<'a> {
+    /// The file, already `file_bytes` long.
+    pub path: &'a str,
+    pub file_bytes: u64,
+    /// Each write's size, and its alignment.
+    pub io_bytes: usize,
+    pub writes: u64,
+    /// An fsync after every this many writes, and one after the last.
+    pub fsync_every: u64,
+    /// The random stream of the offsets (distinct per workload).
+    pub stream: u64,
+}
+
+/// Aligned writes at random offsets of one file, with an fsync every
+/// `fsync_every` and after the last; each fsync's latency is recorded.
+pub(crate) fn random_writes(vfs: &dyn Vfs, ctx: &RunCtx, w: RandomWrites) -> Result<RunOutput> {
+    assert!(w.fsync_every > 0, "an fsync interval of zero");
+    let f = vfs.open(w.path)?;
+    let mut rng = thread_rng(ctx.seed, w.stream);
+    let blocks = w.file_bytes / w.io_bytes as u64;
+    let buf = pattern(w.io_bytes, ctx.seed ^ 7);
+    let mut lat = Vec::new();
+    for i in 0..w.writes {
+        let b = rng.gen_range(0..blocks);
+        f.write_at(b * w.io_bytes as u64, &buf)?;
+        if (i + 1) % w.fsync_every == 0 {
+            timed_fsync(vfs, &*f, &mut lat)?;
+        }
+        ctx.tick(1);
+    }
+    if !w.writes.is_multiple_of(w.fsync_every) {
+        timed_fsync(vfs, &*f, &mut lat)?;
+    }
+    Ok(RunOutput {
+        ops: w.writes,
+        fsync_ns: lat,
+        ..RunOutput::default()
+    })
 }

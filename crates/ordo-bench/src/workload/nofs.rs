@@ -258,27 +258,18 @@ impl NofsMicro {
     }
 
     fn rand_write(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {
-        let f = vfs.open(DATA_PATH)?;
-        let mut rng = thread_rng(ctx.seed, 0x4a4d);
-        let blocks = self.file_bytes / RAND_IO_BYTES as u64;
-        let buf = pattern(RAND_IO_BYTES, ctx.seed ^ 7);
-        let mut lat = Vec::new();
-        for i in 0..self.rand_ios {
-            let b = rng.gen_range(0..blocks);
-            f.write_at(b * RAND_IO_BYTES as u64, &buf)?;
-            if (i + 1) % self.fsync_every == 0 {
-                timed_fsync(vfs, &*f, &mut lat)?;
-            }
-            ctx.tick(1);
-        }
-        if !self.rand_ios.is_multiple_of(self.fsync_every) {
-            timed_fsync(vfs, &*f, &mut lat)?;
-        }
-        Ok(RunOutput {
-            ops: self.rand_ios,
-            fsync_ns: lat,
-            ..RunOutput::default()
-        })
+        super::micro::random_writes(
+            vfs,
+            ctx,
+            super::micro::RandomWrites {
+                path: DATA_PATH,
+                file_bytes: self.file_bytes,
+                io_bytes: RAND_IO_BYTES,
+                writes: self.rand_ios,
+                fsync_every: self.fsync_every,
+                stream: 0x4a4d,
+            },
+        )
     }
 
     fn rand_read(&self, vfs: &dyn Vfs, ctx: &RunCtx) -> Result<RunOutput> {

@@ -1268,6 +1268,13 @@ pub trait Protocol: Send {
         Ok(())
     }
 
+    /// With `caps.backlinks`: whether the core checks the owner marks of
+    /// the blocks that carry one (attribute blocks); `false` only in a
+    /// deliberately broken variant, as `check_block_read` accepting all.
+    fn checks_owner_marks(&self) -> bool {
+        true
+    }
+
     /// With `caps.backlinks`: whether the on-disk allocation state (bitmaps
     /// and counts) may be trusted after an unclean mount. `false` (NoFS)
     /// makes the core run its scanners before the first allocation.

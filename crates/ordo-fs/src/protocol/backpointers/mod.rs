@@ -604,6 +604,10 @@ impl Protocol for Backpointers {
         }
     }
 
+    fn checks_owner_marks(&self) -> bool {
+        self.fault != Some(Fault::NoOwnerCheck)
+    }
+
     fn trusts_allocation_state(&self) -> bool {
         self.fault == Some(Fault::UnvalidatedAlloc)
     }

@@ -1,11 +1,12 @@
-//! The owner table of `mode=backpointers`: one 16-byte record per block of
-//! the file system, naming the file block it holds and binding it to the
-//! block's contents by a checksum. Its layout is docs/FORMAT.md, "Owner
+//! The owner table of `mode=backpointers`: one 20-byte record per block of
+//! the file system, naming the file block (or the inode's attribute block,
+//! logical block `XATTR_LBLK`) it holds and binding it to the block's
+//! contents by a checksum. Its layout is docs/FORMAT.md, "Owner
 //! table".
 //!
 //! ```text
 //! header block (table block 0):
-//!   0  magic "ORDOBPT1"        8  u32 version (1)   12 u32 records per block
+//!   0  magic "ORDOBPT1"        8  u32 version (3)   12 u32 records per block
 //!  16  u64 blocks covered     24  u32 s_mnt_count   28 u32 s_mtime   (this mount)
 //!  32  u32 s_mnt_count before 36  u32 s_mtime before                 (the mount before)
 //!  bs-4 u32 crc32c of bytes 0..bs-4
@@ -22,7 +23,7 @@ pub const MAGIC: &[u8; 8] = b"ORDOBPT1";
 /// First four bytes of every record block.
 pub const RECORD_MAGIC: &[u8; 4] = b"OBPR";
 /// Format version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes of a record.
 pub const RECORD_BYTES: usize = 20;
 /// Bytes before the first record of a record block.
