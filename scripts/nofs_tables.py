@@ -135,6 +135,20 @@ def figure_table(out, runs, env, items, workload_of, paper_of):
             p(e)
 
 
+def each_env(run_dir, out, fig, envs):
+    """(env, runs) for each environment that has runs of `fig`, each under
+    its title; "(not run)" under the others."""
+    for env, title in envs:
+        runs = Runs(run_dir, env, [fig])
+        print(file=out)
+        print(title, file=out)
+        print(file=out)
+        if not runs.rows:
+            print("(not run)", file=out)
+            continue
+        yield env, runs
+
+
 def mib_s(r):
     x = (r or {}).get("extra", {}).get("mib_per_sec")
     return f"{x:.0f}" if x is not None else "-"
@@ -148,16 +162,10 @@ def fig4(run_dir, out):
     p("read and write benchmarks (ext3 below on sequential writes, which it journals),")
     p("2x ext3 on creates, 1.7x (\"70% higher\") on deletes; absolute figures only in the")
     p("paper's bar chart.")
-    for env, title in [("hdd", "On the HDD model (7200 rpm, 8.5 ms seek, 150 MB/s, write cache on), virtual time, in-process"),
-                       ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
-                       ("ssd", "For reference, on the SSD model (30 us write, 1 ms flush, 500 MB/s), virtual time, in-process")]:
-        runs = Runs(run_dir, env, ["fig4"])
-        p()
-        p(title)
-        p()
-        if not runs.rows:
-            p("(not run)")
-            continue
+    for env, runs in each_env(run_dir, out, "fig4", [
+            ("hdd", "On the HDD model (7200 rpm, 8.5 ms seek, 150 MB/s, write cache on), virtual time, in-process"),
+            ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
+            ("ssd", "For reference, on the SSD model (30 us write, 1 ms flush, 500 MB/s), virtual time, in-process")]):
         params = {}
         for r in runs.rows:
             params.setdefault(r.get("case"), r.get("params", {}))
@@ -184,16 +192,10 @@ def fig5(run_dir, out):
     p("NoFS Figure 5: macro-benchmarks, ops/s (sort: records of 100 bytes; Filebench:")
     p("flowops). Paper: NoFS matches ext2 and ext3 on sort (500 MB), fileserver and")
     p("webserver, and is 18% above ext3 on varmail.")
-    for env, title in [("hdd", "On the HDD model, virtual time, in-process (sort's CPU time is not modeled)"),
-                       ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
-                       ("ssd", "For reference, on the SSD model, virtual time, in-process")]:
-        runs = Runs(run_dir, env, ["fig5"])
-        p()
-        p(title)
-        p()
-        if not runs.rows:
-            p("(not run)")
-            continue
+    for env, runs in each_env(run_dir, out, "fig5", [
+            ("hdd", "On the HDD model, virtual time, in-process (sort's CPU time is not modeled)"),
+            ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
+            ("ssd", "For reference, on the SSD model, virtual time, in-process")]):
         figure_table(out, runs, env, FIG5, lambda c: (c, ""), lambda c, x: x)
         cfgs = LOOP if env == "loop" else HDD
         s = runs.row(cfgs["NoFS"], "sort")

@@ -18,7 +18,8 @@ use crate::vfs::{VFile, Vfs};
 /// The random write size.
 const RANDWRITE_BYTES: usize = 4096;
 /// Request size when filling a file.
-const FILL_IO_BYTES: usize = 1 << 20;
+/// Request size of [`fill`].
+pub(crate) const FILL_IO_BYTES: usize = 1 << 20;
 /// seqwrite's request size.
 const SEQWRITE_IO_BYTES: usize = 64 << 10;
 
@@ -48,7 +49,9 @@ pub fn randwrite_cases(scale: Scale, o: &Overrides) -> Vec<Box<dyn Case>> {
         .collect()
 }
 
-fn fill(vfs: &dyn Vfs, path: &str, bytes: u64, seed: u64) -> Result<()> {
+/// Fills `path` with `bytes` of the 1 MiB pattern of `seed` in 1 MiB
+/// requests, fsynced.
+pub(crate) fn fill(vfs: &dyn Vfs, path: &str, bytes: u64, seed: u64) -> Result<()> {
     let f = vfs.create(path)?;
     let buf = pattern(FILL_IO_BYTES, seed);
     let mut off = 0;

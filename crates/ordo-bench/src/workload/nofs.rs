@@ -55,12 +55,12 @@ use crate::error::{BenchError, Result};
 use crate::stats::thread_rng;
 use crate::vfs::{mkdir_all, VFile, Vfs};
 
+use super::micro::{fill, FILL_IO_BYTES};
+
 /// Sequential request size (reads and writes).
 const SEQ_IO_BYTES: usize = 64 << 10;
 /// Random request size.
 const RAND_IO_BYTES: usize = 4096;
-/// Request size when filling a file in the setup.
-const FILL_IO_BYTES: usize = 1 << 20;
 /// Directory of every file of the workload.
 const ROOT: &str = "nofs";
 /// The large file of the data cases.
@@ -154,19 +154,6 @@ fn dir_of(i: u64, dirs: u64) -> String {
 /// The path of file `i`.
 fn file_of(i: u64, dirs: u64) -> String {
     format!("{}/f{i}", dir_of(i, dirs))
-}
-
-/// Fills `path` with `bytes` of the 1 MiB pattern of `seed`, fsynced.
-fn fill(vfs: &dyn Vfs, path: &str, bytes: u64, seed: u64) -> Result<()> {
-    let f = vfs.create(path)?;
-    let buf = pattern(FILL_IO_BYTES, seed);
-    let mut off = 0;
-    while off < bytes {
-        let n = (bytes - off).min(FILL_IO_BYTES as u64) as usize;
-        f.write_at(off, &buf[..n])?;
-        off += n as u64;
-    }
-    f.fsync()
 }
 
 fn check_failed(path: &str, detail: String) -> BenchError {
