@@ -54,12 +54,14 @@ fn nofs_keeps_data_consistent() {
     assert!(total >= 10_000, "only {total} states checked");
 }
 
-/// Two cases the random soak found, as scenarios: an unlink and a create
+/// Three cases the random soak found, as scenarios: an unlink and a create
 /// of one name whose entries land in different directory blocks (a crash
-/// can leave both: the scanners keep one), and an attribute block freed by
-/// one file and taken by the next whose pointer reaches the disk before
-/// its new contents (the owner record tells the earlier file's attributes
-/// apart; without the owner check the explorer sees them).
+/// can leave both: the scanners keep one); an attribute block freed by one
+/// file and taken by the next whose pointer reaches the disk before its
+/// new contents (the owner mark tells the earlier file's attributes apart;
+/// without the check the explorer sees them); a durable file renamed into
+/// a new directory, of which only the file's backlink reached the disk
+/// (relinked where it was named, or into lost+found, not reclaimed).
 #[test]
 fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,6 +70,7 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     for w in [
         "tests/scenarios/nofs-dup-name.scenario",
         "tests/scenarios/nofs-stale-xattr.scenario",
+        "tests/scenarios/nofs-rename-lost-dir.scenario",
     ] {
         let r = run(w, None, E2fsckPolicy::Every);
         assert_clean(w, &r);

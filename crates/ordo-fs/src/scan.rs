@@ -267,6 +267,9 @@ impl Core {
         let mut names: HashMap<Ino, Vec<Ino>> = HashMap::new();
         let mut queue: VecDeque<Ino> = VecDeque::from([ROOT_INO]);
         let mut walked: HashSet<Ino> = HashSet::new();
+        // Walked directories whose entry named a candidate its backlinks
+        // did not name (the entry is removed).
+        let mut named_by: HashMap<Ino, Vec<Ino>> = HashMap::new();
         loop {
             while let Some(d) = queue.pop_front() {
                 walked.insert(d);
@@ -316,6 +319,12 @@ impl Core {
                         }
                     };
                     if !keep {
+                        if cand.contains_key(&c) && self.entry_type_matches(c, ft)? {
+                            // A name the inode's backlinks do not give:
+                            // stale, or the durable name of a file whose
+                            // rename reached the disk only in its backlink.
+                            named_by.entry(c).or_default().push(d);
+                        }
                         self.dir_remove(d, &name)?;
                         self.nofs.entries_removed += 1;
                         continue;
@@ -327,6 +336,10 @@ impl Core {
                     }
                 }
             }
+            let lost_found = self
+                .dir_lookup(ROOT_INO, b"lost+found")?
+                .map(|s| s.ino)
+                .filter(|i| walked.contains(i));
             // Orphans: candidates no name reached, linked back into a
             // directory their backlinks name.
             let mut relinked = false;
@@ -338,8 +351,19 @@ impl Core {
             for c in orphans {
                 let bl = self.backlinks_of(c)?;
                 // Only into a directory already walked: one walked later
-                // would count the new name a second time.
-                let Some(&p) = bl.iter().find(|p| walked.contains(p)) else {
+                // would count the new name a second time. If no directory
+                // its backlinks name is one (a rename whose new directory
+                // never reached the disk, though the backlink did), then
+                // into one that named it on disk: the file was durable
+                // under that name, and must not be lost.
+                // Failing both, into lost+found, as e2fsck would: a file
+                // whose every name was lost in flight is still a file.
+                let Some(&p) = bl
+                    .iter()
+                    .find(|p| walked.contains(p))
+                    .or_else(|| named_by.get(&c).and_then(|v| v.first()))
+                    .or(lost_found.as_ref())
+                else {
                     continue;
                 };
                 let name = format!("#{c}").into_bytes();
