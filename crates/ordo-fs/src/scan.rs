@@ -356,13 +356,17 @@ impl Core {
                 // never reached the disk, though the backlink did), then
                 // into one that named it on disk: the file was durable
                 // under that name, and must not be lost.
-                // Failing both, into lost+found, as e2fsck would: a file
-                // whose every name was lost in flight is still a file.
+                // Failing both, into lost+found, as e2fsck would put it: a
+                // file whose every name was lost in flight is still a
+                // file. Both fallbacks are for files and symlinks only: a
+                // directory no backlink leads to is most often one being
+                // removed, whose blocks may be another's by now.
+                let file = !cand[&c].0;
                 let Some(&p) = bl
                     .iter()
                     .find(|p| walked.contains(p))
-                    .or_else(|| named_by.get(&c).and_then(|v| v.first()))
-                    .or(lost_found.as_ref())
+                    .or_else(|| named_by.get(&c).and_then(|v| v.first()).filter(|_| file))
+                    .or(lost_found.as_ref().filter(|_| file))
                 else {
                     continue;
                 };
