@@ -994,10 +994,14 @@ impl Core {
     /// Set `ino`'s `i_blocks` to what it maps.
     fn fix_iblocks(&mut self, ino: Ino) -> Result<()> {
         let i = self.read_inode(ino)?;
-        if !i.uses_extents() {
-            return Ok(());
-        }
-        let mut n = self.mapped_blocks_of(ino)?.len() as i64;
+        // Without extents a valid inode maps nothing (a fast symlink, an
+        // empty file, a device: the metadata scanner takes no other), but
+        // may still have an attribute block, or have lost one.
+        let mut n = if i.uses_extents() {
+            self.mapped_blocks_of(ino)?.len() as i64
+        } else {
+            0
+        };
         if le32(&self.inode_raw(ino)?, io::FILE_ACL_LO) != 0 {
             n += 1;
         }
