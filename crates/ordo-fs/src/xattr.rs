@@ -416,7 +416,14 @@ impl Core {
             };
             let mut try_ibody = ibody.clone();
             try_ibody.push(new.clone());
-            if room > 0 && xattr::space_needed(&try_ibody) <= room {
+            // With backlinks nothing is ordered, so an attribute must never
+            // move between the inode and its block (the copy removed and
+            // the copy added land in no order, and a crash could leave
+            // neither): every attribute but the backlinks lives in the
+            // block, where an update is one block written in place.
+            let in_inode_ok = !self.backlinks
+                || (index == xattr::index::TRUSTED && name == crate::backlinks::NAME);
+            if in_inode_ok && room > 0 && xattr::space_needed(&try_ibody) <= room {
                 ibody = try_ibody;
             } else {
                 battrs.push(new);
