@@ -212,6 +212,21 @@ impl Note {
     }
 }
 
+/// `v` if ordo's fsck found nothing at all (benign problems count),
+/// otherwise every problem after `what`.
+fn clean_or_err(v: backend::FsckVerdict, what: &str) -> Result<backend::FsckVerdict, String> {
+    if v.is_clean() {
+        return Ok(v);
+    }
+    let all: Vec<String> = v
+        .unsafe_problems
+        .iter()
+        .chain(&v.benign_problems)
+        .cloned()
+        .collect();
+    Err(format!("{what}: {}", all.join("; ")))
+}
+
 /// How to check.
 #[derive(Clone, Copy, Debug)]
 pub struct CheckParams {
@@ -596,20 +611,10 @@ pub fn recover(
         fs.scan_to_end().map_err(|e| format!("scan_to_end: {e}"))?;
         fs.unmount()
             .map_err(|e| format!("unmount after the scan: {e}"))?;
-        let v = backend::fsck(image.as_ref(), false)?;
-        if !v.is_clean() {
-            let all: Vec<String> = v
-                .unsafe_problems
-                .iter()
-                .chain(&v.benign_problems)
-                .cloned()
-                .collect();
-            return Err(format!(
-                "problems after the scan and a clean unmount: {}",
-                all.join("; ")
-            ));
-        }
-        return Ok(v);
+        return clean_or_err(
+            backend::fsck(image.as_ref(), false)?,
+            "problems after the scan and a clean unmount",
+        );
     }
     match mode.caps().after_crash {
         AfterCrash::NoPromise | AfterCrash::ConsistentAfterRepair => {
@@ -636,17 +641,10 @@ pub fn recover(
                 .map_err(|e| format!("unmount after replay: {e}"))?;
             // After replay the image must be clean with no repair at all
             // (docs/DESIGN.md): benign problems count too.
-            let v = backend::fsck(image.as_ref(), false)?;
-            if !v.is_clean() {
-                let all: Vec<String> = v
-                    .unsafe_problems
-                    .iter()
-                    .chain(&v.benign_problems)
-                    .cloned()
-                    .collect();
-                return Err(format!("problems after log replay: {}", all.join("; ")));
-            }
-            Ok(v)
+            clean_or_err(
+                backend::fsck(image.as_ref(), false)?,
+                "problems after log replay",
+            )
         }
     }
 }
