@@ -134,6 +134,11 @@ pub mod ino {
         LINKS_COUNT as LINKS, SIZE_HIGH as SIZE_HI, UID_HIGH as UID_HI,
     };
     pub use ordo_format::inode::I_BLOCK_SIZE as BLOCK_LEN;
+
+    /// `i_file_acl` (the attribute block, 0: none) of a raw inode.
+    pub fn file_acl(raw: &[u8]) -> u64 {
+        u64::from(super::le32(raw, FILE_ACL_LO)) | u64::from(super::le16(raw, FILE_ACL_HI)) << 32
+    }
 }
 
 /// Directory entry constants.

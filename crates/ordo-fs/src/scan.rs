@@ -197,23 +197,17 @@ impl Core {
             // An attribute block that is not one (the pointer outlived
             // the block): the pointer goes, the inode stays.
             let raw = self.inode_raw(ino)?;
-            let acl = u64::from(le32(&raw, io::FILE_ACL_LO))
-                | u64::from(crate::layout::le16(&raw, io::FILE_ACL_HI)) << 32;
+            let acl = io::file_acl(&raw);
             if acl != 0 {
                 // The block must be this inode's: a block freed by an
                 // earlier file and taken by this one may still hold the
                 // earlier file's attributes, the pointer having reached
                 // the disk before the new contents.
-                let owner = BlockOwner {
-                    ino,
-                    generation: i.generation,
-                    lblk: XATTR_LBLK,
-                };
                 let ok =
                     acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count && {
                         let img = self.block_image(acl)?;
                         self.xattr_block_ok(acl, &img)
-                            && self.xattr_block_owned(ino, owner.generation, acl, &img)
+                            && self.xattr_block_owned(ino, i.generation, acl, &img)
                     };
                 if !ok {
                     self.set_inode_bytes(
@@ -1151,8 +1145,7 @@ impl Core {
                 continue;
             }
             let raw = self.inode_raw(ino)?;
-            let acl = u64::from(le32(&raw, io::FILE_ACL_LO))
-                | u64::from(crate::layout::le16(&raw, io::FILE_ACL_HI)) << 32;
+            let acl = io::file_acl(&raw);
             if acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count {
                 match self.cache.snapshot(acl) {
                     Some(img) => buf.copy_from_slice(&img),

@@ -110,7 +110,7 @@ impl Core {
         } else {
             Vec::new()
         };
-        let blk = le32(&raw, io::FILE_ACL_LO) as u64 | (le16(&raw, io::FILE_ACL_HI) as u64) << 32;
+        let blk = io::file_acl(&raw);
         let block = if blk == 0 {
             None
         } else {
@@ -739,7 +739,7 @@ impl Core {
     /// inode.
     pub fn release_xattr_block(&mut self, ino: Ino) -> Result<()> {
         let raw = self.inode_raw(ino)?;
-        let blk = le32(&raw, io::FILE_ACL_LO) as u64 | (le16(&raw, io::FILE_ACL_HI) as u64) << 32;
+        let blk = io::file_acl(&raw);
         if blk == 0 {
             return Ok(());
         }
