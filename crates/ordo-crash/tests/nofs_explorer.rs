@@ -54,14 +54,17 @@ fn nofs_keeps_data_consistent() {
     assert!(total >= 10_000, "only {total} states checked");
 }
 
-/// Three cases the random soak found, as scenarios: an unlink and a create
+/// Four cases the random soak found, as scenarios: an unlink and a create
 /// of one name whose entries land in different directory blocks (a crash
 /// can leave both: the scanners keep one); an attribute block freed by one
 /// file and taken by the next whose pointer reaches the disk before its
 /// new contents (the owner mark tells the earlier file's attributes apart;
 /// without the check the explorer sees them); a durable file renamed into
 /// a new directory, of which only the file's backlink reached the disk
-/// (relinked where it was named, or into lost+found, not reclaimed).
+/// (relinked where it was named, or into lost+found, not reclaimed); two
+/// files whose extent trees both grew a level, of which only the inodes
+/// reached the disk (both maps rebuilt from the owner records; one's new
+/// tree block is not the other's data).
 #[test]
 fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
@@ -71,6 +74,7 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
         "tests/scenarios/nofs-dup-name.scenario",
         "tests/scenarios/nofs-stale-xattr.scenario",
         "tests/scenarios/nofs-rename-lost-dir.scenario",
+        "tests/scenarios/nofs-two-lost-trees.scenario",
     ] {
         let r = run(w, None, E2fsckPolicy::Every);
         assert_clean(w, &r);

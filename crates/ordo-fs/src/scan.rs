@@ -459,11 +459,8 @@ impl Core {
                 self.punch_and_poison(ino, &lblks)?;
             }
         }
-        for ino in remap {
-            if valid.contains(&ino) {
-                self.remap_from_records(ino)?;
-            }
-        }
+        let remap: Vec<Ino> = remap.into_iter().filter(|i| valid.contains(i)).collect();
+        self.remap_from_records(&remap)?;
         self.update_sb_counters()?;
         Ok(())
     }
@@ -519,26 +516,35 @@ impl Core {
         Ok(())
     }
 
-    /// Map every block the owner records give `ino` (within its size)
-    /// that nothing else took: holes stay holes, as the file had them.
-    fn remap_from_records(&mut self, ino: Ino) -> Result<()> {
-        let i = self.read_inode(ino)?;
-        let end = i.size.div_ceil(self.bs as u64);
-        // Every block is taken first: a tree block the inserts allocate
-        // must not be one of them.
-        let mut mine = Vec::new();
-        for (lblk, pblk) in self.proto.blocks_owned_by(ino, i.generation) {
-            if u64::from(lblk) >= end || self.block_in_use(pblk)? {
-                continue;
+    /// Map every block the owner records give each of `inos` (within its
+    /// size) that nothing else took: holes stay holes, as the file had
+    /// them.
+    fn remap_from_records(&mut self, inos: &[Ino]) -> Result<()> {
+        // Every file's blocks are taken before any tree is built: a tree
+        // block the inserts allocate must be none of them, this file's or
+        // another's still to be remapped (two files whose trees were both
+        // lost would otherwise trade a data block for a tree block).
+        let mut plans = Vec::with_capacity(inos.len());
+        for &ino in inos {
+            let i = self.read_inode(ino)?;
+            let end = i.size.div_ceil(self.bs as u64);
+            let mut mine = Vec::new();
+            for (lblk, pblk) in self.proto.blocks_owned_by(ino, i.generation) {
+                if u64::from(lblk) >= end || self.block_in_use(pblk)? {
+                    continue;
+                }
+                self.set_blocks_in_use(pblk, 1, true)?;
+                mine.push((lblk, pblk));
             }
-            self.set_blocks_in_use(pblk, 1, true)?;
-            mine.push((lblk, pblk));
+            plans.push((ino, mine));
         }
-        for (lblk, pblk) in mine {
-            extent::insert(&mut self.tree(ino)?, lblk, pblk, 1, false)?;
+        for (ino, mine) in plans {
+            for (lblk, pblk) in mine {
+                extent::insert(&mut self.tree(ino)?, lblk, pblk, 1, false)?;
+            }
+            self.fix_iblocks(ino)?;
+            self.nofs.maps_rebuilt += 1;
         }
-        self.fix_iblocks(ino)?;
-        self.nofs.maps_rebuilt += 1;
         Ok(())
     }
 
