@@ -19,10 +19,11 @@ Configurations, named as the paper does:
   ccfs-2   ordo mode=streams, A in stream "A", B in the default stream
 """
 import glob
-import json
 import os
 import statistics
 import sys
+
+from benchjson import load
 
 MB = 1e6
 
@@ -37,14 +38,6 @@ PAPER_T4 = {
                   "ccfs-2": (0.07, 0.03, 100.20)},
 }
 VARIANTS = ["append", "truncate", "overwrite"]
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def results(path):

@@ -17,9 +17,10 @@ Configurations, as the paper names them:
   ext4   the kernel's ext4, data=ordered (loop device only: the HDD model
          runs ordo's library in-process, which the kernel cannot)
 """
-import json
 import os
 import sys
+
+from benchjson import load
 
 HDD = {"NoFS": "ordo-lib:backpointers", "ext3": "ordo-lib:journal"}
 LOOP = {"NoFS": "ordo:backpointers", "ext3": "ordo:journal", "ext4": "ext4:ordered"}
@@ -38,14 +39,6 @@ GOALS = [("nofs-micro", "create", 2.0), ("nofs-micro", "delete", 1.7),
 # The fsync-heavy workloads, for the per-fsync figures.
 FSYNC_HEAVY = [("nofs-micro", "create"), ("nofs-micro", "delete"),
                ("nofs-micro", "rand-write"), ("varmail", "")]
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 class Runs:

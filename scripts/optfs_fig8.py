@@ -6,9 +6,10 @@ on the loop device (optfs-W-loop.json) and on the HDD model in virtual time
 
     scripts/optfs_fig8.py docs/results > docs/results/optfs-fig8.txt
 """
-import json
 import os
 import sys
+
+from benchjson import load
 
 WORKLOADS = ["seqwrite", "overwrite", "randwrite", "createfiles", "fileserver",
              "webserver", "varmail", "oltp"]
@@ -26,10 +27,8 @@ HDD = ["ordo-lib:journal", "ordo-lib:optimistic", "ordo-lib:optimistic,fsync=osy
 
 
 def rows(path, case=None):
-    try:
-        with open(path) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
+    d = load(path)
+    if d is None:
         return None
     out = {}
     for r in d.get("results", []):
