@@ -8,6 +8,7 @@
 //! loop devices.
 
 mod fast_commit_common;
+mod kernel_xattr;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,37 +27,6 @@ fn contents(seed: u8, len: usize) -> Vec<u8> {
 
 /// The value of the attribute the kernel sets.
 const KERNEL_XATTR: [u8; 1500] = [0x5a; 1500];
-
-fn kernel_setxattr(path: &Path, name: &str, value: &[u8]) {
-    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings and a buffer of `value.len()`.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
-}
-
-fn kernel_getxattr(path: &Path, name: &str) -> Vec<u8> {
-    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: valid NUL-terminated strings and a buffer of `buf.len()`.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(
-        r >= 0,
-        "getxattr {name}: {}",
-        std::io::Error::last_os_error()
-    );
-    buf.truncate(r as usize);
-    buf
-}
 
 fn mount_ordo(img: &Path) -> Fs {
     let dev: Arc<dyn BlockDevice> =
@@ -120,7 +90,7 @@ fn kernel_images_get_their_owner_records_rebuilt_and_read_back_exactly() {
         want.insert("odd-link".into(), want["a/b/odd"].clone());
         // An attribute too large for the inode: the kernel's attribute
         // block, which carries no owner mark.
-        kernel_setxattr(&root.join("small"), "user.big", &KERNEL_XATTR);
+        kernel_xattr::set(&root.join("small"), "user.big", &KERNEL_XATTR);
     }
     // ordo: no table (or one it cannot trust) → records rebuilt.
     let fs = mount_ordo(&img);
@@ -180,11 +150,11 @@ fn kernel_images_get_their_owner_records_rebuilt_and_read_back_exactly() {
             );
         }
         assert_eq!(
-            kernel_getxattr(&root.join("small"), "user.big"),
+            kernel_xattr::get(&root.join("small"), "user.big"),
             KERNEL_XATTR.to_vec()
         );
         assert_eq!(
-            kernel_getxattr(&root.join("small"), "user.more"),
+            kernel_xattr::get(&root.join("small"), "user.more"),
             vec![7u8; 600]
         );
         let changed = contents(42, 3 * 4096 + 5);

@@ -5,6 +5,7 @@
 //! the result clean and the kernel reads ordo's changes back.
 
 mod core_common;
+mod kernel_xattr;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -77,45 +78,16 @@ fn kernel_writes(img: &Path) {
     // Extended attributes: one in the inode, one large enough to need a
     // block, and one block shared by two files (the kernel shares
     // identical attribute blocks).
-    setxattr(&root.join("a/small"), "user.small", b"tiny");
+    kernel_xattr::set(&root.join("a/small"), "user.small", b"tiny");
     for name in ["xbig", "xbig2", "xbig3"] {
         std::fs::write(root.join(name), name).unwrap();
-        setxattr(&root.join(name), "user.big", &[b'v'; 700]);
+        kernel_xattr::set(&root.join(name), "user.big", &[b'v'; 700]);
     }
     std::fs::set_permissions(
         root.join("a/small"),
         std::os::unix::fs::PermissionsExt::from_mode(0o4751),
     )
     .unwrap();
-}
-
-fn setxattr(path: &Path, name: &str, value: &[u8]) {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings and a live buffer of `len` bytes.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(r, 0, "setxattr {path:?} {name}");
-}
-
-fn getxattr(path: &Path, name: &str) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: valid NUL-terminated strings and a buffer of `buf.len()` bytes.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(r >= 0, "getxattr {path:?} {name}");
-    buf.truncate(r as usize);
-    buf
 }
 
 /// Everything under `path` as the kernel sees it: path -> (ino, mode,
@@ -303,11 +275,11 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     {
         let m = Mounted::new(&img, "ro,loop");
         assert_eq!(
-            getxattr(&m.path().join("big/moved-small"), "user.small"),
+            kernel_xattr::get(&m.path().join("big/moved-small"), "user.small"),
             b"tiny"
         );
         assert_eq!(
-            getxattr(&m.path().join("xbig3"), "user.big"),
+            kernel_xattr::get(&m.path().join("xbig3"), "user.big"),
             vec![b'v'; 700]
         );
     }

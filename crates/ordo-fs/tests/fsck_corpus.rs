@@ -26,6 +26,7 @@
 //! journal that needs recovery (checked without replay).
 
 mod fsck_common;
+mod kernel_xattr;
 
 use std::path::{Path, PathBuf};
 
@@ -860,30 +861,6 @@ fn resize_inode_damage_is_found_as_e2fsck_finds_it() {
 
 // ----- extended attributes -----
 
-/// `setxattr(2)` on a path, which must succeed.
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings and a live buffer of `value.len()` bytes.
-    let rc = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "setxattr {name} on {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-}
-
 /// An access ACL with a named user (and so a mask), in the VFS's form.
 fn named_user_acl() -> Vec<u8> {
     use ordo_format::xattr::{acl_tag, Acl, AclEntry};
@@ -910,40 +887,40 @@ fn populate_xattrs(mnt: &Path) {
         std::fs::write(&p, name.as_bytes()).unwrap();
         p
     };
-    set_xattr(&f("inode"), "user.small", b"in-inode value");
+    kernel_xattr::set(&f("inode"), "user.small", b"in-inode value");
     let big = vec![b'v'; 700];
     // Two files with the same attributes share one block (refcount 2):
     // "zz" and "block-resident" go to the block, "in" stays in the inode.
     for name in ["shared1", "shared2"] {
         let p = f(name);
-        set_xattr(&p, "user.block-resident", &big);
-        set_xattr(&p, "user.zz", &big[..200]);
-        set_xattr(&p, "user.in", b"1");
+        kernel_xattr::set(&p, "user.block-resident", &big);
+        kernel_xattr::set(&p, "user.zz", &big[..200]);
+        kernel_xattr::set(&p, "user.in", b"1");
     }
     let own = f("own");
-    set_xattr(&own, "user.mine", &vec![b'o'; 900]);
+    kernel_xattr::set(&own, "user.mine", &vec![b'o'; 900]);
     // An ACL small enough for the inode, and one pushed to the block by a
     // filler that takes the inode's room.
     let acl = named_user_acl();
-    set_xattr(&f("acl"), "system.posix_acl_access", &acl);
+    kernel_xattr::set(&f("acl"), "system.posix_acl_access", &acl);
     let aclblk = f("aclblk");
-    set_xattr(&aclblk, "user.fill", &[b'f'; 56]);
-    set_xattr(&aclblk, "system.posix_acl_access", &acl);
+    kernel_xattr::set(&aclblk, "user.fill", &[b'f'; 56]);
+    kernel_xattr::set(&aclblk, "system.posix_acl_access", &acl);
     let dacl = x.join("dacl");
     std::fs::create_dir(&dacl).unwrap();
-    set_xattr(&dacl, "system.posix_acl_default", &acl);
-    set_xattr(&dacl, "system.posix_acl_access", &acl);
+    kernel_xattr::set(&dacl, "system.posix_acl_default", &acl);
+    kernel_xattr::set(&dacl, "system.posix_acl_access", &acl);
     std::fs::write(dacl.join("inherits"), b"i").unwrap();
     // Many more: small ones in the inode, larger ones in blocks shared
     // by every third file, trusted and security names too.
     for i in 0..30 {
         let p = f(&format!("many{i:02}"));
-        set_xattr(&p, &format!("user.k{i}"), format!("value {i}").as_bytes());
-        set_xattr(&p, "trusted.t", b"trusted value");
+        kernel_xattr::set(&p, &format!("user.k{i}"), format!("value {i}").as_bytes());
+        kernel_xattr::set(&p, "trusted.t", b"trusted value");
         if i % 2 == 0 {
-            set_xattr(&p, "security.s", &vec![b's'; 40 + i]);
+            kernel_xattr::set(&p, "security.s", &vec![b's'; 40 + i]);
         }
-        set_xattr(&p, "user.shared", &vec![b'0' + (i % 3) as u8; 300]);
+        kernel_xattr::set(&p, "user.shared", &vec![b'0' + (i % 3) as u8; 300]);
     }
 }
 
