@@ -711,40 +711,60 @@ impl LibVfs {
         self.fs
             .open(ino)
             .map_err(|e| Self::fs_err("open", path, e))?;
-        Ok(Box::new(LibFile {
+        Ok(Box::new(LibFile(LibNode {
             fs: self.fs.clone(),
             ino,
             path: path.to_string(),
-        }))
+        })))
     }
 }
 
-struct LibFile {
+/// An inode of the library open by path: what files and directories share.
+struct LibNode {
     fs: Arc<Fs>,
     ino: Ino,
     path: String,
 }
 
+impl LibNode {
+    fn err(&self, op: &'static str, e: ordo_fs::FsError) -> BenchError {
+        LibVfs::fs_err(op, &self.path, e)
+    }
+    fn fsync(&self) -> Result<()> {
+        self.fs
+            .fsync(self.ino, false)
+            .map_err(|e| self.err("fsync", e))
+    }
+    fn size_bytes(&self) -> Result<u64> {
+        self.fs
+            .getattr(self.ino)
+            .map(|a| a.size)
+            .map_err(|e| self.err("getattr", e))
+    }
+}
+
+struct LibFile(LibNode);
+
 impl Drop for LibFile {
     fn drop(&mut self) {
         // Close errors have no caller to go to; a failed release shows up
         // as a leaked inode in ordo's fsck, not as a wrong benchmark figure.
-        let _ = self.fs.release(self.ino);
+        let _ = self.0.fs.release(self.0.ino);
     }
 }
 
 impl VFile for LibFile {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let f = &self.0;
         let mut done = 0usize;
         while done < data.len() {
-            let n = self
-                .fs
-                .write(self.ino, offset + done as u64, &data[done..])
-                .map_err(|e| LibVfs::fs_err("write", &self.path, e))?;
+            let n =
+                f.fs.write(f.ino, offset + done as u64, &data[done..])
+                    .map_err(|e| f.err("write", e))?;
             if n == 0 {
                 return Err(BenchError::io(
                     "write",
-                    &self.path,
+                    &f.path,
                     std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing"),
                 ));
             }
@@ -753,50 +773,41 @@ impl VFile for LibFile {
         Ok(())
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let f = &self.0;
         let want = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-        let got = self
-            .fs
-            .read(self.ino, offset, want)
-            .map_err(|e| LibVfs::fs_err("read", &self.path, e))?;
+        let got =
+            f.fs.read(f.ino, offset, want)
+                .map_err(|e| f.err("read", e))?;
         let n = got.len().min(buf.len());
         buf[..n].copy_from_slice(&got[..n]);
         Ok(n)
     }
     fn fsync(&self) -> Result<()> {
-        self.fs
-            .fsync(self.ino, false)
-            .map_err(|e| LibVfs::fs_err("fsync", &self.path, e))
+        self.0.fsync()
     }
     fn size_bytes(&self) -> Result<u64> {
-        self.fs
-            .getattr(self.ino)
-            .map(|a| a.size)
-            .map_err(|e| LibVfs::fs_err("getattr", &self.path, e))
+        self.0.size_bytes()
     }
     fn set_len(&self, size: u64) -> Result<()> {
         let set = SetAttr {
             size: Some(size),
             ..SetAttr::default()
         };
-        self.fs
-            .setattr(self.ino, &set)
+        let f = &self.0;
+        f.fs.setattr(f.ino, &set)
             .map(|_| ())
-            .map_err(|e| LibVfs::fs_err("truncate", &self.path, e))
+            .map_err(|e| f.err("truncate", e))
     }
 }
 
 /// A directory of the library, open for fsync.
-struct LibDir {
-    fs: Arc<Fs>,
-    ino: Ino,
-    path: String,
-}
+struct LibDir(LibNode);
 
 impl LibDir {
     fn is_dir(&self, op: &'static str) -> BenchError {
         BenchError::io(
             op,
-            &self.path,
+            &self.0.path,
             std::io::Error::from_raw_os_error(libc::EISDIR),
         )
     }
@@ -810,15 +821,10 @@ impl VFile for LibDir {
         Err(self.is_dir("read"))
     }
     fn fsync(&self) -> Result<()> {
-        self.fs
-            .fsync(self.ino, false)
-            .map_err(|e| LibVfs::fs_err("fsync", &self.path, e))
+        self.0.fsync()
     }
     fn size_bytes(&self) -> Result<u64> {
-        self.fs
-            .getattr(self.ino)
-            .map(|a| a.size)
-            .map_err(|e| LibVfs::fs_err("getattr", &self.path, e))
+        self.0.size_bytes()
     }
 }
 
@@ -872,11 +878,11 @@ impl Vfs for LibVfs {
     }
     fn open_dir(&self, path: &str) -> Result<Box<dyn VFile>> {
         let ino = self.resolve(path)?;
-        Ok(Box::new(LibDir {
+        Ok(Box::new(LibDir(LibNode {
             fs: self.fs.clone(),
             ino,
             path: path.to_string(),
-        }))
+        })))
     }
     fn rmdir(&self, path: &str) -> Result<()> {
         let (parent, name) = self.parent(path)?;
