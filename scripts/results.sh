@@ -158,13 +158,14 @@ for w in $WORKLOADS; do
         # The FUSE path (issue 20): ordo through FUSE beside a FUSE server
         # that does nothing (the floor any FUSE file system pays) and the
         # kernel's ext4, on request-bound workloads (no fsync), the
-        # fsync-bound one, and reads, cold and warm.
+        # fsync-bound one, reads, cold and warm, and stat.
         FT="ext4:ordered,fuse-floor,ordo:async,ordo:journal"
         SCALE=${FUSE_SCALE:-medium} bench fuse-create fcmicro --fsync-every 1024 --targets "$FT"
         SCALE=${FUSE_SCALE:-medium} bench fuse-createfiles createfiles --targets "$FT"
         SCALE=${FUSE_SCALE:-medium} bench fuse-fsync fcmicro \
             --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic"
         bench fuse-read read --targets "ext4:ordered,ordo:journal"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT"
         ;;
     ccfs)
         # ccfs (Pillai et al., FAST '17 / TOS '17) for mode=streams: the raw

@@ -16,6 +16,7 @@ pub mod ganger;
 pub mod micro;
 pub mod nofs;
 pub mod read;
+pub mod stat;
 pub mod streams_apps;
 pub mod twofile;
 
@@ -121,11 +122,13 @@ pub enum WorkloadName {
     NofsMicro,
     /// NoFS Figure 5: an external merge sort of gensort-style records.
     Sort,
+    /// stat of many small files, cold and warm (the FUSE per-request cost).
+    Stat,
 }
 
 impl WorkloadName {
     /// Every workload, in documentation order.
-    pub const ALL: [WorkloadName; 24] = [
+    pub const ALL: [WorkloadName; 25] = [
         WorkloadName::Fcmicro,
         WorkloadName::Varmail,
         WorkloadName::Fileserver,
@@ -150,6 +153,7 @@ impl WorkloadName {
         WorkloadName::Fsmark,
         WorkloadName::NofsMicro,
         WorkloadName::Sort,
+        WorkloadName::Stat,
     ];
 
     /// The command-line name.
@@ -179,6 +183,7 @@ impl WorkloadName {
             WorkloadName::Fsmark => "fsmark",
             WorkloadName::NofsMicro => "nofs-micro",
             WorkloadName::Sort => "sort",
+            WorkloadName::Stat => "stat",
         }
     }
 }
@@ -280,6 +285,7 @@ pub fn cases(name: WorkloadName, scale: Scale, o: &Overrides) -> Result<Vec<Box<
         WorkloadName::Fsmark => vec![apps::fsmark(scale)],
         WorkloadName::NofsMicro => nofs::micro_cases(scale, o.fsync_every.first().copied()),
         WorkloadName::Sort => vec![nofs::sort(scale)],
+        WorkloadName::Stat => stat::cases(scale),
     })
 }
 

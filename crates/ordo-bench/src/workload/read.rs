@@ -56,7 +56,7 @@ pub enum Cache {
 }
 
 impl Cache {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Cache::Cold => "cold",
             Cache::Warm => "warm",
@@ -238,14 +238,15 @@ fn explain_full(e: BenchError, what: &str) -> BenchError {
 
 /// The measured pass of a case: its interval, and this process's CPU time
 /// over it (the FUSE server's is not in it).
-struct Pass {
-    elapsed_ns: u64,
-    cpu_us: u64,
+pub(super) struct Pass {
+    pub(super) elapsed_ns: u64,
+    pub(super) cpu_us: u64,
 }
 
 /// Runs the untimed preparation for `cache`, then times `measured`.
-fn measure(
+pub(super) fn measure(
     vfs: &dyn Vfs,
+    workload: &str,
     cache: Cache,
     out: &mut RunOutput,
     warm_up: impl FnOnce() -> Result<()>,
@@ -253,7 +254,7 @@ fn measure(
 ) -> Result<Pass> {
     match cache {
         Cache::Cold => {
-            let how = drop_host_cache(vfs, "read")?;
+            let how = drop_host_cache(vfs, workload)?;
             out.extra.insert("host_page_cache".into(), json!(how));
         }
         Cache::Warm => warm_up()?,
@@ -336,6 +337,7 @@ impl Case for LargeRead {
         let mut bytes = 0;
         let pass = measure(
             vfs,
+            "read",
             self.cache,
             &mut out,
             || self.read_pass(vfs, &want, |_| {}).map(drop),
@@ -421,6 +423,7 @@ impl Case for SmallRead {
         let mut bytes = 0;
         let pass = measure(
             vfs,
+            "read",
             self.cache,
             &mut out,
             || self.read_pass(vfs, ctx.seed, |_| {}).map(drop),
