@@ -310,6 +310,18 @@ pub fn run_op(
         Op::Streamsync => fs
             .streamsync(ordo_fs::StreamId::DEFAULT)
             .map_err(|err| format!("ordo streamsync: {err}"))?,
+        // The default stream's flags, which every request of this process
+        // runs under.
+        Op::IgnoreFsync(on) => fs
+            .set_stream_flags(
+                ordo_fs::StreamId::DEFAULT,
+                if *on {
+                    ordo_fs::stream::IGNORE_FSYNC
+                } else {
+                    0
+                },
+            )
+            .map_err(|err| format!("ordo ignorefsync: {err}"))?,
         Op::SetStream(name) if name.as_str() == "default" => {}
         Op::SetStream(name) => {
             return Err(format!(

@@ -555,7 +555,9 @@ impl Tree {
             Op::Sync => Ok(Applied::Sync),
             // The tick changes nothing the model sees, and promises nothing;
             // nor does moving to another stream.
-            Op::Writeback | Op::SetStream(_) => Ok(Applied::Changed { created: None }),
+            Op::Writeback | Op::SetStream(_) | Op::IgnoreFsync(_) => {
+                Ok(Applied::Changed { created: None })
+            }
             Op::Streamsync => Ok(Applied::Streamsync),
         }
     }

@@ -477,6 +477,15 @@ fn run_on_ordo(
         Op::Streamsync => fs
             .streamsync(fs.getstream())
             .map_err(|e| fs_err("streamsync", e))?,
+        Op::IgnoreFsync(on) => {
+            let flags = if *on {
+                ordo_fs::stream::IGNORE_FSYNC
+            } else {
+                0
+            };
+            fs.set_stream_flags(fs.getstream(), flags)
+                .map_err(|e| fs_err("ignorefsync", e))?;
+        }
     }
     Ok(created_ino)
 }
@@ -491,6 +500,8 @@ struct StreamTrack {
     others_changed: bool,
     /// The streams operations changed the tree in.
     changed_in: std::collections::HashSet<String>,
+    /// The streams with `IGNORE_FSYNC` on: their fsyncs promise nothing.
+    ignoring: std::collections::HashSet<String>,
 }
 
 impl StreamTrack {
@@ -505,6 +516,14 @@ impl StreamTrack {
                 self.current = Some(name.clone());
                 self.others_changed = self.changed_in.iter().any(|s| s != name);
             }
+            Op::IgnoreFsync(on) => {
+                let cur = self.current().to_string();
+                if *on {
+                    self.ignoring.insert(cur);
+                } else {
+                    self.ignoring.remove(&cur);
+                }
+            }
             op if op.changes_tree() => {
                 let cur = self.current().to_string();
                 self.changed_in.insert(cur);
@@ -515,7 +534,8 @@ impl StreamTrack {
 }
 
 /// The promise an operation's result makes, if any: fsync, fdatasync and
-/// dsync (the model's [`Applied::Fsync`]) promise their file or directory,
+/// dsync (the model's [`Applied::Fsync`]) promise their file or directory
+/// (fsync and fdatasync not in a stream with `IGNORE_FSYNC` on),
 /// sync everything, streamsync what its stream did (everything, if no
 /// other stream changed anything); osync promises nothing.
 fn promise_for(
@@ -531,6 +551,11 @@ fn promise_for(
         Some(s) => format!("{op} (op {op_index}, stream {s})"),
         None => format!("{op} (op {op_index})"),
     };
+    // ccfs+: an fsync in a stream with IGNORE_FSYNC only orders.
+    if matches!(op, Op::Fsync(_) | Op::Fdatasync(_)) && streams.ignoring.contains(streams.current())
+    {
+        return None;
+    }
     let what = match applied {
         Applied::Changed { .. } | Applied::Osync { .. } => return None,
         Applied::Sync => Promised::All,

@@ -68,6 +68,9 @@ pub struct Analysis {
     /// The node an fsync, fdatasync or dsync names, as it ran (by 0-based
     /// position).
     synced: Vec<Option<NodeId>>,
+    /// Whether an fsync or fdatasync ran in a stream with `IGNORE_FSYNC`
+    /// on (by 0-based position): it only ordered, and bounds nothing.
+    ignored: Vec<bool>,
     /// `need[s][m]`: the least tuple closed under the relations of the
     /// first `m` operations of stream `s` with earlier operations of other
     /// streams (its own entry is 0).
@@ -111,7 +114,9 @@ pub fn op_paths(op: &Op) -> Vec<String> {
         | Op::SetXattr { path, .. }
         | Op::RemoveXattr { path, .. }
         | Op::SetAcl { path, .. } => vec![norm(path)],
-        Op::Sync | Op::Writeback | Op::SetStream(_) | Op::Streamsync => Vec::new(),
+        Op::Sync | Op::Writeback | Op::SetStream(_) | Op::Streamsync | Op::IgnoreFsync(_) => {
+            Vec::new()
+        }
     }
 }
 
@@ -278,16 +283,23 @@ impl Analysis {
         let mut names = vec![DEFAULT_STREAM.to_string()];
         let mut cur = 0usize;
         let mut stream_of = Vec::with_capacity(ops.len());
+        let mut ignoring = vec![false];
+        let mut ignored = Vec::with_capacity(ops.len());
         for op in ops {
             if let Op::SetStream(name) = op {
                 cur = match names.iter().position(|n| n == name) {
                     Some(i) => i,
                     None => {
                         names.push(name.clone());
+                        ignoring.push(false);
                         names.len() - 1
                     }
                 };
             }
+            if let Op::IgnoreFsync(on) = op {
+                ignoring[cur] = *on;
+            }
+            ignored.push(matches!(op, Op::Fsync(_) | Op::Fdatasync(_)) && ignoring[cur]);
             stream_of.push(cur);
         }
         let ns = names.len();
@@ -332,6 +344,7 @@ impl Analysis {
             tree_ops,
             touch,
             synced,
+            ignored,
             need: Vec::new(),
             prefix,
         };
@@ -444,6 +457,7 @@ impl Analysis {
         match op {
             Op::Sync => t = self.prefix[p - 1].clone(),
             Op::Streamsync => t[s] = self.prefix[p - 1][s],
+            Op::Fsync(_) | Op::Fdatasync(_) if self.ignored[p - 1] => {}
             Op::Fsync(_) | Op::Fdatasync(_) | Op::Dsync(_) => {
                 t[s] = self.prefix[p - 1][s];
                 // The node the fsync named as it ran: an operation before

@@ -109,6 +109,11 @@ pub enum Op {
     /// promise that every operation the stream ran before it is durable
     /// (on a protocol without streams, a sync).
     Streamsync,
+    /// ccfs's `IGNORE_FSYNC` on (`true`) or off for the current stream
+    /// (`Fs::set_stream_flags`): while it is on, the stream's fsyncs and
+    /// fdatasyncs only order (ccfs+) and promise nothing; the stream's
+    /// order and its streamsyncs still hold. Changes no tree.
+    IgnoreFsync(bool),
 }
 
 impl Op {
@@ -138,6 +143,7 @@ impl Op {
                 | Op::Dsync(_)
                 | Op::SetStream(_)
                 | Op::Streamsync
+                | Op::IgnoreFsync(_)
         )
     }
 }
@@ -195,6 +201,7 @@ impl fmt::Display for Op {
             Op::Dsync(p) => write!(f, "dsync {p}"),
             Op::SetStream(name) => write!(f, "setstream {name}"),
             Op::Streamsync => write!(f, "streamsync"),
+            Op::IgnoreFsync(on) => write!(f, "ignorefsync {}", if *on { "on" } else { "off" }),
         }
     }
 }
@@ -1019,8 +1026,14 @@ const GEN_STREAMS: [&str; 3] = ["default", "s1", "s2"];
 /// those of the same seed without streams): before roughly one operation
 /// in four the workload moves to another stream; a third of the fsyncs,
 /// fdatasyncs and syncs become a `streamsync` of the current stream, and
-/// one more `streamsync` follows roughly one operation in twenty.
+/// one more `streamsync` follows roughly one operation in twenty. One move
+/// in five to `s1` or `s2` turns that stream's `IGNORE_FSYNC` on, or back
+/// off (`ignorefsync on|off`): its fsyncs then promise nothing.
 fn with_streams(rng: &mut ChaCha8Rng, ops: Vec<Op>) -> Vec<Op> {
+    // The flags are drawn from a generator of their own, so that the
+    // interleaving is the one the same seed gave before they existed.
+    let mut flags_rng = ChaCha8Rng::seed_from_u64(rng.clone().gen::<u64>() ^ 0x1f5c);
+    let mut ignoring = [false; GEN_STREAMS.len()];
     let n = rng.gen_range(2..=3usize);
     let mut cur = 0usize;
     let mut out = Vec::with_capacity(ops.len() + ops.len() / 3);
@@ -1028,6 +1041,12 @@ fn with_streams(rng: &mut ChaCha8Rng, ops: Vec<Op>) -> Vec<Op> {
         if rng.gen_range(0..4) == 0 {
             cur = (cur + rng.gen_range(1..n)) % n;
             out.push(Op::SetStream(GEN_STREAMS[cur].to_string()));
+            // ccfs+: a stream other than the default one turns
+            // IGNORE_FSYNC on (or back off) now and then.
+            if cur != 0 && flags_rng.gen_range(0..5) == 0 {
+                ignoring[cur] = !ignoring[cur];
+                out.push(Op::IgnoreFsync(ignoring[cur]));
+            }
         }
         let op = match op {
             Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync if rng.gen_range(0..3) == 0 => {
@@ -1902,6 +1921,14 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             arity(0)?;
             Op::Streamsync
         }
+        "ignorefsync" => {
+            arity(1)?;
+            Op::IgnoreFsync(match words[1] {
+                "on" => true,
+                "off" => false,
+                w => return Err(format!("ignorefsync takes 'on' or 'off', not '{w}'")),
+            })
+        }
         other => return Err(format!("unknown operation '{other}'")),
     };
     Ok(op)
@@ -2130,6 +2157,28 @@ mod tests {
             }
         }
         assert_eq!(counts.len(), 2, "2 and 3 streams both appear");
+        // Some streams turn IGNORE_FSYNC on, and an fsync runs under it.
+        let mut ignored_fsyncs = 0;
+        for s in random(&on).iter().chain(&mix(&on)) {
+            let mut ignoring: std::collections::HashSet<&str> = Default::default();
+            let mut cur = "default";
+            for o in &s.ops {
+                match o {
+                    Op::SetStream(n) => cur = n,
+                    Op::IgnoreFsync(true) => {
+                        ignoring.insert(cur);
+                    }
+                    Op::IgnoreFsync(false) => {
+                        ignoring.remove(cur);
+                    }
+                    Op::Fsync(_) | Op::Fdatasync(_) if ignoring.contains(cur) => {
+                        ignored_fsyncs += 1
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert!(ignored_fsyncs > 0, "no fsync ran under IGNORE_FSYNC");
         // seq2: each pair, then the pair in two streams.
         let s2 = seq2_with(&on);
         assert_eq!(s2.len(), 200);

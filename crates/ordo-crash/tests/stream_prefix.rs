@@ -269,6 +269,40 @@ fn returned_promises_are_lower_bounds() {
     assert_eq!(d.analysis().required_by(4), vec![0, 0]);
 }
 
+/// ccfs+: an fsync or fdatasync in a stream with IGNORE_FSYNC on bounds
+/// nothing (it only ordered); one after the flag is off again, another
+/// stream's, a streamsync and a dsync still do.
+#[test]
+fn fsyncs_under_ignore_fsync_bound_nothing() {
+    let c = candidates(
+        "setstream s1\nignorefsync on\nwrite /A/foo 0 4096\nfsync /A/foo\nfdatasync /A/foo\n\
+         setstream s2\ncreat /C/x\nfsync /C/x\nsetstream s1\nstreamsync\nignorefsync off\n\
+         append /A/foo 10\nfsync /A/foo\ndsync /A/foo\n",
+    );
+    let a = c.analysis();
+    // Ops 4 and 5: s1's fsync and fdatasync under the flag.
+    assert_eq!(a.required_by(4), vec![0, 0, 0]);
+    assert_eq!(a.required_by(5), vec![0, 0, 0]);
+    // s2 never set it: its fsync holds.
+    assert_eq!(a.required_by(8), vec![0, 0, 1]);
+    // s1's streamsync holds under the flag; its fsync after the flag is
+    // off again holds too, as does a dsync.
+    assert_eq!(a.required_by(10), vec![0, 1, 0]);
+    assert_eq!(a.required_by(13), vec![0, 2, 0]);
+    assert_eq!(a.required_by(14), vec![0, 2, 0]);
+    // The write may be lost although an fsync of it returned.
+    let lost = listing(&c, &[0, 0, 1]);
+    assert_eq!(
+        judge(&c, &lost, &[4, 5, 8], 9),
+        Verdict::Match(vec![0, 0, 1])
+    );
+    assert!(matches!(judge(&c, &lost, &[10], 11), Verdict::Mismatch(_)));
+    // The scenario form reads back.
+    assert_eq!(parse_op("ignorefsync on").unwrap(), Op::IgnoreFsync(true));
+    assert_eq!(Op::IgnoreFsync(false).to_string(), "ignorefsync off");
+    assert!(parse_op("ignorefsync maybe").is_err());
+}
+
 #[test]
 fn many_unrelated_operations_are_too_many_to_judge() {
     // Three streams of 30 writes each to files of their own, no promise:
