@@ -500,7 +500,7 @@ mod tests {
         };
         assert!(parse("nope", "tmpfs").is_err());
         assert!(parse("varmail", "ext5:x").is_err());
-        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 24);
+        assert_eq!(parse("all", "tmpfs").unwrap().workloads.len(), 25);
         assert_eq!(
             parse("twofile-repeat,streams-git", "tmpfs")
                 .unwrap()
