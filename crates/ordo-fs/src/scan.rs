@@ -539,6 +539,14 @@ impl Core {
             plans.push((ino, mine));
         }
         for (ino, mine) in plans {
+            if mine.is_empty() {
+                // A tree deep enough to be lost mapped blocks, and none is
+                // this file's by the table on disk: every one was freed (an
+                // unlink or truncate whose inode did not reach the disk).
+                // What it held is gone; its bytes read as nothing, not as
+                // zeros it never had.
+                self.set_size(ino, 0);
+            }
             for (lblk, pblk) in mine {
                 extent::insert(&mut self.tree(ino)?, lblk, pblk, 1, false)?;
             }
