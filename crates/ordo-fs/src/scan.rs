@@ -264,6 +264,8 @@ impl Core {
         // Walked directories whose entry named a candidate its backlinks
         // did not name (the entry is removed).
         let mut named_by: HashMap<Ino, Vec<Ino>> = HashMap::new();
+        // Orphans linked back as `#INO`.
+        let mut orphaned: HashSet<Ino> = HashSet::new();
         loop {
             while let Some(d) = queue.pop_front() {
                 walked.insert(d);
@@ -372,6 +374,7 @@ impl Core {
                 let kind = FileType::from_mode(i.mode).expect("a candidate has a type");
                 self.dir_add(p, &name, c, kind)?;
                 self.nofs.orphans_relinked += 1;
+                orphaned.insert(c);
                 names.entry(c).or_default().push(p);
                 valid.insert(c);
                 if cand[&c].0 {
@@ -460,7 +463,7 @@ impl Core {
             }
         }
         let remap: Vec<Ino> = remap.into_iter().filter(|i| valid.contains(i)).collect();
-        self.remap_from_records(&remap)?;
+        self.remap_from_records(&remap, &orphaned)?;
         self.update_sb_counters()?;
         Ok(())
     }
@@ -518,8 +521,11 @@ impl Core {
 
     /// Map every block the owner records give each of `inos` (within its
     /// size) that nothing else took: holes stay holes, as the file had
-    /// them.
-    fn remap_from_records(&mut self, inos: &[Ino]) -> Result<()> {
+    /// them (and unwritten extents, which have no records, become holes,
+    /// which read the same). An orphan among them (`orphaned`) that the
+    /// table gives no block is one whose unlink freed them all: its size
+    /// goes to 0.
+    fn remap_from_records(&mut self, inos: &[Ino], orphaned: &HashSet<Ino>) -> Result<()> {
         // Every file's blocks are taken before any tree is built: a tree
         // block the inserts allocate must be none of them, this file's or
         // another's still to be remapped (two files whose trees were both
@@ -539,12 +545,13 @@ impl Core {
             plans.push((ino, mine));
         }
         for (ino, mine) in plans {
-            if mine.is_empty() {
-                // A tree deep enough to be lost mapped blocks, and none is
-                // this file's by the table on disk: every one was freed (an
-                // unlink or truncate whose inode did not reach the disk).
-                // What it held is gone; its bytes read as nothing, not as
-                // zeros it never had.
+            if mine.is_empty() && orphaned.contains(&ino) {
+                // No name reached it and the table on disk gives it no
+                // block: the unlink that freed every one was in flight
+                // (its inode did not reach the disk). What it held is
+                // gone; it reads as nothing, not as zeros it never held.
+                // A named file keeps its size: a truncate in flight ended
+                // it there, and its unwritten extents read as zeros.
                 self.set_size(ino, 0);
             }
             for (lblk, pblk) in mine {
