@@ -120,7 +120,23 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(m) = &self.mnt {
-            let _ = Command::new("umount").arg(m.path()).status();
+            // A mount just walked can be busy for a moment (the loop
+            // device's probe): retry, then detach it lazily rather than
+            // leave it mounted after the test.
+            let unmounted = (0..50).any(|_| {
+                let ok = Command::new("umount")
+                    .arg(m.path())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                ok
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(m.path()).status();
+            }
         }
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
