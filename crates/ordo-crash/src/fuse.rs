@@ -312,14 +312,10 @@ pub fn run_op(
             .map_err(|err| format!("ordo streamsync: {err}"))?,
         // The default stream's flags, which every request of this process
         // runs under.
-        Op::IgnoreFsync(on) => fs
+        Op::IgnoreFsync(_) => fs
             .set_stream_flags(
                 ordo_fs::StreamId::DEFAULT,
-                if *on {
-                    ordo_fs::stream::IGNORE_FSYNC
-                } else {
-                    0
-                },
+                op.stream_flags().expect("ignorefsync sets flags"),
             )
             .map_err(|err| format!("ordo ignorefsync: {err}"))?,
         Op::SetStream(name) if name.as_str() == "default" => {}

@@ -477,12 +477,8 @@ fn run_on_ordo(
         Op::Streamsync => fs
             .streamsync(fs.getstream())
             .map_err(|e| fs_err("streamsync", e))?,
-        Op::IgnoreFsync(on) => {
-            let flags = if *on {
-                ordo_fs::stream::IGNORE_FSYNC
-            } else {
-                0
-            };
+        Op::IgnoreFsync(_) => {
+            let flags = op.stream_flags().expect("ignorefsync sets flags");
             fs.set_stream_flags(fs.getstream(), flags)
                 .map_err(|e| fs_err("ignorefsync", e))?;
         }

@@ -129,6 +129,16 @@ impl Op {
         )
     }
 
+    /// The stream flags `ignorefsync on|off` sets (`None` for another
+    /// operation).
+    pub fn stream_flags(&self) -> Option<u32> {
+        match self {
+            Op::IgnoreFsync(true) => Some(ordo_fs::stream::IGNORE_FSYNC),
+            Op::IgnoreFsync(false) => Some(0),
+            _ => None,
+        }
+    }
+
     /// True for the operations that change the tree (the model's): not
     /// the ones that only order or promise (fsync, fdatasync, sync, osync,
     /// dsync, write-back ticks, setstream, streamsync).

@@ -35,7 +35,7 @@ const STAMP_BYTES: usize = 8;
 /// Size of each small file.
 const SMALL_FILE_BYTES: usize = 8 << 10;
 /// Directories the small files are spread over.
-const SMALL_DIRS: u64 = 100;
+pub(super) const SMALL_DIRS: u64 = 100;
 /// The large file's name.
 const LARGE_PATH: &str = "large";
 /// Mixed into the seed of the small files' pattern.
@@ -350,6 +350,34 @@ impl Case for LargeRead {
     }
 }
 
+/// `files` files spread over [`SMALL_DIRS`] directories named `PREFIX00`
+/// on (the small-file read and the stat workloads'): file `i` is in
+/// directory `i / ceil(files / 100)`, so a pass in file order goes one
+/// directory after the other.
+pub(super) struct Spread {
+    pub(super) prefix: char,
+    pub(super) files: u64,
+}
+
+impl Spread {
+    fn per_dir(&self) -> u64 {
+        self.files.div_ceil(SMALL_DIRS)
+    }
+
+    /// File `i`'s path.
+    pub(super) fn path(&self, i: u64) -> String {
+        format!("{}{:02}/f{:06}", self.prefix, i / self.per_dir(), i)
+    }
+
+    /// Makes the directories.
+    pub(super) fn mkdirs(&self, vfs: &dyn Vfs) -> Result<()> {
+        for d in 0..self.files.div_ceil(self.per_dir()) {
+            vfs.mkdir(&format!("{}{d:02}", self.prefix))?;
+        }
+        Ok(())
+    }
+}
+
 /// Many 8 KiB files, each opened, read whole and closed once.
 pub struct SmallRead {
     files: u64,
@@ -357,11 +385,15 @@ pub struct SmallRead {
 }
 
 impl SmallRead {
-    /// File `i`'s path: the files are split evenly over the directories in
-    /// order, so a pass reads one directory after the other.
+    fn spread(&self) -> Spread {
+        Spread {
+            prefix: 'd',
+            files: self.files,
+        }
+    }
+
     fn path(&self, i: u64) -> String {
-        let per_dir = self.files.div_ceil(SMALL_DIRS);
-        format!("d{:02}/f{:06}", i / per_dir, i)
+        self.spread().path(i)
     }
 
     fn content(seed: u64, i: u64) -> Content {
@@ -405,10 +437,7 @@ impl Case for SmallRead {
         self.files
     }
     fn setup(&self, vfs: &dyn Vfs, seed: u64) -> Result<()> {
-        let per_dir = self.files.div_ceil(SMALL_DIRS);
-        for d in 0..self.files.div_ceil(per_dir) {
-            vfs.mkdir(&format!("d{d:02}"))?;
-        }
+        self.spread().mkdirs(vfs)?;
         let what = format!("{} files of 8 KiB", self.files);
         for i in 0..self.files {
             let f = vfs.create(&self.path(i))?;

@@ -22,13 +22,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::read::{measure, Cache};
+use super::read::{measure, Cache, Spread, SMALL_DIRS};
 use super::{pattern, Case, RunCtx, RunOutput, Scale};
 use crate::error::{BenchError, Result};
 use crate::vfs::Vfs;
 
-/// Directories the files are spread over.
-const DIRS: u64 = 100;
 /// How long the FUSE targets let the kernel keep an entry or attributes
 /// (`ordo mount` and the FUSE floor: 1 s), and a margin.
 pub const FUSE_TTL: Duration = Duration::from_millis(1_100);
@@ -49,11 +47,15 @@ pub struct StatFiles {
 }
 
 impl StatFiles {
-    /// File `i`'s path: the files are split evenly over the directories in
-    /// order, so a pass stats one directory after the other.
+    fn spread(&self) -> Spread {
+        Spread {
+            prefix: 's',
+            files: self.files,
+        }
+    }
+
     fn path(&self, i: u64) -> String {
-        let per_dir = self.files.div_ceil(DIRS);
-        format!("s{:02}/f{:06}", i / per_dir, i)
+        self.spread().path(i)
     }
 
     /// File `i`'s size: 1 to 512 bytes, different for neighbours.
@@ -91,7 +93,7 @@ impl Case for StatFiles {
     fn params(&self) -> serde_json::Value {
         json!({
             "files": self.files,
-            "dirs": DIRS,
+            "dirs": SMALL_DIRS,
             "cache": self.cache.name(),
             "file_bytes": "1 to 512, one write each, by setup",
             "warm_wait_ms": FUSE_TTL.as_millis() as u64,
@@ -101,10 +103,7 @@ impl Case for StatFiles {
         self.files
     }
     fn setup(&self, vfs: &dyn Vfs, seed: u64) -> Result<()> {
-        let per_dir = self.files.div_ceil(DIRS);
-        for d in 0..self.files.div_ceil(per_dir) {
-            vfs.mkdir(&format!("s{d:02}"))?;
-        }
+        self.spread().mkdirs(vfs)?;
         let data = pattern(512, seed);
         for i in 0..self.files {
             let f = vfs.create(&self.path(i))?;
