@@ -790,6 +790,10 @@ impl Fs {
         if c.backlinks {
             stats.extend(c.nofs.pairs());
             stats.push(("nofs_scan_pending".into(), u64::from(c.scan_needed)));
+            // The metadata scanner's progress: the next inode it examines,
+            // of the last.
+            stats.push(("nofs_scan_next_inode".into(), u64::from(c.meta_scan_next())));
+            stats.push(("nofs_scan_last_inode".into(), u64::from(c.sbi.inodes_count)));
         }
         (c.proto.name().to_string(), stats)
     }
@@ -808,6 +812,18 @@ impl Fs {
             self.shared.take_plans(&mut c)
         };
         self.shared.run(plans)
+    }
+
+    /// Run the metadata scanner over at most `budget` more inodes, as the
+    /// background thread does between operations (it writes nothing; the
+    /// rest of the scan runs at [`Fs::scan_to_end`] or the first operation
+    /// that may allocate). Returns whether every inode has been examined
+    /// (true, too, when no scan is needed).
+    pub fn scan_step(&self, budget: u64) -> Result<bool> {
+        if self.read_only {
+            return Ok(true);
+        }
+        self.shared.lock().meta_scan_step(budget)
     }
 
     /// Whether the scanners still have to run on this mount.

@@ -544,20 +544,35 @@ impl Fs {
             let interval = tick
                 .map_or(opts.commit_interval_ms, |t| t.min(opts.commit_interval_ms))
                 .max(10);
+            let rate = opts.scan_rate;
+            // Inodes per batch: about ten batches a second when bounded.
+            let batch = if rate == 0 {
+                crate::scan::SCAN_BATCH
+            } else {
+                crate::scan::SCAN_BATCH.min(rate.div_ceil(10))
+            };
             let h = std::thread::spawn(move || {
                 // Backlinks after an unclean mount: the scanners run here,
-                // in the background, so the first operation does not wait
-                // for them (it waits for the lock if they are running).
-                let plans = {
-                    let mut c = sh.lock();
-                    let _ = c.scan_if_needed();
-                    sh.take_plans(&mut c)
-                };
-                let _ = sh.run(plans);
+                // in the background, a batch at a time (at most `rate`
+                // inodes a second when bounded), so that reads go on
+                // meanwhile and the first operation that allocates finds
+                // them done, or finishes them itself.
+                let mut scanning = true;
+                let mut scan_wait = 0u64;
                 let mut waited = 0u64;
                 while !sh.stop.load(Ordering::Relaxed) {
+                    if scanning && scan_wait == 0 {
+                        scanning = sh.scan_batch(batch);
+                        if scanning && rate > 0 {
+                            scan_wait = (batch * 1000).div_ceil(rate);
+                        }
+                        if scanning && scan_wait == 0 {
+                            continue;
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(10));
                     waited += 10;
+                    scan_wait = scan_wait.saturating_sub(10);
                     if waited >= interval {
                         waited = 0;
                         let _ = sh.write_back(WriteBackReason::Timer);
@@ -587,6 +602,9 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
+        // The image is marked clean below, and a clean image's bitmaps
+        // are trusted: scanners still pending run first.
+        self.scan_to_end()?;
         self.shared.with_handle(OpKind::Internal, |c| {
             c.update_sb_counters()?;
             let state = c.sb32(sb::STATE)? as u16;

@@ -23,10 +23,16 @@
 //!    stale: its file is cut short before it); two weak claims go to the
 //!    first. Bitmaps and every counter are then rebuilt from the claims.
 //!
-//! The scan runs in one handle, under the core's lock, the first time a
-//! handle that may allocate starts after the mount (`Fs::scan_to_end` runs
-//! it at once). Reads and lookups need no scan: they check owner records
-//! and backlinks themselves. Owner records the kernel did not keep (the
+//! The metadata scanner writes nothing, and runs in batches
+//! ([`Core::meta_scan_step`]): a mount's background thread runs it at the
+//! rate `scan_rate=` allows, releasing the core's lock between batches, so
+//! reads and lookups go on meanwhile (they need no scan: they check owner
+//! records and backlinks themselves), and `ordo info` shows how far it
+//! got. The rest of the scan (settling, the name walk, the data scanner)
+//! writes, and runs in one handle under the lock: when the background
+//! batches are done, or as soon as a handle that may allocate starts
+//! (which finishes the metadata scanner first, at full speed), or at
+//! `Fs::scan_to_end` or the unmount. Owner records the kernel did not keep (the
 //! image was mounted elsewhere) are rebuilt at mount by
 //! [`Core::rebuild_owner_records`], which trusts the tree of a cleanly
 //! unmounted image.
@@ -37,6 +43,7 @@ use ordo_dev::BlockClass;
 
 use crate::backlinks;
 use crate::error::Result;
+use crate::exec::Shared;
 use crate::extent::{self, LBLK_END};
 use crate::layout::{gd, ino as io, le32};
 use crate::state::{Core, Owner};
@@ -120,6 +127,28 @@ struct Claim {
     generation: u32,
 }
 
+/// Inodes the background thread examines per batch (16 inode-table
+/// blocks of 256-byte inodes) before it lets go of the core's lock.
+pub(crate) const SCAN_BATCH: u64 = 256;
+
+/// The metadata scanner's findings so far (`Core::meta_scan_step`).
+#[derive(Debug, Default)]
+pub(crate) struct MetaScan {
+    /// The next inode to examine.
+    next: Ino,
+    /// Candidates: inode -> (is a directory, generation).
+    cand: BTreeMap<Ino, (bool, u32)>,
+    /// Regular files whose extent tree did not validate: their maps are
+    /// rebuilt from their owner records.
+    remap: Vec<Ino>,
+    /// Every inode that looks in use (a mode and a link count in its raw
+    /// bytes): what is not found valid among them is reclaimed, or
+    /// e2fsck would take it for a live inode.
+    looks_live: Vec<Ino>,
+    /// Candidates whose attribute-block pointer outlived the block.
+    bad_acl: Vec<Ino>,
+}
+
 /// Reserved inodes whose blocks are kept as they are: the owner table
 /// (5, `EXT4_BOOT_LOADER_INO`), the resize inode (7) and the journal (8).
 const OWNER_TABLE_INO: Ino = 5;
@@ -168,83 +197,138 @@ impl Core {
         Ok(idx < ipg - unused.min(ipg))
     }
 
-    fn nofs_scan_inner(&mut self) -> Result<()> {
+    /// Run the metadata scanner over at most `budget` more inodes (those
+    /// in initialized inode-table slots), keeping its findings in
+    /// [`Core::meta_scan`] for the handle that finishes the scan. It
+    /// writes nothing and needs no handle, so the background thread runs
+    /// it a batch at a time, with the core's lock released between
+    /// batches; that is sound because every handle but the mount's own
+    /// finishes the scan before it changes anything ([`Core::scan_if_needed`]),
+    /// so what a batch saw is still on disk when the next one runs.
+    /// Returns whether every inode has been examined (or no scan is
+    /// needed). On an error the findings are dropped: the next attempt
+    /// starts over.
+    pub(crate) fn meta_scan_step(&mut self, budget: u64) -> Result<bool> {
+        if !self.scan_needed {
+            return Ok(true);
+        }
+        let mut m = self.meta_scan.take().unwrap_or_default();
+        let r = self.meta_scan_batch(&mut m, budget);
+        if r.is_ok() {
+            self.meta_scan = Some(m);
+        }
+        r
+    }
+
+    /// The next inode the metadata scanner examines (past the last once
+    /// it has examined them all), for `ordo info`.
+    pub(crate) fn meta_scan_next(&self) -> Ino {
+        match &self.meta_scan {
+            _ if !self.scan_needed => self.sbi.inodes_count.saturating_add(1),
+            Some(m) => m.next.max(ROOT_INO),
+            None => ROOT_INO,
+        }
+    }
+
+    fn meta_scan_batch(&mut self, m: &mut MetaScan, budget: u64) -> Result<bool> {
         let first_ino = self.sbi.first_ino.max(11);
         let inodes = self.sbi.inodes_count;
-        // 1. Metadata scanner.
-        let mut cand: BTreeMap<Ino, (bool, u32)> = BTreeMap::new();
-        let mut remap: Vec<Ino> = Vec::new();
-        // Every inode that looks in use (a mode and a link count in its
-        // raw bytes): what is not found valid among them is reclaimed, or
-        // e2fsck would take it for a live inode.
-        let mut looks_live: Vec<Ino> = Vec::new();
-        for ino in (ROOT_INO..=inodes).filter(|&i| i == ROOT_INO || i >= first_ino) {
+        let ipg = self.sbi.inodes_per_group;
+        let mut left = budget;
+        if m.next < ROOT_INO {
+            m.next = ROOT_INO;
+        }
+        while m.next <= inodes && left > 0 {
+            let ino = m.next;
+            if ino != ROOT_INO && ino < first_ino {
+                m.next = first_ino;
+                continue;
+            }
             if !self.itable_initialized(ino)? {
+                // What is not initialized is the rest of the group.
+                m.next = ((ino - 1) / ipg + 1).saturating_mul(ipg).saturating_add(1);
                 continue;
             }
-            self.nofs.inodes_scanned += 1;
-            let raw = self.inode_raw(ino)?;
-            if crate::layout::le16(&raw, io::MODE) != 0 && crate::layout::le16(&raw, io::LINKS) != 0
-            {
-                looks_live.push(ino);
-            }
-            let Ok(i) = self.read_inode(ino) else {
-                continue;
+            left -= 1;
+            self.meta_scan_one(m, ino)?;
+            m.next = ino + 1;
+        }
+        Ok(m.next > inodes)
+    }
+
+    /// The metadata scanner's test of inode `ino`.
+    fn meta_scan_one(&mut self, m: &mut MetaScan, ino: Ino) -> Result<()> {
+        self.nofs.inodes_scanned += 1;
+        let raw = self.inode_raw(ino)?;
+        if crate::layout::le16(&raw, io::MODE) != 0 && crate::layout::le16(&raw, io::LINKS) != 0 {
+            m.looks_live.push(ino);
+        }
+        let Ok(i) = self.read_inode(ino) else {
+            return Ok(());
+        };
+        if i.mode == 0 || i.links == 0 || FileType::from_mode(i.mode).is_none() {
+            return Ok(());
+        }
+        // An attribute block that is not one (the pointer outlived the
+        // block): the pointer goes (when the scan is finished), the inode
+        // stays.
+        let acl = io::file_acl(&raw);
+        if acl != 0 {
+            // The block must be this inode's: a block freed by an earlier
+            // file and taken by this one may still hold the earlier
+            // file's attributes, the pointer having reached the disk
+            // before the new contents.
+            let ok = acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count && {
+                let img = self.block_image(acl)?;
+                self.xattr_block_ok(acl, &img)
+                    && self.xattr_block_owned(ino, i.generation, acl, &img)
             };
-            if i.mode == 0 || i.links == 0 || FileType::from_mode(i.mode).is_none() {
-                continue;
+            if !ok {
+                m.bad_acl.push(ino);
             }
-            // An attribute block that is not one (the pointer outlived
-            // the block): the pointer goes, the inode stays.
-            let raw = self.inode_raw(ino)?;
-            let acl = io::file_acl(&raw);
-            if acl != 0 {
-                // The block must be this inode's: a block freed by an
-                // earlier file and taken by this one may still hold the
-                // earlier file's attributes, the pointer having reached
-                // the disk before the new contents.
-                let ok =
-                    acl > u64::from(self.sbi.first_data_block) && acl < self.sbi.blocks_count && {
-                        let img = self.block_image(acl)?;
-                        self.xattr_block_ok(acl, &img)
-                            && self.xattr_block_owned(ino, i.generation, acl, &img)
-                    };
-                if !ok {
-                    self.set_inode_bytes(
-                        ino,
-                        io::FILE_ACL_LO,
-                        &0u32.to_le_bytes(),
-                        InodeField::Other,
-                    );
-                    self.set_inode_bytes(
-                        ino,
-                        io::FILE_ACL_HI,
-                        &0u16.to_le_bytes(),
-                        InodeField::Other,
-                    );
-                    self.nofs.links_fixed += 1;
+        }
+        if i.uses_extents() {
+            let ok = match self.tree(ino) {
+                Ok(mut t) => extent::check(&mut t).is_ok(),
+                Err(_) => false,
+            };
+            if !ok {
+                if !i.is_reg() {
+                    return Ok(());
                 }
+                // Its map is emptied when the scan is finished, and
+                // rebuilt from its owner records.
+                m.remap.push(ino);
             }
-            if i.uses_extents() {
-                let ok = match self.tree(ino) {
-                    Ok(mut t) => extent::check(&mut t).is_ok(),
-                    Err(_) => false,
-                };
-                if !ok {
-                    if !i.is_reg() {
-                        continue;
-                    }
-                    self.empty_map(ino)?;
-                    remap.push(ino);
-                }
-            } else if i.is_dir() || (i.is_reg() && i.size > 0) {
-                continue;
-            }
-            if i.is_symlink() && i.uses_extents() && !self.symlink_block_ok(ino)? {
-                // A slow symlink whose target block never reached the disk.
-                continue;
-            }
-            cand.insert(ino, (i.is_dir(), i.generation));
+        } else if i.is_dir() || (i.is_reg() && i.size > 0) {
+            return Ok(());
+        }
+        if i.is_symlink() && i.uses_extents() && !self.symlink_block_ok(ino)? {
+            // A slow symlink whose target block never reached the disk.
+            return Ok(());
+        }
+        m.cand.insert(ino, (i.is_dir(), i.generation));
+        Ok(())
+    }
+
+    fn nofs_scan_inner(&mut self) -> Result<()> {
+        // 1. Metadata scanner: what the background batches left, then
+        // the rest, and the fixes it decided on.
+        while !self.meta_scan_step(u64::MAX)? {}
+        let MetaScan {
+            mut cand,
+            remap,
+            looks_live,
+            bad_acl,
+            ..
+        } = self.meta_scan.take().unwrap_or_default();
+        for ino in bad_acl {
+            self.set_inode_bytes(ino, io::FILE_ACL_LO, &0u32.to_le_bytes(), InodeField::Other);
+            self.set_inode_bytes(ino, io::FILE_ACL_HI, &0u16.to_le_bytes(), InodeField::Other);
+            self.nofs.links_fixed += 1;
+        }
+        for &ino in &remap {
+            self.empty_map(ino)?;
         }
         self.settle_dir_blocks(&mut cand)?;
         if !cand.contains_key(&ROOT_INO) {
@@ -1305,5 +1389,30 @@ impl Core {
             ));
         }
         Ok((created, blocks))
+    }
+}
+
+impl Shared {
+    /// One batch of the background scan, `budget` inodes of the metadata
+    /// scanner under the core's lock, and the rest of the scan (in a
+    /// handle) once they are all examined. Returns whether there is more
+    /// to do; not after a failure, which the first handle then meets and
+    /// reports.
+    pub(crate) fn scan_batch(&self, budget: u64) -> bool {
+        let mut c = self.lock();
+        if !c.scan_needed || c.read_only {
+            return false;
+        }
+        match c.meta_scan_step(budget) {
+            Ok(false) => true,
+            Ok(true) => {
+                let _ = c.scan_if_needed();
+                let plans = self.take_plans(&mut c);
+                drop(c);
+                let _ = self.run(plans);
+                false
+            }
+            Err(_) => false,
+        }
     }
 }

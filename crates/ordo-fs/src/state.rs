@@ -464,6 +464,9 @@ pub(crate) struct Core {
     /// Backlinks: allocation state must be rebuilt by the scanners
     /// (`scan.rs`) before anything is allocated.
     pub scan_needed: bool,
+    /// The metadata scanner's findings so far, when the background thread
+    /// has run part of it (`scan.rs`, `Core::meta_scan_step`).
+    pub(crate) meta_scan: Option<crate::scan::MetaScan>,
     /// The scanners move names without touching backlinks.
     pub backlinks_frozen: bool,
     /// What the backlink checks and the scanners found.
@@ -526,6 +529,7 @@ impl Core {
             xattr_shared: HashMap::new(),
             backlinks: false,
             scan_needed: false,
+            meta_scan: None,
             backlinks_frozen: false,
             nofs: Default::default(),
         }

@@ -234,6 +234,12 @@ pub struct MountOptions {
     /// programs that want ordering), on the protocols with a native
     /// osync.
     pub fsync: FsyncMeaning,
+    /// The background metadata scanner's bound, in inodes examined per
+    /// second (`scan_rate=N`, backlinks after an unclean mount); 0, the
+    /// default, is no bound (it still releases the core's lock after
+    /// every batch). An operation that may allocate does not wait for the
+    /// rate: it finishes the scan at full speed.
+    pub scan_rate: u64,
 }
 
 /// What a plain fsync means on a mount (`-o fsync=`).
@@ -278,6 +284,7 @@ impl Default for MountOptions {
             seed: None,
             sched: None,
             fsync: FsyncMeaning::Dsync,
+            scan_rate: 0,
         }
     }
 }

@@ -81,7 +81,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, direct_create=on|off, readahead=SIZE",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, readahead=SIZE",
         modes.join("|")
     )
 }
@@ -183,6 +183,21 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
             }
             "fsync" => {
                 fs.fsync = need(value)?.parse()?;
+            }
+            "scan_rate" => {
+                let v = need(value)?;
+                fs.scan_rate = if v == "max" {
+                    0
+                } else {
+                    match v.parse::<u64>() {
+                        Ok(n) if (1..=100_000_000).contains(&n) => n,
+                        _ => {
+                            return Err(format!(
+                                "scan_rate={v}: must be inodes per second, 1..100000000, or max"
+                            ))
+                        }
+                    }
+                };
             }
             "readahead" => {
                 let bytes = parse_size(&need(value)?)?;
@@ -336,6 +351,21 @@ mod tests {
             "flush_interval=-1",
             "flush_interval=soon",
             "flush_interval=99999",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn scan_rate_parses_and_bad_values_are_refused() {
+        assert_eq!(parse("mode=backpointers").unwrap().fs.scan_rate, 0);
+        assert_eq!(parse("scan_rate=5000").unwrap().fs.scan_rate, 5000);
+        assert_eq!(parse("scan_rate=max").unwrap().fs.scan_rate, 0);
+        for bad in [
+            "scan_rate=",
+            "scan_rate=0",
+            "scan_rate=-3",
+            "scan_rate=fast",
         ] {
             assert!(parse(bad).is_err(), "{bad} must be refused");
         }
