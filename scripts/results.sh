@@ -12,7 +12,7 @@
 #   WORKLOADS=optfs scripts/results.sh       # OptFS: fcmicro and Figure 8 (HDD model and loop; F8_SCALE=medium)
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
 #   WORKLOADS=ccfs scripts/results.sh        # ccfs: Tables 3 and 4, Figures 7 and 8, Table 5 (CCFS_SCALE=medium, CCFS_RUNS=3)
-#   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5 and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
+#   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5, 6(a) and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
 #   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
@@ -276,7 +276,7 @@ for w in $WORKLOADS; do
         nofs_bench fig4-ssd nofs-micro --targets ordo-lib:backpointers,ordo-lib:journal --disk ssd
         nofs_bench fig5-ssd sort,fileserver,webserver,varmail \
             --targets ordo-lib:backpointers,ordo-lib:journal --disk ssd
-        # Figure 6(b): the scan after a crash (and the mount after a crash,
+        # Figures 6(a) and 6(b): the scan after a crash (and the mount after a crash,
         # beside journal's replay), a 1 GiB image, in-process.
         echo "results.sh: nofs-fig6" >&2
         "$BIN" bench nofs-scan --scale "$NS" --seed "$SEED" -q \
