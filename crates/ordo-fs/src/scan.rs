@@ -1,6 +1,6 @@
 //! NoFS's scanners (`Capabilities::backlinks`): after an unclean mount the
 //! allocation state on disk is not trusted. Before anything is allocated,
-//! the core rebuilds it from what validates, in one pass of three scanners
+//! the core rebuilds it from what validates, with three scanners
 //! (docs/DESIGN.md, "Backpointers"):
 //!
 //! 1. **Metadata scanner**, inodes in disk order: an inode is a candidate
