@@ -885,9 +885,13 @@ impl Core {
         let mut plan = IoPlan::numbered(self.next_plan_serial);
         let r = {
             let Core {
-                proto, cache, seal, ..
+                proto,
+                cache,
+                seal,
+                home_generation,
+                ..
             } = self;
-            let mut io = Io::with_sealer(cache, &mut plan, seal);
+            let mut io = Io::with_sealer(cache, &mut plan, seal).with_in_flight(home_generation);
             f(proto.as_mut(), &mut io)
         };
         self.queue_plan(plan);

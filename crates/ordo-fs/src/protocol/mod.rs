@@ -731,6 +731,9 @@ pub struct Io<'a> {
     cache: &'a mut BufferCache,
     plan: &'a mut IoPlan,
     sealer: Option<&'a dyn Sealer>,
+    /// The newest generation of each block that a queued or running plan
+    /// sends home ([`Io::dirty_blocks_not_in_flight`]).
+    in_flight: Option<&'a std::collections::HashMap<u64, u64>>,
 }
 
 impl<'a> Io<'a> {
@@ -740,6 +743,7 @@ impl<'a> Io<'a> {
             cache,
             plan,
             sealer: None,
+            in_flight: None,
         }
     }
     /// Build an `Io` that can also recompute checksums of block images.
@@ -752,7 +756,15 @@ impl<'a> Io<'a> {
             cache,
             plan,
             sealer: Some(sealer),
+            in_flight: None,
         }
+    }
+    /// Let [`Io::dirty_blocks_not_in_flight`] see what earlier plans send
+    /// home: block -> the newest generation a queued or running plan
+    /// writes.
+    pub fn with_in_flight(mut self, in_flight: &'a std::collections::HashMap<u64, u64>) -> Self {
+        self.in_flight = Some(in_flight);
+        self
     }
     /// Recompute the checksums of `image`, an image of `block` other than
     /// the cached one (no-op when the core gave no sealer).
@@ -783,6 +795,19 @@ impl<'a> Io<'a> {
     /// Every dirty cached block, ascending.
     pub fn dirty_blocks(&self) -> Vec<u64> {
         self.cache.dirty_blocks()
+    }
+    /// The dirty blocks, ascending, but those whose current image an
+    /// earlier plan already sends home (queued or running: plans run in
+    /// order, and the block is marked clean when that one has run). A
+    /// write-back for memory pressure wants these: sending them again
+    /// only copies them and writes them twice. Without the core's view of
+    /// the plans in flight, every dirty block.
+    pub fn dirty_blocks_not_in_flight(&self) -> Vec<u64> {
+        let mut v = self.cache.dirty_blocks();
+        if let Some(f) = self.in_flight {
+            v.retain(|b| f.get(b) != Some(&self.cache.generation(*b)));
+        }
+        v
     }
     /// Whether a cached block is dirty.
     pub fn is_dirty(&self, block: u64) -> bool {
@@ -1313,4 +1338,30 @@ pub fn recover(
 /// The recovery of a protocol without a log: nothing.
 pub fn recover_nothing(_dev: &dyn BlockDevice, _env: &ProtocolEnv) -> Result<Recovered> {
     Ok(Recovered::none())
+}
+
+#[cfg(test)]
+mod io_tests {
+    use super::*;
+
+    #[test]
+    fn a_pressure_write_back_skips_what_a_plan_in_flight_sends_at_its_current_image() {
+        let mut cache = BufferCache::new(4096, 1 << 20);
+        for b in 10..14 {
+            cache.insert_new(b, BlockClass::Data, vec![b as u8; 4096]);
+        }
+        // 10 is in flight at its current image; 11 was in flight and has
+        // changed since; 12 and 13 are in no plan.
+        let mut in_flight = std::collections::HashMap::new();
+        in_flight.insert(10, cache.generation(10));
+        in_flight.insert(11, cache.generation(11));
+        cache.modify(11, 0, &[0xee]);
+        let mut plan = IoPlan::numbered(0);
+        let io = Io::new(&mut cache, &mut plan).with_in_flight(&in_flight);
+        assert_eq!(io.dirty_blocks_not_in_flight(), vec![11, 12, 13]);
+        assert_eq!(io.dirty_blocks(), vec![10, 11, 12, 13]);
+        // Without the core's view, every dirty block.
+        let io = Io::new(&mut cache, &mut plan);
+        assert_eq!(io.dirty_blocks_not_in_flight(), vec![10, 11, 12, 13]);
+    }
 }

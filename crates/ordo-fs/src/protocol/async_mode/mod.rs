@@ -66,8 +66,17 @@ impl AsyncProtocol {
         }
     }
 
-    fn write_all(&mut self, io: &mut Io, flush: bool) {
-        let dirty = io.dirty_blocks();
+    /// Send every dirty block home, then flush if asked. Under memory
+    /// pressure (`pressure`) the blocks an earlier plan already sends home
+    /// at their current image are left to it: many threads meeting the
+    /// bound at once would otherwise each copy and write the whole dirty
+    /// set again.
+    fn write_all(&mut self, io: &mut Io, flush: bool, pressure: bool) {
+        let dirty = if pressure {
+            io.dirty_blocks_not_in_flight()
+        } else {
+            io.dirty_blocks()
+        };
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         if flush {
@@ -82,15 +91,19 @@ impl Protocol for AsyncProtocol {
         "async"
     }
     fn fsync(&mut self, _ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
-        self.write_all(io, true);
+        self.write_all(io, true, false);
         Ok(())
     }
     fn sync(&mut self, io: &mut Io) -> Result<()> {
-        self.write_all(io, true);
+        self.write_all(io, true, false);
         Ok(())
     }
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
-        self.write_all(io, reason == WriteBackReason::Unmount);
+        self.write_all(
+            io,
+            reason == WriteBackReason::Unmount,
+            reason == WriteBackReason::Pressure,
+        );
         Ok(())
     }
     fn stats(&self) -> Vec<(String, u64)> {

@@ -323,7 +323,12 @@ impl Backpointers {
         self.records_written += 1;
     }
 
-    fn write_all(&mut self, io: &mut Io, flush: bool) {
+    /// Send every dirty block home (and the owner-table blocks), then
+    /// flush if asked. Under memory pressure (`pressure`) the blocks an
+    /// earlier plan already sends home at their current image are left to
+    /// it: many threads meeting the bound at once would otherwise each
+    /// copy and write the whole dirty set again.
+    fn write_all(&mut self, io: &mut Io, flush: bool, pressure: bool) {
         self.owned.clear();
         self.own_times.clear();
         self.moved.clear();
@@ -331,7 +336,11 @@ impl Backpointers {
         self.children.clear();
         self.settle_records(io);
         self.awaiting_flush.append(&mut self.awaiting_write);
-        let dirty = io.dirty_blocks();
+        let dirty = if pressure {
+            io.dirty_blocks_not_in_flight()
+        } else {
+            io.dirty_blocks()
+        };
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         for k in std::mem::take(&mut self.table_dirty) {
@@ -448,7 +457,7 @@ impl Protocol for Backpointers {
     fn fsync(&mut self, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
         if self.header_pending.is_some() {
             // A table being rebuilt goes home whole first.
-            self.write_all(io, true);
+            self.write_all(io, true, false);
             return Ok(());
         }
         let (blocks, tables) = self.fsync_blocks(ino, io);
@@ -456,11 +465,15 @@ impl Protocol for Backpointers {
         Ok(())
     }
     fn sync(&mut self, io: &mut Io) -> Result<()> {
-        self.write_all(io, true);
+        self.write_all(io, true, false);
         Ok(())
     }
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
-        self.write_all(io, reason == WriteBackReason::Unmount);
+        self.write_all(
+            io,
+            reason == WriteBackReason::Unmount,
+            reason == WriteBackReason::Pressure,
+        );
         Ok(())
     }
 
