@@ -7,8 +7,10 @@
 //! On every crash state:
 //!
 //! 1. The crash image is mounted read-write with the protocol and **no
-//!    recovery pass**, and `Fs::scan_to_end` runs NoFS's scanners (class
-//!    `mount`, `recovery` when either fails).
+//!    recovery pass**, and NoFS's scanners run: in one pass
+//!    (`Fs::scan_to_end`) on half of the states, the metadata scanner in
+//!    batches (`Fs::scan_step`, as the background thread runs it) on the
+//!    other half (class `mount`, `recovery` when either fails).
 //! 2. **Names**: the tree is walked from the root (readdir, then a lookup
 //!    of every name). A lookup resolves or fails with ENOENT or EIO (a
 //!    stale name the file system refuses); anything else is a failure
@@ -1151,6 +1153,23 @@ fn fill_this(state: &StateSpec) -> bool {
     (h >> 17).is_multiple_of(every)
 }
 
+/// How many inodes the metadata scanner examines per batch on `state`:
+/// every state alike in one pass (`u64::MAX`) on half of the states, as
+/// `Fs::scan_to_end` runs it, and on the other half in batches of 1 to
+/// 300, as a mount's background thread runs it (`scan_rate=`). Both must
+/// find the same.
+fn scan_batch_of(state: &StateSpec) -> u64 {
+    let h = (state.index as u64)
+        .wrapping_mul(0xD1B5_4A32_D192_ED03)
+        .wrapping_add(state.point as u64)
+        .wrapping_mul(0x94D0_49BB_1331_11EB);
+    if (h >> 31) & 1 == 0 {
+        u64::MAX
+    } else {
+        1 + (h >> 33) % 300
+    }
+}
+
 /// Check a state of a protocol with `data_consistent_after_scan` (called
 /// by the oracle for it): build nothing, `image` is the crash image; it is
 /// left as the clean unmount left it.
@@ -1191,10 +1210,15 @@ pub(crate) fn check_image(
     if !fs.scan_pending() {
         notes.push(Note::NofsNoScan);
     }
-    if let Err(e) = fs.scan_to_end() {
+    let batch = scan_batch_of(state);
+    let scanned = (|| {
+        while !fs.scan_step(batch)? {}
+        fs.scan_to_end()
+    })();
+    if let Err(e) = scanned {
         out.push(Failure::new(
             FailureClass::Recovery,
-            format!("scan_to_end: {e}"),
+            format!("the scan (batches of {batch} inodes): {e}"),
         ));
         return out;
     }
