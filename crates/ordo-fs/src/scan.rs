@@ -339,6 +339,14 @@ impl Core {
             ));
         }
 
+        // Nothing the name walk allocates (a directory block for the
+        // orphans linked back into a full directory, say) may be a block
+        // some candidate maps or a lost tree's records give: the bitmaps
+        // on disk were written in no order, and a bit may be clear under
+        // a live directory block. Until the data scanner rebuilds them,
+        // all of those count as in use.
+        self.reserve_candidates_blocks(&cand, &remap)?;
+
         // 2. Name walk.
         let mut valid: HashSet<Ino> = HashSet::from([ROOT_INO]);
         let mut parent_of: HashMap<Ino, Ino> = HashMap::from([(ROOT_INO, ROOT_INO)]);
@@ -549,6 +557,37 @@ impl Core {
         let remap: Vec<Ino> = remap.into_iter().filter(|i| valid.contains(i)).collect();
         self.remap_from_records(&remap, &orphaned)?;
         self.update_sb_counters()?;
+        Ok(())
+    }
+
+    /// Mark in use every block a candidate maps (data, tree, directory and
+    /// attribute blocks, and the reserved inodes') and every block the
+    /// owner table gives a file whose map is to be rebuilt (`remap`), so
+    /// that an allocation before the bitmaps are rebuilt takes none.
+    fn reserve_candidates_blocks(
+        &mut self,
+        cand: &BTreeMap<Ino, (bool, u32)>,
+        remap: &[Ino],
+    ) -> Result<()> {
+        let all: Vec<Ino> = cand.keys().copied().collect();
+        let mut blocks: Vec<u64> = self.claim_blocks(&all)?.into_keys().collect();
+        for &ino in remap {
+            if let Some(&(_, generation)) = cand.get(&ino) {
+                blocks.extend(
+                    self.proto
+                        .blocks_owned_by(ino, generation)
+                        .into_iter()
+                        .map(|(_, pblk)| pblk),
+                );
+            }
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        for b in blocks {
+            if b < self.sbi.blocks_count && !self.block_in_use(b)? {
+                self.set_blocks_in_use(b, 1, true)?;
+            }
+        }
         Ok(())
     }
 
