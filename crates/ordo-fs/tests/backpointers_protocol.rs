@@ -446,6 +446,20 @@ fn fill_and_recheck(fs: &Fs, before: &BTreeMap<Ino, Vec<Option<Vec<u8>>>>, what:
     }
 }
 
+/// Run [`workload`] (80 operations of `seed`) on a copy of `base` and
+/// crash it with the mount still live: the crash image, and the model
+/// of what was promised.
+fn crashed_workload(base: &MemDevice, seed: u64) -> (MemDevice, Model) {
+    let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let mut rng = SplitMix64::new(seed);
+    let mut model = Model::default();
+    workload(&fs, &mut rng, 80, &mut model);
+    let crashed = dev.crash(seed, CrashPolicy::default()).unwrap();
+    drop(fs);
+    (crashed, model)
+}
+
 #[test]
 fn random_crashes_leave_data_consistency_after_the_scan() {
     let base = image();
@@ -464,19 +478,14 @@ fn random_crashes_leave_data_consistency_after_the_scan() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
     for seed in 0..seeds {
-        let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
-        let fs = Fs::mount(dev.clone(), opts()).unwrap();
-        let mut rng = SplitMix64::new(seed);
-        let mut model = Model::default();
-        workload(&fs, &mut rng, 80, &mut model);
         // Crash with the mount still live.
-        let crashed = Arc::new(dev.crash(seed, CrashPolicy::default()).unwrap());
-        drop(fs);
+        let (crashed, model) = crashed_workload(&base, seed);
+        let crashed = Arc::new(crashed);
         let what = format!("seed {seed}");
         let fs = Fs::mount(crashed.clone(), opts()).unwrap();
         fs.scan_to_end().unwrap();
         if std::env::var("NOFS_DEBUG").ok() == Some(seed.to_string()) {
-            let raw = dump(&dev.crash(seed, CrashPolicy::default()).unwrap(), "raw");
+            let raw = dump(&crashed_workload(&base, seed).0, "raw");
             std::fs::copy(&raw, "/tmp/nofs-raw.img").unwrap();
             fs.sync().unwrap();
             let p = dump(&crashed, "debug");
@@ -667,13 +676,7 @@ fn the_scan_in_batches_between_reads_finds_what_one_pass_finds() {
     let base = image();
     let mut found = 0u64;
     for seed in 0..24u64 {
-        let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
-        let fs = Fs::mount(dev.clone(), opts()).unwrap();
-        let mut rng = SplitMix64::new(seed);
-        let mut model = Model::default();
-        workload(&fs, &mut rng, 80, &mut model);
-        let crashed = dev.crash(seed, CrashPolicy::default()).unwrap();
-        drop(fs);
+        let (crashed, model) = crashed_workload(&base, seed);
         let what = format!("batched-{seed}");
 
         // One pass.
@@ -729,13 +732,7 @@ fn an_unmount_before_the_scan_runs_it() {
     let base = image();
     let mut fixed = 0u64;
     for seed in 0..24u64 {
-        let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
-        let fs = Fs::mount(dev.clone(), opts()).unwrap();
-        let mut rng = SplitMix64::new(seed);
-        let mut model = Model::default();
-        workload(&fs, &mut rng, 80, &mut model);
-        let crashed = Arc::new(dev.crash(seed, CrashPolicy::default()).unwrap());
-        drop(fs);
+        let crashed = Arc::new(crashed_workload(&base, seed).0);
         let what = format!("unmounted-{seed}");
         // Mounted, half scanned, unmounted: the image is marked clean,
         // so the unmount must have finished the scan (the next mount
@@ -758,13 +755,7 @@ fn an_unmount_before_the_scan_runs_it() {
 #[test]
 fn the_background_scan_keeps_its_rate_lets_reads_in_and_an_allocation_finishes_it() {
     let base = image();
-    let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let mut rng = SplitMix64::new(3);
-    let mut model = Model::default();
-    workload(&fs, &mut rng, 80, &mut model);
-    let crashed = dev.crash(3, CrashPolicy::default()).unwrap();
-    drop(fs);
+    let (crashed, model) = crashed_workload(&base, 3);
 
     // One inode a second: the scan is far from done while the tree is
     // read, and the first create finishes it.
