@@ -809,6 +809,16 @@ impl<'a> Io<'a> {
         }
         v
     }
+    /// What a write-back that sends every dirty block home sends: all of
+    /// them, or under memory pressure (`pressure`) those no earlier plan
+    /// already sends ([`Io::dirty_blocks_not_in_flight`]).
+    pub fn dirty_to_send(&self, pressure: bool) -> Vec<u64> {
+        if pressure {
+            self.dirty_blocks_not_in_flight()
+        } else {
+            self.dirty_blocks()
+        }
+    }
     /// Whether a cached block is dirty.
     pub fn is_dirty(&self, block: u64) -> bool {
         self.cache.is_dirty(block)

@@ -72,11 +72,7 @@ impl AsyncProtocol {
     /// bound at once would otherwise each copy and write the whole dirty
     /// set again.
     fn write_all(&mut self, io: &mut Io, flush: bool, pressure: bool) {
-        let dirty = if pressure {
-            io.dirty_blocks_not_in_flight()
-        } else {
-            io.dirty_blocks()
-        };
+        let dirty = io.dirty_to_send(pressure);
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         if flush {

@@ -336,11 +336,7 @@ impl Backpointers {
         self.children.clear();
         self.settle_records(io);
         self.awaiting_flush.append(&mut self.awaiting_write);
-        let dirty = if pressure {
-            io.dirty_blocks_not_in_flight()
-        } else {
-            io.dirty_blocks()
-        };
+        let dirty = io.dirty_to_send(pressure);
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         for k in std::mem::take(&mut self.table_dirty) {

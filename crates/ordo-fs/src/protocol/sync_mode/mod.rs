@@ -210,8 +210,11 @@ impl SyncProtocol {
         }
     }
 
-    fn write_dirty(&mut self, io: &mut Io, flush: bool) {
-        let dirty = io.dirty_blocks();
+    /// Send every dirty block home (the delayed writes), then flush if
+    /// asked; under memory pressure (`pressure`) not those an earlier plan
+    /// already sends.
+    fn write_dirty(&mut self, io: &mut Io, flush: bool, pressure: bool) {
+        let dirty = io.dirty_to_send(pressure);
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
         if flush {
             io.flush();
@@ -348,17 +351,21 @@ impl Protocol for SyncProtocol {
     }
 
     fn fsync(&mut self, _ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
-        self.write_dirty(io, true);
+        self.write_dirty(io, true, false);
         Ok(())
     }
 
     fn sync(&mut self, io: &mut Io) -> Result<()> {
-        self.write_dirty(io, true);
+        self.write_dirty(io, true, false);
         Ok(())
     }
 
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
-        self.write_dirty(io, reason == WriteBackReason::Unmount);
+        self.write_dirty(
+            io,
+            reason == WriteBackReason::Unmount,
+            reason == WriteBackReason::Pressure,
+        );
         Ok(())
     }
 
