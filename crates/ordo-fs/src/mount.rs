@@ -567,6 +567,9 @@ impl Fs {
                             scan_wait = (batch * 1000).div_ceil(rate);
                         }
                         if scanning && scan_wait == 0 {
+                            // No bound: the next batch at once, after the
+                            // threads waiting for the lock had a turn.
+                            std::thread::yield_now();
                             continue;
                         }
                     }
