@@ -97,6 +97,17 @@ impl Fault {
     }
 }
 
+/// Where a frozen block is on its way back to the free pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FreePhase {
+    /// The change that freed it is behind the flush: its record is
+    /// cleared when that flush is done.
+    Free,
+    /// Its cleared record is behind the flush: it is reusable when that
+    /// flush is done.
+    Clear,
+}
+
 /// The `backpointers` protocol.
 pub struct Backpointers {
     bs: u32,
@@ -137,8 +148,17 @@ pub struct Backpointers {
     /// Frozen blocks whose freeing change was written, with no flush
     /// planned since.
     awaiting_flush: Vec<u64>,
-    /// Frozen blocks released when the plan of that number is done.
-    staged: Vec<(u64, Vec<u64>)>,
+    /// Frozen blocks staged behind the flush of the plan of that number:
+    /// when it is done, their frees are durable and their records are
+    /// cleared (phase [`FreePhase::Free`]), or their cleared records are
+    /// durable and they are released ([`FreePhase::Clear`]).
+    staged: Vec<(u64, FreePhase, Vec<u64>)>,
+    /// Frozen blocks whose records were cleared in memory, the table
+    /// blocks not yet written.
+    clear_write: Vec<u64>,
+    /// Frozen blocks whose cleared records were written, with no flush
+    /// planned since.
+    clear_flush: Vec<u64>,
     /// A table being rebuilt: its header, to go home after the first
     /// flush that makes every record durable.
     header_pending: Option<Vec<u8>>,
@@ -164,6 +184,8 @@ impl Backpointers {
             awaiting_write: Vec::new(),
             awaiting_flush: Vec::new(),
             staged: Vec::new(),
+            clear_write: Vec::new(),
+            clear_flush: Vec::new(),
             header_pending: None,
             owned: HashMap::new(),
             own_times: HashMap::new(),
@@ -228,10 +250,29 @@ impl Backpointers {
     fn flush(&mut self, io: &mut Io) {
         io.flush();
         self.unflushed.clear();
+        let serial = io.plan().serial;
         if !self.awaiting_flush.is_empty() {
-            let serial = io.plan().serial;
-            self.staged
-                .push((serial, std::mem::take(&mut self.awaiting_flush)));
+            let blocks = std::mem::take(&mut self.awaiting_flush);
+            self.staged.push((serial, FreePhase::Free, blocks));
+        }
+        if !self.clear_flush.is_empty() {
+            let blocks = std::mem::take(&mut self.clear_flush);
+            self.staged.push((serial, FreePhase::Clear, blocks));
+        }
+    }
+
+    /// The frees of `blocks` are durable (or planned behind a flush that
+    /// makes them so): clear their records. A block with no record (a
+    /// directory's or a tree's) is released at once; the others wait for
+    /// the cleared record to be durable in turn.
+    fn clear_freed(&mut self, blocks: Vec<u64>) {
+        for b in blocks {
+            if self.record(b).is_some() {
+                self.set_record(b, None);
+                self.clear_write.push(b);
+            } else {
+                self.frozen.remove(&b);
+            }
         }
     }
 
@@ -309,6 +350,15 @@ impl Backpointers {
         self.write_backs += 1;
     }
 
+    /// Write every changed table block; the cleared records among them
+    /// then wait for a flush.
+    fn write_dirty_tables(&mut self, io: &mut Io) {
+        for k in std::mem::take(&mut self.table_dirty) {
+            self.write_table_block(k, io);
+        }
+        self.clear_flush.append(&mut self.clear_write);
+    }
+
     fn write_table_block(&mut self, k: usize, io: &mut Io) {
         let mut img = self.table[k].clone();
         if k > 0 {
@@ -339,11 +389,30 @@ impl Backpointers {
         let dirty = io.dirty_to_send(pressure);
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
-        for k in std::mem::take(&mut self.table_dirty) {
-            self.write_table_block(k, io);
-        }
+        self.write_dirty_tables(io);
         if flush {
             self.flush(io);
+            // The frees that flush makes durable have their records
+            // cleared behind it, and durable behind a second flush: a
+            // sync (and the commit an allocation short of space waits
+            // for) leaves every freed block reusable.
+            let mut freed = Vec::new();
+            let serial = io.plan().serial;
+            self.staged.retain_mut(|(s, phase, blocks)| {
+                if *s == serial && *phase == FreePhase::Free {
+                    freed.append(blocks);
+                    false
+                } else {
+                    true
+                }
+            });
+            if !freed.is_empty() {
+                self.clear_freed(freed);
+                if !self.clear_write.is_empty() {
+                    self.write_dirty_tables(io);
+                    self.flush(io);
+                }
+            }
             if let Some(h) = self.header_pending.take() {
                 // The header of a rebuilt table follows its records.
                 io.write_raw(
@@ -399,6 +468,12 @@ impl Protocol for Backpointers {
     }
     fn on_data_write(&mut self, w: &DataWrite, _h: &HandleInfo) {
         self.note(w.ino, w.pblk);
+        if w.fresh {
+            // A record left by an earlier owner (one a crash kept from
+            // being cleared) must not lend its checksum as the version
+            // before this one, even when it names the same file block.
+            self.set_record(w.pblk, None);
+        }
         self.pending.insert(
             w.pblk,
             BlockOwner {
@@ -415,18 +490,22 @@ impl Protocol for Backpointers {
             // from reuse, and here without the generation.
             return;
         }
-        // A file block's record is cleared: a truncate (or unlink) made
-        // durable must not let a later owner of the same logical block,
-        // whose data then did not reach the disk, read the old bytes.
-        if let Some(r) = self.record(block) {
+        if self.fault == Some(Fault::UnvalidatedAlloc) {
+            // Nothing waits: the record goes at once, the block is
+            // reusable at once.
             self.set_record(block, None);
-            let k = self.slot_of(block).0;
-            self.moved.entry(r.owner.ino).or_default().insert(k);
+            return;
         }
-        if self.fault != Some(Fault::UnvalidatedAlloc) {
-            self.frozen.insert(block);
-            self.awaiting_write.push(block);
-        }
+        // A file block's record is cleared, for a truncate (or unlink)
+        // made durable must not let a later owner of the same logical
+        // block, whose data then did not reach the disk, read the old
+        // bytes. But not before the free is durable: until then the
+        // inode on disk may still map the block, with contents a sync
+        // promised. So the block is frozen; once the change that freed
+        // it is durable its record is cleared, and once that is durable
+        // the block is reusable (`plan_done`, `clear_freed`).
+        self.frozen.insert(block);
+        self.awaiting_write.push(block);
     }
     fn can_allocate(&self, block: u64) -> bool {
         !self.frozen.contains(&block)
@@ -438,17 +517,23 @@ impl Protocol for Backpointers {
         if !done.ok {
             return;
         }
+        let mut freed = Vec::new();
         let frozen = &mut self.frozen;
-        self.staged.retain(|(serial, blocks)| {
-            if *serial <= done.serial {
-                for b in blocks {
-                    frozen.remove(b);
-                }
-                false
-            } else {
-                true
+        self.staged.retain_mut(|(serial, phase, blocks)| {
+            if *serial > done.serial {
+                return true;
             }
+            match phase {
+                FreePhase::Free => freed.append(blocks),
+                FreePhase::Clear => {
+                    for b in blocks.iter() {
+                        frozen.remove(b);
+                    }
+                }
+            }
+            false
         });
+        self.clear_freed(freed);
     }
     fn fsync(&mut self, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
         if self.header_pending.is_some() {
