@@ -102,13 +102,18 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
 /// blocks was in flight (the table on disk gives it no block: its size
 /// goes to 0, not to zeros it never held), and seed 15's orphans linked
 /// back into a full directory (its new block must not be a live
-/// directory's whose bit the bitmap on disk did not have yet).
+/// directory's whose bit the bitmap on disk did not have yet). A state
+/// is named by the writes of the code that found it: a change to what
+/// the protocol writes moves it (seed 15's point has one state fewer
+/// since freed blocks' records are cleared behind a flush), so these are
+/// kept as the nearest states, and the classes have library tests of
+/// their own (`backpointers_protocol.rs`).
 #[test]
 fn the_soaks_states_pass_alone() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
     std::env::remove_var("ORDO_FAULT");
     std::env::set_var("ORDO_NOFS_FILL_EVERY", "32");
-    for (seed, state) in [(0, "2.313.21"), (5, "3.324.1"), (15, "1.271.8")] {
+    for (seed, state) in [(0, "2.313.21"), (5, "3.324.1"), (15, "1.271.7")] {
         let mut p = params("backpointers", "mix", None, E2fsckPolicy::Every);
         p.states.seed = seed;
         p.workload_params.seed = seed;
