@@ -1,5 +1,5 @@
-//! Group commit (`mode=journal`, `mode=fast_commit`, and per stream
-//! `mode=streams`): fsyncs that arrive while another fsync's commit is
+//! Group commit (`mode=journal`, `mode=fast_commit`, `mode=backpointers`,
+//! and per stream `mode=streams`): fsyncs that arrive while another fsync's commit is
 //! running wait for it and then share one commit, instead of each queuing
 //! a commit of its own; and that one commit makes every waiter's changes
 //! durable. Under streams only fsyncs of one stream share.
@@ -192,6 +192,17 @@ fn fast_commit_fsyncs_share_a_fast_commit() {
         ProtocolKind::named("fast_commit"),
         "has_journal,fast_commit",
         "fc_fast_commits",
+    );
+}
+
+/// NoFS's fsync writes the named files' blocks and flushes once: the
+/// leader names every waiter's file, so they share the flush.
+#[test]
+fn backpointers_fsyncs_share_a_flush() {
+    check(
+        ProtocolKind::named("backpointers"),
+        "metadata_csum,extent,ext_attr",
+        "write_backs",
     );
 }
 

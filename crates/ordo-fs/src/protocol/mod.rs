@@ -69,8 +69,10 @@ pub enum AfterCrash {
 /// protocol instead of matching on its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Capabilities {
-    /// Its commits make everything before them durable, so concurrent
-    /// fsyncs may share one (the core's group commit).
+    /// Its commits make everything before them durable, or at least
+    /// every file named to [`Protocol::fsync_in`], so concurrent fsyncs
+    /// may share one (the core's group commit: the leader names every
+    /// waiting caller's file).
     pub group_commit: bool,
     /// With `group_commit`: a commit covers everything of its caller's
     /// stream (and the files named), not everything, so only fsyncs of

@@ -59,6 +59,9 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
     variants: &[],
     mkfs_features: "metadata_csum,extent,ext_attr",
     caps: Capabilities {
+        // An fsync's commit covers the files it names; concurrent ones
+        // name theirs and share one flush.
+        group_commit: true,
         backlinks: true,
         data_consistent_after_scan: true,
         ..Capabilities::NONE
@@ -535,13 +538,25 @@ impl Protocol for Backpointers {
         });
         self.clear_freed(freed);
     }
-    fn fsync(&mut self, ino: Ino, _datasync: bool, io: &mut Io) -> Result<()> {
+    fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()> {
+        self.fsync_in(0, &[ino], datasync, io)
+    }
+    /// The files of every caller of a group commit: their blocks go home
+    /// together, behind one flush (concurrent fsyncs share it, as they
+    /// share a JBD2 commit).
+    fn fsync_in(&mut self, _stream: u32, inos: &[Ino], _datasync: bool, io: &mut Io) -> Result<()> {
         if self.header_pending.is_some() {
             // A table being rebuilt goes home whole first.
             self.write_all(io, true, false);
             return Ok(());
         }
-        let (blocks, tables) = self.fsync_blocks(ino, io);
+        let mut blocks = BTreeSet::new();
+        let mut tables = BTreeSet::new();
+        for &ino in inos {
+            let (b, t) = self.fsync_blocks(ino, io);
+            blocks.extend(b);
+            tables.extend(t);
+        }
         self.write_some(&blocks, tables, io);
         Ok(())
     }
