@@ -135,15 +135,29 @@ fn clean_images_are_plain_ext4_and_read_back() {
     fs.unmount().unwrap();
 }
 
-#[test]
-fn an_fsync_is_one_flush_and_nothing_is_ordered() {
-    let dev = Arc::new(WriteCacheDevice::new(image().snapshot()));
+/// `base` mounted over a write cache, with an empty file `f` in the root.
+fn mount_with_file(base: &MemDevice) -> (Arc<WriteCacheDevice<MemDevice>>, Fs, Ino) {
+    let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let root = Creds::root();
     let f = fs
-        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &root)
+        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &Creds::root())
         .unwrap()
         .ino;
+    (dev, fs, f)
+}
+
+/// Set `ino`'s size.
+fn truncate(fs: &Fs, ino: Ino, size: u64) {
+    let set = SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    fs.setattr(ino, &set).unwrap();
+}
+
+#[test]
+fn an_fsync_is_one_flush_and_nothing_is_ordered() {
+    let (_dev, fs, f) = mount_with_file(&image());
     fs.fsync(f, false).unwrap();
     let before = fs.counters();
     for k in 0..10u32 {
@@ -844,26 +858,16 @@ fn the_background_scan_keeps_its_rate_lets_reads_in_and_an_allocation_finishes_i
 #[test]
 fn a_truncate_in_flight_leaves_the_synced_blocks_readable() {
     let base = image();
-    let root = Creds::root();
     let mut old = 0;
     let mut new = 0;
     for seed in 0..48u64 {
-        let dev = Arc::new(WriteCacheDevice::new(base.snapshot()));
-        let fs = Fs::mount(dev.clone(), opts()).unwrap();
-        let f = fs
-            .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &root)
-            .unwrap()
-            .ino;
+        let (dev, fs, f) = mount_with_file(&base);
         for k in 0..4u32 {
             fs.write(f, u64::from(k) * BS as u64, &block(1, 0, k))
                 .unwrap();
         }
         fs.sync().unwrap();
-        let set = SetAttr {
-            size: Some(if seed % 2 == 0 { 0 } else { BS as u64 }),
-            ..SetAttr::default()
-        };
-        fs.setattr(f, &set).unwrap();
+        truncate(&fs, f, if seed % 2 == 0 { 0 } else { BS as u64 });
         // Every dirty block goes home, no flush: a crash keeps any part.
         fs.write_back().unwrap();
         let crashed = Arc::new(dev.crash(seed, CrashPolicy::default()).unwrap());
@@ -894,13 +898,7 @@ fn a_truncate_in_flight_leaves_the_synced_blocks_readable() {
 /// makes the free durable, then the cleared records.
 #[test]
 fn a_sync_leaves_freed_blocks_reusable() {
-    let dev = Arc::new(WriteCacheDevice::new(image().snapshot()));
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let root = Creds::root();
-    let f = fs
-        .create(ROOT_INO, b"f", FileType::Regular, 0o644, 0, &root)
-        .unwrap()
-        .ino;
+    let (_dev, fs, f) = mount_with_file(&image());
     let free0 = fs.statfs().unwrap().blocks_free;
     // Fill all but a few blocks, free them, and fill again after a sync:
     // the writes of the second round need no commit to find space (an
@@ -914,14 +912,7 @@ fn a_sync_leaves_freed_blocks_reusable() {
         }
         assert_eq!(fs.counters().flushes, before, "round {round}");
         fs.sync().unwrap();
-        fs.setattr(
-            f,
-            &SetAttr {
-                size: Some(0),
-                ..SetAttr::default()
-            },
-        )
-        .unwrap();
+        truncate(&fs, f, 0);
         fs.sync().unwrap();
     }
     let free1 = fs.statfs().unwrap().blocks_free;
