@@ -343,7 +343,17 @@ fn kernel_write(img: &Path, mnt: &Path) -> bool {
         }
         f.sync_all().unwrap();
     });
-    let (rc, out) = run("umount", &[mnt.to_str().unwrap()]);
+    // A loop mount just written can be busy for a moment (the loop
+    // device's probe): retry before calling it a failure.
+    let mut tries = 0;
+    let (rc, out) = loop {
+        let (rc, out) = run("umount", &[mnt.to_str().unwrap()]);
+        tries += 1;
+        if rc == 0 || !out.contains("busy") || tries == 50 {
+            break (rc, out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!(rc, 0, "umount: {out}");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
