@@ -657,17 +657,29 @@ impl Core {
         for &ino in inos {
             let i = self.read_inode(ino)?;
             let end = i.size.div_ceil(self.bs as u64);
-            let mut mine = Vec::new();
+            let mut mine: Vec<(u32, u64)> = Vec::new();
+            let mut doubt = BTreeSet::new();
             for (lblk, pblk) in self.proto.blocks_owned_by(ino, i.generation) {
                 if u64::from(lblk) >= end || self.block_in_use(pblk)? {
                     continue;
                 }
-                self.set_blocks_in_use(pblk, 1, true)?;
+                // Records come sorted by logical block. Two that name the
+                // same one (records the protocol failed to keep in step)
+                // say nothing of which is the file's: neither is mapped
+                // (both stay free), and the block reads EIO.
+                if mine.last().is_some_and(|&(l, _)| l == lblk) || doubt.contains(&lblk) {
+                    mine.retain(|&(l, _)| l != lblk);
+                    doubt.insert(lblk);
+                    continue;
+                }
                 mine.push((lblk, pblk));
             }
-            plans.push((ino, mine));
+            for &(_, pblk) in &mine {
+                self.set_blocks_in_use(pblk, 1, true)?;
+            }
+            plans.push((ino, mine, doubt));
         }
-        for (ino, mine) in plans {
+        for (ino, mine, doubt) in plans {
             if mine.is_empty() && orphaned.contains(&ino) {
                 // No name reached it and the table on disk gives it no
                 // block: the unlink that freed every one was in flight
@@ -679,6 +691,9 @@ impl Core {
             }
             for (lblk, pblk) in mine {
                 extent::insert(&mut self.tree(ino)?, lblk, pblk, 1, false)?;
+            }
+            if !doubt.is_empty() {
+                self.punch_and_poison(ino, &doubt)?;
             }
             self.fix_iblocks(ino)?;
             self.nofs.maps_rebuilt += 1;

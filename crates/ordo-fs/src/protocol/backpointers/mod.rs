@@ -26,6 +26,11 @@
 //! - **Backlinks** (the core's, `caps.backlinks`): every inode names its
 //!   directories, and a name resolves only to an inode that names its
 //!   directory back.
+//! - **A shift's moved records wait for its tree.** A collapse or insert
+//!   range moves the records of every block after its offset; they go home
+//!   only once the new tree and inode are durable (`move_old`), so the
+//!   records on disk are all of one tree, and the scanners can rebuild a
+//!   lost tree from them. The fsync that ends a shift flushes twice.
 //! - **Allocation state is not trusted after a crash**: the core's
 //!   scanners rebuild it from what validates before anything is allocated
 //!   ([`Protocol::trusts_allocation_state`]).
@@ -39,7 +44,9 @@
 //!   its predecessor's block);
 //! - `nofs_no_owner_check`: reads skip the owner check;
 //! - `nofs_unvalidated_alloc`: the on-disk bitmaps are trusted after a
-//!   crash (no scan before allocating).
+//!   crash (no scan before allocating);
+//! - `nofs_moves_unheld`: the records a collapse or insert range moves go
+//!   home with the next write-back, before the new tree is durable.
 
 mod table;
 
@@ -87,6 +94,7 @@ enum Fault {
     NoGeneration,
     NoOwnerCheck,
     UnvalidatedAlloc,
+    MovesUnheld,
 }
 
 impl Fault {
@@ -95,20 +103,26 @@ impl Fault {
             Some("nofs_no_generation") => Some(Fault::NoGeneration),
             Some("nofs_no_owner_check") => Some(Fault::NoOwnerCheck),
             Some("nofs_unvalidated_alloc") => Some(Fault::UnvalidatedAlloc),
+            Some("nofs_moves_unheld") => Some(Fault::MovesUnheld),
             _ => None,
         }
     }
 }
 
-/// Where a frozen block is on its way back to the free pool.
+/// What waits for a flush: a frozen block on its way back to the free
+/// pool, or a record moved by a shift on its way to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FreePhase {
+enum Phase {
     /// The change that freed it is behind the flush: its record is
     /// cleared when that flush is done.
     Free,
     /// Its cleared record is behind the flush: it is reusable when that
     /// flush is done.
     Clear,
+    /// The shift (collapse or insert range) that moved its record is
+    /// behind the flush: the moved record may go home when that flush
+    /// is done.
+    Moved,
 }
 
 /// The `backpointers` protocol.
@@ -134,9 +148,19 @@ pub struct Backpointers {
     /// Inode-table blocks whose change for each inode is its times (or
     /// checksum) alone.
     own_times: HashMap<Ino, BTreeSet<u64>>,
-    /// Table blocks whose records of each inode's blocks moved (collapse
-    /// and insert range) since they last went home.
-    moved: HashMap<Ino, BTreeSet<usize>>,
+    /// Records moved by a shift whose tree and inode are not durable yet:
+    /// the record as the disk must keep it until they are. A shift moves
+    /// the records of every block after its offset, across as many
+    /// table blocks as those blocks span; were some of them to reach the
+    /// disk before the tree (or without the others), a crash that lost
+    /// the tree would leave the scan records of two positions to rebuild
+    /// the map from, a block twice or not at all. Held back, the records
+    /// on disk are the old tree's until the new tree is durable.
+    move_old: HashMap<u64, Option<Record>>,
+    /// Moved blocks of each inode whose shift was not written yet.
+    moves_unwritten: HashMap<Ino, Vec<u64>>,
+    /// Moved blocks whose shift was written, with no flush planned since.
+    moves_awaiting_flush: Vec<u64>,
     /// The directories whose entries naming each inode changed.
     entry_dirs: HashMap<Ino, BTreeSet<Ino>>,
     /// The inodes a directory's changed entries name.
@@ -153,9 +177,9 @@ pub struct Backpointers {
     awaiting_flush: Vec<u64>,
     /// Frozen blocks staged behind the flush of the plan of that number:
     /// when it is done, their frees are durable and their records are
-    /// cleared (phase [`FreePhase::Free`]), or their cleared records are
-    /// durable and they are released ([`FreePhase::Clear`]).
-    staged: Vec<(u64, FreePhase, Vec<u64>)>,
+    /// cleared (phase [`Phase::Free`]), or their cleared records are
+    /// durable and they are released ([`Phase::Clear`]).
+    staged: Vec<(u64, Phase, Vec<u64>)>,
     /// Frozen blocks whose records were cleared in memory, the table
     /// blocks not yet written.
     clear_write: Vec<u64>,
@@ -192,7 +216,9 @@ impl Backpointers {
             header_pending: None,
             owned: HashMap::new(),
             own_times: HashMap::new(),
-            moved: HashMap::new(),
+            move_old: HashMap::new(),
+            moves_unwritten: HashMap::new(),
+            moves_awaiting_flush: Vec::new(),
             entry_dirs: HashMap::new(),
             children: HashMap::new(),
             write_backs: 0,
@@ -256,12 +282,54 @@ impl Backpointers {
         let serial = io.plan().serial;
         if !self.awaiting_flush.is_empty() {
             let blocks = std::mem::take(&mut self.awaiting_flush);
-            self.staged.push((serial, FreePhase::Free, blocks));
+            self.staged.push((serial, Phase::Free, blocks));
         }
         if !self.clear_flush.is_empty() {
             let blocks = std::mem::take(&mut self.clear_flush);
-            self.staged.push((serial, FreePhase::Clear, blocks));
+            self.staged.push((serial, Phase::Clear, blocks));
         }
+        if !self.moves_awaiting_flush.is_empty() {
+            let blocks = std::mem::take(&mut self.moves_awaiting_flush);
+            self.staged.push((serial, Phase::Moved, blocks));
+        }
+    }
+
+    /// The shifts that moved the records of `blocks` are durable (or
+    /// planned behind a flush that makes them so): the moved records may
+    /// go home.
+    fn release_moves(&mut self, blocks: Vec<u64>) {
+        for b in blocks {
+            if self.move_old.remove(&b).is_some() && !self.table.is_empty() {
+                self.table_dirty.insert(self.slot_of(b).0);
+            }
+        }
+    }
+
+    /// The blocks staged in `phase` behind the flush of plan `serial`.
+    fn take_staged(&mut self, serial: u64, phase: Phase) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.staged.retain_mut(|(s, p, blocks)| {
+            if *s == serial && *p == phase {
+                out.append(blocks);
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    /// Staged work behind the flush of plan `serial`, which was just
+    /// planned: frees have their records cleared and moves are released
+    /// (the writes that follow in the same plan go after the flush).
+    /// Whether any table block changed for it.
+    fn settle_staged_now(&mut self, serial: u64) -> bool {
+        let freed = self.take_staged(serial, Phase::Free);
+        let moves = self.take_staged(serial, Phase::Moved);
+        let any = !freed.is_empty() || !moves.is_empty();
+        self.clear_freed(freed);
+        self.release_moves(moves);
+        any
     }
 
     /// The frees of `blocks` are durable (or planned behind a flush that
@@ -270,6 +338,9 @@ impl Backpointers {
     /// the cleared record to be durable in turn.
     fn clear_freed(&mut self, blocks: Vec<u64>) {
         for b in blocks {
+            // No pointer on disk maps it any more: a moved record held
+            // back for it is moot, and must not outlive the clearing.
+            self.move_old.remove(&b);
             if self.record(b).is_some() {
                 self.set_record(b, None);
                 self.clear_write.push(b);
@@ -301,7 +372,7 @@ impl Backpointers {
     /// entries name. Nothing of allocation state: bitmaps and counters
     /// are rebuilt by the scanners after a crash, so they go home with
     /// the write-backs only (the paper's lazily written hints).
-    fn fsync_blocks(&mut self, ino: Ino, io: &Io) -> (BTreeSet<u64>, BTreeSet<usize>) {
+    fn fsync_blocks(&mut self, ino: Ino, io: &Io) -> BTreeSet<u64> {
         let mut todo = vec![ino];
         let mut seen = std::collections::HashSet::new();
         if let Some(ch) = self.children.remove(&ino) {
@@ -311,7 +382,6 @@ impl Backpointers {
         if let Some(b) = self.own_times.remove(&ino) {
             blocks.extend(b);
         }
-        let tables = self.moved.remove(&ino).unwrap_or_default();
         while let Some(i) = todo.pop() {
             if !seen.insert(i) {
                 continue;
@@ -324,13 +394,12 @@ impl Backpointers {
             }
         }
         blocks.retain(|&b| io.is_dirty(b));
-        (blocks, tables)
+        blocks
     }
 
     /// Write `blocks` and the owner records of the file blocks among them,
     /// then flush once.
-    fn write_some(&mut self, blocks: &BTreeSet<u64>, tables: BTreeSet<usize>, io: &mut Io) {
-        let mut tables = tables;
+    fn write_some(&mut self, blocks: &BTreeSet<u64>, mut tables: BTreeSet<usize>, io: &mut Io) {
         for &b in blocks {
             if let Some(owner) = self.pending.remove(&b) {
                 if let Some(img) = io.snapshot(b) {
@@ -367,6 +436,20 @@ impl Backpointers {
         if k > 0 {
             table::seal_record_block(&mut img);
             self.table[k] = img.clone();
+            // Moved records whose shift is not durable go home as they
+            // were (see `move_old`).
+            let per = per_block(self.bs);
+            let first = (k as u64 - 1) * per;
+            let mut held = false;
+            for (&b, &old) in &self.move_old {
+                if (first..first + per).contains(&b) {
+                    table::put(&mut img, (b - first) as usize, old);
+                    held = true;
+                }
+            }
+            if held {
+                table::seal_record_block(&mut img);
+            }
         }
         io.write_raw(
             self.table_at[k],
@@ -384,11 +467,13 @@ impl Backpointers {
     fn write_all(&mut self, io: &mut Io, flush: bool, pressure: bool) {
         self.owned.clear();
         self.own_times.clear();
-        self.moved.clear();
         self.entry_dirs.clear();
         self.children.clear();
         self.settle_records(io);
         self.awaiting_flush.append(&mut self.awaiting_write);
+        for (_, mut blocks) in std::mem::take(&mut self.moves_unwritten) {
+            self.moves_awaiting_flush.append(&mut blocks);
+        }
         let dirty = io.dirty_to_send(pressure);
         self.blocks_written += dirty.len() as u64;
         io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
@@ -398,23 +483,13 @@ impl Backpointers {
             // The frees that flush makes durable have their records
             // cleared behind it, and durable behind a second flush: a
             // sync (and the commit an allocation short of space waits
-            // for) leaves every freed block reusable.
-            let mut freed = Vec::new();
+            // for) leaves every freed block reusable. The records a
+            // shift moved go home behind it too, and are durable when
+            // the sync returns.
             let serial = io.plan().serial;
-            self.staged.retain_mut(|(s, phase, blocks)| {
-                if *s == serial && *phase == FreePhase::Free {
-                    freed.append(blocks);
-                    false
-                } else {
-                    true
-                }
-            });
-            if !freed.is_empty() {
-                self.clear_freed(freed);
-                if !self.clear_write.is_empty() {
-                    self.write_dirty_tables(io);
-                    self.flush(io);
-                }
+            if self.settle_staged_now(serial) && !self.table_dirty.is_empty() {
+                self.write_dirty_tables(io);
+                self.flush(io);
             }
             if let Some(h) = self.header_pending.take() {
                 // The header of a rebuilt table follows its records.
@@ -521,22 +596,25 @@ impl Protocol for Backpointers {
             return;
         }
         let mut freed = Vec::new();
+        let mut moves = Vec::new();
         let frozen = &mut self.frozen;
         self.staged.retain_mut(|(serial, phase, blocks)| {
             if *serial > done.serial {
                 return true;
             }
             match phase {
-                FreePhase::Free => freed.append(blocks),
-                FreePhase::Clear => {
+                Phase::Free => freed.append(blocks),
+                Phase::Clear => {
                     for b in blocks.iter() {
                         frozen.remove(b);
                     }
                 }
+                Phase::Moved => moves.append(blocks),
             }
             false
         });
         self.clear_freed(freed);
+        self.release_moves(moves);
     }
     fn fsync(&mut self, ino: Ino, datasync: bool, io: &mut Io) -> Result<()> {
         self.fsync_in(0, &[ino], datasync, io)
@@ -551,13 +629,34 @@ impl Protocol for Backpointers {
             return Ok(());
         }
         let mut blocks = BTreeSet::new();
-        let mut tables = BTreeSet::new();
+        let mut moves = Vec::new();
         for &ino in inos {
-            let (b, t) = self.fsync_blocks(ino, io);
-            blocks.extend(b);
-            tables.extend(t);
+            blocks.extend(self.fsync_blocks(ino, io));
+            moves.extend(self.moves_unwritten.remove(&ino).unwrap_or_default());
+        }
+        let mut tables = BTreeSet::new();
+        if self.fault == Some(Fault::MovesUnheld) {
+            // The moved records go home with the tree, in no order.
+            tables.extend(moves.drain(..).map(|b| self.slot_of(b).0));
         }
         self.write_some(&blocks, tables, io);
+        // Moves written earlier (by a write-back) are behind this flush
+        // too: they go home now, or the fsync would return before them.
+        moves.extend(self.take_staged(io.plan().serial, Phase::Moved));
+        if !moves.is_empty() {
+            // A file shifted since it last went home: its tree is durable
+            // behind that flush, and the records the shift moved go home
+            // after it, behind a second one (the one ordering point of
+            // this protocol, for an operation NoFS did not have).
+            let tables: BTreeSet<usize> = moves.iter().map(|&b| self.slot_of(b).0).collect();
+            self.release_moves(moves);
+            for k in tables {
+                if self.table_dirty.remove(&k) {
+                    self.write_table_block(k, io);
+                }
+            }
+            self.flush(io);
+        }
         Ok(())
     }
     fn sync(&mut self, io: &mut Io) -> Result<()> {
@@ -661,10 +760,15 @@ impl Protocol for Backpointers {
         }
         if let Some(mut r) = self.record(pblk) {
             if r.owner == owner {
+                if self.fault != Some(Fault::MovesUnheld) {
+                    self.move_old.entry(pblk).or_insert(Some(r));
+                }
+                self.moves_unwritten
+                    .entry(owner.ino)
+                    .or_default()
+                    .push(pblk);
                 r.owner.lblk = new_lblk;
                 self.set_record(pblk, Some(r));
-                let k = self.slot_of(pblk).0;
-                self.moved.entry(owner.ino).or_default().insert(k);
             }
         }
     }
