@@ -123,15 +123,24 @@ fn unlinks_an_fsynced_file_and_overwrites_like_e2fsck() {
 
 /// Capture a kernel workload on a fresh `-O fast_commit` image of
 /// `block_size`; `None` without loop devices.
-fn capture(dir: &Path, block_size: u32, work: impl FnOnce(&Path)) -> Option<std::path::PathBuf> {
+fn capture(dir: &Path, block_size: u32, work: impl Fn(&Path)) -> Option<std::path::PathBuf> {
     if !can_loop_mount() {
         eprintln!("skipped: needs root and loop devices");
         return None;
     }
     let img = dir.join("k.img");
     let cap = dir.join("k.cap");
-    mkfs_fc(&img, "64M", block_size);
-    capture_fast_commits(&img, &cap, work);
+    // The copy of the live mount is retried when the kernel itself cannot
+    // replay it (a write of its own was in flight while it was taken):
+    // what is compared is the replay of a log the kernel accepts.
+    for attempt in 1..=3 {
+        mkfs_fc(&img, "64M", block_size);
+        capture_fast_commits(&img, &cap, &work);
+        if kernel_can_replay(&cap) {
+            break;
+        }
+        eprintln!("attempt {attempt}: the kernel refuses the copy's log; capturing again");
+    }
     assert!(fc_state(&cap).scan.commits > 0, "no fast commit captured");
     Some(cap)
 }

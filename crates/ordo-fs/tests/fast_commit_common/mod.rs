@@ -95,17 +95,30 @@ pub struct Mounted {
 impl Mounted {
     /// `losetup` + `mount -t ext4 -o OPTS`.
     pub fn new(img: &Path, opts: &str) -> Self {
+        Self::mount(img, opts, true).expect("mounted")
+    }
+    /// The same, `None` (the loop device detached) when the kernel
+    /// refuses the mount.
+    pub fn try_new(img: &Path, opts: &str) -> Option<Self> {
+        Self::mount(img, opts, false)
+    }
+    fn mount(img: &Path, opts: &str, must: bool) -> Option<Self> {
         let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
             .trim()
             .to_string();
         let mut m = Mounted { dev, mnt: None };
         let dir = tempfile::tempdir().unwrap();
-        run(Command::new("mount")
-            .args(["-t", "ext4", "-o", opts])
+        let mut cmd = Command::new("mount");
+        cmd.args(["-t", "ext4", "-o", opts])
             .arg(&m.dev)
-            .arg(dir.path()));
+            .arg(dir.path());
+        if must {
+            run(&mut cmd);
+        } else if !cmd.output().is_ok_and(|o| o.status.success()) {
+            return None; // dropped: the loop device is detached
+        }
         m.mnt = Some(dir);
-        m
+        Some(m)
     }
     /// The mount point.
     pub fn path(&self) -> PathBuf {
@@ -157,6 +170,16 @@ pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path
         .arg(format!("if={}", m.dev()))
         .arg(format!("of={}", captured.display()))
         .args(["bs=1M", "iflag=direct", "status=none"]));
+}
+
+/// Whether the kernel replays `img` (a copy of it, mounted read-write and
+/// unmounted): a copy of a live mount taken while the kernel was writing
+/// (an `iput` finishing an unlink, say) can hold a log it refuses.
+pub fn kernel_can_replay(img: &Path) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.img");
+    std::fs::copy(img, &probe).unwrap();
+    Mounted::try_new(&probe, "rw").is_some()
 }
 
 /// Mount read-write (the kernel replays the JBD2 log and the fast
