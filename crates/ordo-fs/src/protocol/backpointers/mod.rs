@@ -125,6 +125,49 @@ enum Phase {
     Moved,
 }
 
+/// The frozen blocks, one bit per block of the file system: the allocator
+/// asks about every free block it passes ([`Protocol::can_allocate`]),
+/// and after a burst of deletes it passes thousands of frozen ones per
+/// allocation, so the test is a bit, not a hash lookup (an eighth of a
+/// byte per block, against the owner table's 20 bytes in memory).
+struct Frozen {
+    bits: Vec<u64>,
+    count: usize,
+}
+
+impl Frozen {
+    fn new(blocks: u64) -> Self {
+        Frozen {
+            bits: vec![0; blocks.div_ceil(64) as usize],
+            count: 0,
+        }
+    }
+    fn at(&self, b: u64) -> Option<(usize, u64)> {
+        let w = (b / 64) as usize;
+        (w < self.bits.len()).then_some((w, 1u64 << (b % 64)))
+    }
+    fn insert(&mut self, b: u64) {
+        let Some((w, m)) = self.at(b) else { return };
+        if self.bits[w] & m == 0 {
+            self.bits[w] |= m;
+            self.count += 1;
+        }
+    }
+    fn remove(&mut self, b: &u64) {
+        let Some((w, m)) = self.at(*b) else { return };
+        if self.bits[w] & m != 0 {
+            self.bits[w] &= !m;
+            self.count -= 1;
+        }
+    }
+    fn contains(&self, b: &u64) -> bool {
+        self.at(*b).is_some_and(|(w, m)| self.bits[w] & m != 0)
+    }
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// The `backpointers` protocol.
 pub struct Backpointers {
     bs: u32,
@@ -169,7 +212,7 @@ pub struct Backpointers {
     /// them is durable, a pointer to them may still be on disk, and a
     /// block with no owner record (a directory's, a tree's, an attribute
     /// block) could not tell its new owner's contents from the old.
-    frozen: std::collections::HashSet<u64>,
+    frozen: Frozen,
     /// Frozen blocks whose freeing change has not been written yet.
     awaiting_write: Vec<u64>,
     /// Frozen blocks whose freeing change was written, with no flush
@@ -207,7 +250,7 @@ impl Backpointers {
             table_dirty: BTreeSet::new(),
             pending: HashMap::new(),
             unflushed: Default::default(),
-            frozen: Default::default(),
+            frozen: Frozen::new(env.block_count),
             awaiting_write: Vec::new(),
             awaiting_flush: Vec::new(),
             staged: Vec::new(),
