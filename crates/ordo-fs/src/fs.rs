@@ -285,20 +285,60 @@ impl Fs {
     }
     /// Drop an open handle; the last close of an unlinked inode frees it.
     pub fn release(&self, ino: Ino) -> Result<()> {
-        let evict = self.shared.read(|c| {
-            let n = c.open_counts.get(&ino).copied().unwrap_or(0);
-            if n == 0 {
+        self.release_n(ino, 1)
+    }
+    /// Drop `n` handles on `ino` at once (the FUSE adapter's lookup
+    /// references, forgotten by the kernel in one FORGET). More than are
+    /// held is EBADF, after dropping all that are: the inode is not kept
+    /// alive by a count that went wrong.
+    pub fn release_n(&self, ino: Ino, n: u64) -> Result<()> {
+        let (evict, over) = self.shared.read(|c| {
+            let held = c.open_counts.get(&ino).copied().unwrap_or(0);
+            if held == 0 {
                 return Err(errno(libc::EBADF));
             }
-            if n == 1 {
+            if u64::from(held) <= n {
                 c.open_counts.remove(&ino);
                 let i = c.read_inode(ino)?;
-                Ok(i.links == 0 && i.mode != 0 && !c.read_only)
+                Ok((
+                    i.links == 0 && i.mode != 0 && !c.read_only,
+                    u64::from(held) < n,
+                ))
             } else {
-                c.open_counts.insert(ino, n - 1);
-                Ok(false)
+                c.open_counts.insert(ino, held - n as u32);
+                Ok((false, false))
             }
         })?;
+        self.evict_if_unlinked(ino, evict)?;
+        if over {
+            return Err(errno(libc::EBADF));
+        }
+        Ok(())
+    }
+    /// Drop every open handle (the server of a mount whose kernel side is
+    /// gone: no handle and no lookup outlives the session) and free the
+    /// unlinked inodes they kept alive, as the kernel's ext4 frees them
+    /// when the last user closes them before an unmount.
+    pub fn release_all(&self) -> Result<()> {
+        let held: Vec<Ino> = self.shared.read(|c| {
+            let mut inos: Vec<Ino> = c.open_counts.keys().copied().collect();
+            inos.sort_unstable();
+            Ok(inos)
+        })?;
+        for ino in held {
+            let evict = self.shared.read(|c| {
+                if c.open_counts.remove(&ino).is_none() {
+                    return Ok(false);
+                }
+                let i = c.read_inode(ino)?;
+                Ok(i.links == 0 && i.mode != 0 && !c.read_only)
+            })?;
+            self.evict_if_unlinked(ino, evict)?;
+        }
+        Ok(())
+    }
+    /// The last handle on `ino` went: free it if it has no links left.
+    fn evict_if_unlinked(&self, ino: Ino, evict: bool) -> Result<()> {
         if evict {
             self.shared.with_handle(OpKind::Evict, |c| {
                 // Opened again meanwhile? Then it stays.

@@ -743,7 +743,7 @@ fn masked(mode: u32, umask: u32) -> u16 {
 
 impl fuser::Filesystem for FloorFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        self.direct_create = request_capabilities(config);
+        self.direct_create = request_capabilities(config, false);
         Ok(())
     }
 

@@ -82,6 +82,14 @@ pub struct MountConfig {
     /// GETXATTR round trip per write, and the kernel asks the file system
     /// to clear set-user-ID instead (`FUSE_WRITE_KILL_SUIDGID`).
     pub direct_io_on_create: bool,
+    /// Ask ordo to open and close regular files (OPEN and RELEASE
+    /// requests, the default). Off, the kernel opens and closes them
+    /// without a request (FUSE's `no_open`): re-reading a cached file costs
+    /// no request at all. An unlinked inode then stays alive for as long
+    /// as the kernel knows it (until its FORGET), not only while it is
+    /// open, so the adapter counts the kernel's references
+    /// ([`OrdoFuse`]); see docs/DESIGN.md, "The FUSE path".
+    pub open_requests: bool,
 }
 
 impl Default for MountConfig {
@@ -93,6 +101,7 @@ impl Default for MountConfig {
             attr_ttl: Duration::from_secs(1),
             fsname: "ordo".to_string(),
             direct_io_on_create: true,
+            open_requests: true,
         }
     }
 }
@@ -148,6 +157,7 @@ pub fn mount(
 ) -> io::Result<Session<OrdoFuse>> {
     let mut adapter = OrdoFuse::new(fs, config.attr_ttl);
     adapter.want_direct_create = config.direct_io_on_create;
+    adapter.kernel_opens = !config.open_requests;
     session(adapter, mountpoint, config, ORDO_SUBTYPE)
 }
 
@@ -179,9 +189,16 @@ pub fn session<FS: fuser::Filesystem>(
 /// Returns whether the kernel lets files opened with direct I/O be mmapped
 /// (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6): only then may a create's
 /// handle be served with direct I/O without breaking mmap.
-pub fn request_capabilities(config: &mut KernelConfig) -> bool {
+///
+/// A server that answers OPEN with ENOSYS (`kernel_opens`) must not ask
+/// for atomic O_TRUNC: the kernel would then leave the truncation to an
+/// OPEN it no longer sends, and drop it. Without it, `open(O_TRUNC)`
+/// arrives as a SETATTR of size 0 with mtime set to now.
+pub fn request_capabilities(config: &mut KernelConfig, kernel_opens: bool) -> bool {
+    if !kernel_opens {
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
+    }
     for flag in [
-        InitFlags::FUSE_ATOMIC_O_TRUNC,
         InitFlags::FUSE_DO_READDIRPLUS,
         InitFlags::FUSE_READDIRPLUS_AUTO,
         InitFlags::FUSE_PARALLEL_DIROPS,
@@ -209,6 +226,14 @@ pub struct OrdoFuse {
     want_direct_create: bool,
     /// ... and the kernel allows it (set at `init`).
     direct_create: bool,
+    /// The kernel opens regular files without asking
+    /// ([`MountConfig::open_requests`] off). Every reference the kernel
+    /// holds on an inode (each positive LOOKUP, CREATE, MKNOD, MKDIR,
+    /// SYMLINK, LINK and READDIRPLUS entry it is sent, less what FORGET
+    /// gives back) is then one open handle in the core, so that an
+    /// unlinked inode lives until the kernel forgets it, as it lives until
+    /// its last close on the kernel's ext4.
+    kernel_opens: bool,
 }
 
 impl std::fmt::Debug for OrdoFuse {
@@ -537,6 +562,7 @@ impl OrdoFuse {
             streams: PidStreams::default(),
             want_direct_create: false,
             direct_create: false,
+            kernel_opens: false,
         }
     }
 
@@ -629,8 +655,17 @@ impl OrdoFuse {
         &self.fs
     }
 
+    /// One more kernel reference on `ino` (see `kernel_opens`), taken
+    /// before the reply that gives it to the kernel.
+    fn hold(&self, ino: Ino) -> ordo_fs::Result<()> {
+        if self.kernel_opens {
+            self.fs.open(ino)?;
+        }
+        Ok(())
+    }
+
     fn entry(&self, reply: ReplyEntry, result: ordo_fs::Result<Attr>) {
-        match result {
+        match result.and_then(|attr| self.hold(attr.ino).map(|()| attr)) {
             Ok(attr) => reply.entry(
                 &self.ttl,
                 &fuse_attr(&attr, ino_to_fuse(attr.ino)),
@@ -700,7 +735,9 @@ impl OrdoFuse {
             self.truncate_on_open(attr.ino, caller)?;
             attr = self.fs.getattr(attr.ino)?;
         }
-        self.fs.open(attr.ino)?;
+        if !self.kernel_opens {
+            self.fs.open(attr.ino)?;
+        }
         Ok(attr)
     }
 }
@@ -716,8 +753,18 @@ macro_rules! name_or_reply {
 
 impl fuser::Filesystem for OrdoFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        self.direct_create = request_capabilities(config) && self.want_direct_create;
+        self.direct_create =
+            request_capabilities(config, self.kernel_opens) && self.want_direct_create;
         Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // The kernel's side is gone: no open file and no reference it held
+        // outlives it. Free what only they kept alive, so that a clean
+        // unmount leaves no orphan behind.
+        if let Err(e) = self.fs.release_all() {
+            eprintln!("ordo: releasing the handles of the ended session: {e}");
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -735,9 +782,18 @@ impl fuser::Filesystem for OrdoFuse {
         }
     }
 
-    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
-        // The core keeps no per-name lookup state: an unlinked inode lives
-        // as long as it has open handles (`Fs::open`/`Fs::release`).
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // With OPEN served, the core keeps no per-name lookup state: an
+        // unlinked inode lives as long as it has open handles
+        // (`Fs::open`/`Fs::release`). With the kernel opening files, its
+        // references are those handles (`kernel_opens`).
+        if self.kernel_opens && ino != INodeNo::ROOT {
+            let r = self.fs.release_n(ino_from_fuse(ino), nlookup);
+            debug_assert!(r.is_ok(), "forget of {ino:?} x{nlookup}: {r:?}");
+            if let Err(e) = r {
+                eprintln!("ordo: forget of inode {} x{nlookup}: {e}", ino.0);
+            }
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -763,7 +819,7 @@ impl fuser::Filesystem for OrdoFuse {
         reply: ReplyAttr,
     ) {
         self.enter(req);
-        let set = SetAttr {
+        let mut set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
             gid,
@@ -774,6 +830,24 @@ impl fuser::Filesystem for OrdoFuse {
             ctime: ctime.map(timespec),
         };
         let ino = ino_from_fuse(ino);
+        if set.size.is_some() && req.uid() != 0 {
+            // A truncation by a caller without CAP_FSETID (truncate(2),
+            // and open(O_TRUNC) when the kernel opens files itself): the
+            // kernel's FUSE clears set-user-ID, and set-group-ID only with
+            // group execute, because it cannot tell group membership; ext4
+            // also clears set-group-ID for a caller outside the group.
+            if let Ok(a) = self.fs.getattr(ino) {
+                if a.kind == FileType::Regular && set.perm.unwrap_or(a.perm) & 0o6000 != 0 {
+                    let groups = groups_of(req.pid());
+                    let in_group = req.gid() == a.gid || groups.contains(&a.gid);
+                    let base = set.perm.unwrap_or(a.perm);
+                    let perm = kill_suid_sgid(base, in_group);
+                    if perm != base {
+                        set.perm = Some(perm);
+                    }
+                }
+            }
+        }
         let result = if set.perm.is_some() {
             // A mode change drops S_ISGID when the caller is not in the
             // file's group: ext4 does it in setattr_copy, which FUSE leaves
@@ -923,6 +997,11 @@ impl fuser::Filesystem for OrdoFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.kernel_opens {
+            // The kernel opens regular files itself from now on (and sends
+            // no RELEASE for them); the lookup it holds keeps the inode.
+            return reply.error(Errno::ENOSYS);
+        }
         self.enter(req);
         let ino = ino_from_fuse(ino);
         if flags.0 & libc::O_TRUNC != 0 {
@@ -1022,6 +1101,11 @@ impl fuser::Filesystem for OrdoFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if self.kernel_opens {
+            // Only a created file's handle reaches here, and it was not
+            // counted (see `create`).
+            return reply.ok();
+        }
         self.enter(req);
         Self::empty(reply, self.fs.release(ino_from_fuse(ino)));
     }
@@ -1099,6 +1183,15 @@ impl fuser::Filesystem for OrdoFuse {
                 Err(FsError::Errno(libc::ENOENT)) => continue,
                 Err(e) => return reply.error(errno_of(&e)),
             };
+            // The kernel takes a reference on every entry it is given but
+            // `.` and `..` (fuse_direntplus_link); one that does not fit is
+            // not given.
+            let counted = self.kernel_opens && ent.name != b"." && ent.name != b"..";
+            if counted {
+                if let Err(e) = self.fs.open(ent.ino) {
+                    return reply.error(errno_of(&e));
+                }
+            }
             let full = reply.add(
                 ino_to_fuse(ent.ino),
                 ent.next_offset,
@@ -1108,6 +1201,9 @@ impl fuser::Filesystem for OrdoFuse {
                 Generation(u64::from(attr.generation)),
             );
             if full {
+                if counted {
+                    let _ = self.fs.release(ent.ino);
+                }
                 break;
             }
         }
@@ -1235,8 +1331,18 @@ impl fuser::Filesystem for OrdoFuse {
             0,
             &creds_umask(req, umask),
         );
+        // With the kernel opening files, the kernel's reference taken below
+        // keeps the file alive for as long as the handle (the kernel may
+        // send no RELEASE for it), so the handle itself is not counted.
+        let open = |ino| {
+            if self.kernel_opens {
+                Ok(())
+            } else {
+                self.fs.open(ino)
+            }
+        };
         let result = match created {
-            Ok(attr) => self.fs.open(attr.ino).map(|()| (attr, self.direct_create)),
+            Ok(attr) => open(attr.ino).map(|()| (attr, self.direct_create)),
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 let mut who = creds(req);
                 who.groups = groups_of(req.pid());
@@ -1245,6 +1351,17 @@ impl fuser::Filesystem for OrdoFuse {
             }
             Err(e) => Err(e),
         };
+        // The reply is an entry too: the kernel's reference, beside the
+        // open handle (released by RELEASE).
+        let result = result.and_then(|(attr, direct)| match self.hold(attr.ino) {
+            Ok(()) => Ok((attr, direct)),
+            Err(e) => {
+                if !self.kernel_opens {
+                    let _ = self.fs.release(attr.ino);
+                }
+                Err(e)
+            }
+        });
         match result {
             // A new file's handle is served with direct I/O (see
             // `MountConfig::direct_io_on_create`); an existing file opened

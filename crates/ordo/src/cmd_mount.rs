@@ -131,6 +131,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     let config = MountConfig {
         threads: parsed.threads,
         direct_io_on_create: parsed.direct_create,
+        open_requests: parsed.open_requests,
         allow_other: true,
         read_only: parsed.fs.read_only,
         attr_ttl: parsed.attr_ttl,

@@ -27,6 +27,11 @@ pub struct ParsedMount {
     /// `direct_create=on|off` (default on): serve a create's handle with
     /// direct I/O where the kernel allows it (one request less per write).
     pub direct_create: bool,
+    /// `open_requests=on|off` (default on): ordo is asked to open and
+    /// close regular files. Off, the kernel opens them without a request
+    /// (FUSE's `no_open`) and an unlinked inode lives until the kernel
+    /// forgets it.
+    pub open_requests: bool,
     /// `readahead=SIZE` (default 1M): the kernel's readahead window for
     /// the mount, in KiB (FUSE's own default is 128K).
     pub readahead_kib: u32,
@@ -81,7 +86,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, readahead=SIZE",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, readahead=SIZE",
         modes.join("|")
     )
 }
@@ -117,6 +122,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
     };
     let mut threads = 4usize;
     let mut direct_create = true;
+    let mut open_requests = true;
     let mut readahead_kib = 1024u32;
     let mut attr_ttl = Duration::from_secs(1);
     let mut mode: Option<ProtocolKind> = None;
@@ -215,6 +221,13 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     v => return Err(format!("direct_create={v}: must be on or off")),
                 };
             }
+            "open_requests" => {
+                open_requests = match need(value)?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("open_requests={v}: must be on or off")),
+                };
+            }
             "commit" => {
                 let secs: u64 = need(value)?
                     .parse()
@@ -274,6 +287,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         mode_given: mode.is_some(),
         data_given: data,
         direct_create,
+        open_requests,
         readahead_kib,
     };
     if mode.is_some() {
@@ -376,12 +390,16 @@ mod tests {
         assert!(parse("mode=journal").unwrap().direct_create);
         assert!(!parse("direct_create=off").unwrap().direct_create);
         assert!(parse("direct_create=on").unwrap().direct_create);
+        assert!(parse("mode=journal").unwrap().open_requests);
+        assert!(!parse("open_requests=off").unwrap().open_requests);
         assert_eq!(parse("mode=journal").unwrap().readahead_kib, 1024);
         assert_eq!(parse("readahead=128K").unwrap().readahead_kib, 128);
         for bad in [
             "direct_create",
             "direct_create=",
             "direct_create=yes",
+            "open_requests",
+            "open_requests=no",
             "readahead=0",
             "readahead=1000",
             "readahead=1G",

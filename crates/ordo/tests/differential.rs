@@ -1035,6 +1035,14 @@ fn syscall_sequences_match_the_kernels_ext4_under_optimistic() {
 
 /// NoFS: no ordering at all, backlinks kept in an attribute ordo does
 /// not show, every data read checked against its owner record.
+/// With the kernel opening files itself (`open_requests=off`): files
+/// unlinked while open, O_TRUNC opens and mmap go through the kernel's
+/// references instead of OPEN and RELEASE.
+#[test]
+fn syscall_sequences_match_the_kernels_ext4_without_open_requests() {
+    differential("open_requests=off", &[14, 15]);
+}
+
 #[test]
 fn syscall_sequences_match_the_kernels_ext4_under_backpointers() {
     differential("mode=backpointers", &[13]);
@@ -1114,6 +1122,18 @@ fn differential(options: &str, default_seeds: &[u64]) {
 /// rarely: each error the kernel's ext4 gives, once.
 #[test]
 fn error_cases_match_the_kernels_ext4() {
+    error_cases("");
+}
+
+/// The same cases with the kernel opening files without a request
+/// (`open_requests=off`): `open(O_TRUNC)` then arrives as a SETATTR, and an
+/// unlinked file lives until the kernel forgets it.
+#[test]
+fn error_cases_match_the_kernels_ext4_without_open_requests() {
+    error_cases("open_requests=off");
+}
+
+fn error_cases(options: &str) {
     require_loop_devices();
     no_umask();
     let s = Scratch::new();
@@ -1141,7 +1161,7 @@ fn error_cases_match_the_kernels_ext4() {
     let omp = s.mkdir("o");
     sh(s.dir.path(), "chmod 0755 .");
     let km = KernelMount::start(&kimg, &kmp, "");
-    let om = OrdoMount::start(&oimg, &omp, "");
+    let om = OrdoMount::start(&oimg, &omp, options);
     let kdir = kmp.join("t");
     let odir = omp.join("t");
     prepare(&kdir);
@@ -1472,6 +1492,15 @@ fn nearly_full_steps(dir: &Path) -> Vec<(String, Vec<String>)> {
 /// on both; and both images must be `e2fsck -fn` clean.
 #[test]
 fn nearly_full_matches_the_kernels_ext4() {
+    nearly_full("");
+}
+
+#[test]
+fn nearly_full_matches_the_kernels_ext4_without_open_requests() {
+    nearly_full("open_requests=off");
+}
+
+fn nearly_full(options: &str) {
     require_loop_devices();
     no_umask();
     let s = Scratch::new();
@@ -1499,7 +1528,7 @@ fn nearly_full_matches_the_kernels_ext4() {
     let omp = s.mkdir("o");
     sh(s.dir.path(), "chmod 0755 .");
     let km = KernelMount::start(&kimg, &kmp, "");
-    let om = OrdoMount::start(&oimg, &omp, "");
+    let om = OrdoMount::start(&oimg, &omp, options);
     let mut runs = Vec::new();
     for mp in [&kmp, &omp] {
         let dir = mp.join("t");

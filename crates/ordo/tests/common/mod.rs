@@ -191,6 +191,26 @@ impl OrdoMount {
         (status, err)
     }
 
+    /// Wait for `ordo mount` to exit after an unmount made elsewhere (a
+    /// lazy one, say); returns its exit status and standard error.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait ordo mount") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ordo mount did not exit after its unmount"
+            );
+            sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).ok();
+        (status, err)
+    }
+
     /// Unmount and assert `ordo mount` exited 0.
     pub fn stop_ok(self) {
         let (status, err) = self.stop();
