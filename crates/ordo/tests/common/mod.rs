@@ -158,7 +158,7 @@ impl OrdoMount {
 
     /// Unmount with `fusermount3 -u` and wait for `ordo mount` to exit;
     /// returns its exit status and standard error.
-    pub fn stop(mut self) -> (ExitStatus, String) {
+    pub fn stop(self) -> (ExitStatus, String) {
         let mp = self.mountpoint.to_str().unwrap().to_string();
         let deadline = Instant::now() + Duration::from_secs(60);
         // The kernel refuses while something still uses the mount (EBUSY),
@@ -175,24 +175,12 @@ impl OrdoMount {
             );
             sleep(Duration::from_millis(100));
         }
-        let mut child = self.child.take().unwrap();
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait ordo mount") {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ordo mount did not exit after being unmounted"
-            );
-            sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).ok();
-        (status, err)
+        self.wait()
     }
 
-    /// Wait for `ordo mount` to exit after an unmount made elsewhere (a
-    /// lazy one, say); returns its exit status and standard error.
+    /// Wait (up to 60 s) for `ordo mount` to exit after an unmount made
+    /// elsewhere (a lazy one, say); returns its exit status and standard
+    /// error.
     pub fn wait(mut self) -> (ExitStatus, String) {
         let mut child = self.child.take().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -202,7 +190,7 @@ impl OrdoMount {
             }
             assert!(
                 Instant::now() < deadline,
-                "ordo mount did not exit after its unmount"
+                "ordo mount did not exit after being unmounted"
             );
             sleep(Duration::from_millis(20));
         };
