@@ -135,6 +135,10 @@ pub struct CrashArgs {
     /// fusermount3) instead of the library API.
     #[arg(long)]
     pub fuse: bool,
+    /// With --fuse: mount with `open_requests=off` (the kernel opens files
+    /// without asking; an unlinked file lives until the kernel forgets it).
+    #[arg(long, requires = "fuse")]
+    pub fuse_no_open: bool,
     /// Test-only fault injection into recorded logs.
     #[arg(long, hide = true)]
     pub fault: Option<LogFault>,
@@ -337,6 +341,7 @@ impl CrashArgs {
         p.keep = self.keep.clone();
         p.fault = self.fault;
         p.fuse = self.fuse;
+        p.fuse_no_open = self.fuse_no_open;
         if self.state.is_some() && self.shard.is_some() {
             return Err(CrashError::Invalid(
                 "--state and --shard exclude each other".into(),

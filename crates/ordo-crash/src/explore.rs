@@ -246,6 +246,9 @@ pub struct ExploreParams {
     pub fault: Option<LogFault>,
     /// Record through a FUSE mount instead of the library API.
     pub fuse: bool,
+    /// With `fuse`: the mount answers OPEN with ENOSYS, so the kernel
+    /// opens files itself (`open_requests=off`).
+    pub fuse_no_open: bool,
 }
 
 impl ExploreParams {
@@ -269,6 +272,7 @@ impl ExploreParams {
             keep: None,
             fault: None,
             fuse: false,
+            fuse_no_open: false,
         }
     }
 
@@ -306,6 +310,9 @@ impl ExploreParams {
         }
         if self.fuse {
             o.push("--fuse".to_string());
+        }
+        if self.fuse_no_open {
+            o.push("--fuse-no-open".to_string());
         }
         if let Some(f) = self.fault {
             o.push(format!("--fault {}", fault_name(f)));
@@ -392,6 +399,7 @@ pub fn record_workload(
         mode: p.mode,
         data: p.data,
         fuse: p.fuse,
+        fuse_no_open: p.fuse_no_open,
     };
     let indices: Vec<usize> = match only {
         Some(s) => vec![s],

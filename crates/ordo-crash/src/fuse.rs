@@ -41,6 +41,12 @@ pub struct FuseMount {
 impl FuseMount {
     /// Mount `fs` on a fresh temporary directory.
     pub fn new(fs: Arc<Fs>) -> io::Result<FuseMount> {
+        Self::with_open_requests(fs, true)
+    }
+
+    /// The same, with OPEN and RELEASE served or not
+    /// ([`ordo_fuse::MountConfig::open_requests`]).
+    pub fn with_open_requests(fs: Arc<Fs>, open_requests: bool) -> io::Result<FuseMount> {
         let dir = tempfile::Builder::new()
             .prefix("ordo-crash-mnt-")
             .tempdir()?;
@@ -50,6 +56,7 @@ impl FuseMount {
             read_only: false,
             attr_ttl: std::time::Duration::ZERO,
             fsname: "ordo-crash".to_string(),
+            open_requests,
             ..ordo_fuse::MountConfig::default()
         };
         let session = ordo_fuse::mount(fs, dir.path(), &config)?.spawn()?;

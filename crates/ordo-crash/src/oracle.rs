@@ -1150,10 +1150,16 @@ pub(crate) fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
 fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> Vec<Failure> {
     let promise = &rec.promises[idx];
     let win = window(rec, promise.op, j);
-    // The operation in flight, when the window extends past the promise.
-    let partial = (j > promise.op)
-        .then(|| rec.sequence.ops.get(j.wrapping_sub(1)))
-        .flatten();
+    // The writes a crash may leave split: the operation in flight, when the
+    // window extends past the promise; through FUSE, every write of the
+    // window, since the kernel sends one write as several requests and no
+    // file system can make those one unit (an unsynced `pwrite` on the
+    // kernel's ext4 may also be left at a page boundary).
+    let split: Vec<(usize, &Op)> = (1..win.len())
+        .filter(|&k| rec.through_fuse || k == win.len() - 1)
+        .filter(|_| j > promise.op)
+        .filter_map(|k| rec.sequence.ops.get(promise.op + k - 1).map(|op| (k, op)))
+        .collect();
     let at = &win[0];
     let broken = |d: String| {
         Failure::new(
@@ -1167,7 +1173,7 @@ fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> 
             for (path, node) in at.walk() {
                 match at.node(node).map(|n| &n.data) {
                     Some(NodeData::File { .. }) => out.extend(
-                        check_file(win, node, &path, None, partial, reader)
+                        check_file(win, node, &path, None, &split, reader)
                             .into_iter()
                             .map(&broken),
                     ),
@@ -1180,7 +1186,7 @@ fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> 
         }
         Promised::File { node, name, .. } => {
             out.extend(
-                check_file(win, *node, "", name.as_ref(), partial, reader)
+                check_file(win, *node, "", name.as_ref(), &split, reader)
                     .into_iter()
                     .map(&broken),
             );
@@ -1203,7 +1209,7 @@ fn check_file(
     node: NodeId,
     path: &str,
     name: Option<&(NodeId, Vec<u8>)>,
-    partial: Option<&Op>,
+    split: &[(usize, &Op)],
     reader: &mut Reader,
 ) -> Vec<String> {
     let mut out = Vec::new();
@@ -1229,29 +1235,21 @@ fn check_file(
     match reader.file(ino) {
         Err(e) => out.push(format!("{what}: {e}")),
         Ok(data) => {
-            // A write in flight may be split in several requests (FUSE
-            // sends at most a page or `max_write` per request), each of
-            // which may have reached the disk: any size between the sizes
-            // before and after it is one a crash can leave.
-            let growing = partial.is_some_and(|op| writes_to(op, win, node)) && win.len() >= 2;
-            let in_flight_range = if growing {
-                let before = win[win.len() - 2]
-                    .node(node)
-                    .and_then(|n| n.content())
-                    .map(|c| c.len());
-                let after = win[win.len() - 1]
-                    .node(node)
-                    .and_then(|n| n.content())
-                    .map(|c| c.len());
-                match (before, after) {
+            // A write may be split in several requests (FUSE sends at most
+            // a page or `max_write` per request), each of which may have
+            // reached the disk: any size between the sizes before and after
+            // it is one a crash can leave (`split`: which writes).
+            let len_at = |k: usize| win[k].node(node).and_then(|n| n.content()).map(|c| c.len());
+            let split_ranges: Vec<std::ops::RangeInclusive<usize>> = split
+                .iter()
+                .filter(|(k, op)| writes_to_at(op, win, *k, node))
+                .filter_map(|&(k, _)| match (len_at(k - 1), len_at(k)) {
                     (Some(b), Some(a)) => Some(b.min(a)..=b.max(a)),
                     _ => None,
-                }
-            } else {
-                None
-            };
+                })
+                .collect();
             let size_ok = contents.iter().any(|c| c.len() == data.len())
-                || in_flight_range.is_some_and(|r| r.contains(&data.len()));
+                || split_ranges.iter().any(|r| r.contains(&data.len()));
             if !size_ok {
                 let sizes: Vec<usize> = contents.iter().map(|c| c.len()).collect();
                 out.push(format!(
@@ -1326,11 +1324,17 @@ fn check_file(
 /// Whether `op` writes data into `node` (as resolved in the window's last
 /// snapshot but one: the tree the operation ran on).
 pub(crate) fn writes_to(op: &Op, win: &[Arc<Tree>], node: NodeId) -> bool {
+    win.len() >= 2 && writes_to_at(op, win, win.len() - 1, node)
+}
+
+/// Whether `op`, the operation between `win[k - 1]` and `win[k]`, writes
+/// to `node`.
+pub(crate) fn writes_to_at(op: &Op, win: &[Arc<Tree>], k: usize, node: NodeId) -> bool {
     let path = match op {
         Op::Write { path, .. } | Op::Append { path, .. } => path,
         _ => return false,
     };
-    win.len() >= 2 && win[win.len() - 2].resolve(path) == Some(node)
+    k >= 1 && k < win.len() && win[k - 1].resolve(path) == Some(node)
 }
 
 pub(crate) fn dedup(mut v: Vec<usize>) -> Vec<usize> {

@@ -81,6 +81,10 @@ pub struct Recording {
     /// Recorded operations ordo answered with ENOSPC (a full file system,
     /// the `enospc` workload).
     pub out_of_space: usize,
+    /// Recorded through a FUSE mount: the kernel may have split a write
+    /// into several requests (a page or `max_write` each), which ordo
+    /// serves as separate operations.
+    pub through_fuse: bool,
     /// The stream-prefix candidates of the recording, built on first use
     /// ([`Recording::stream_candidates`]).
     stream_candidates: std::sync::OnceLock<crate::streams::Candidates>,
@@ -165,6 +169,9 @@ pub struct RecordParams {
     /// Run the recorded operations through a FUSE mount of the file system
     /// instead of the library API.
     pub fuse: bool,
+    /// With `fuse`: the kernel opens files without OPEN and RELEASE
+    /// (`open_requests=off`).
+    pub fuse_no_open: bool,
 }
 
 /// A clean image after a setup, and the model of its tree.
@@ -695,7 +702,10 @@ pub fn record(
             .map_err(|e| rec_err(seq, 0, "mount", e))?,
     );
     let mnt = if params.fuse {
-        Some(FuseMount::new(fs.clone()).map_err(|e| rec_err(seq, 0, "FUSE mount", e))?)
+        Some(
+            FuseMount::with_open_requests(fs.clone(), !params.fuse_no_open)
+                .map_err(|e| rec_err(seq, 0, "FUSE mount", e))?,
+        )
     } else {
         None
     };
@@ -754,6 +764,7 @@ pub fn record(
         versions: std::sync::OnceLock::new(),
         listings: std::sync::OnceLock::new(),
         out_of_space: enospc_ops,
+        through_fuse: params.fuse,
         stream_candidates: std::sync::OnceLock::new(),
     })
 }

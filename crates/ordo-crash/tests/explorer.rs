@@ -280,11 +280,19 @@ fn recording_through_fuse() {
         return;
     }
     let (_dir, path) = scenario(
-        "preset\n---\ncreat /A/new\nwrite /A/new 0 10000\nfsync /A/new\nappend /A/foo 6000\nfdatasync /A/foo\nmkdir /C/d\nfsync /C\nsync\n",
+        "preset\n---\ncreat /A/new\nwrite /A/new 0 10000\nfsync /A/new\nappend /A/foo 6000\nfdatasync /A/foo\nmkdir /C/d\nfsync /C\nsync\nunlink /A/new\nsync\n",
     );
-    for mode in [ProtocolKind::named("sync"), ProtocolKind::named("journal")] {
+    // With the kernel opening files itself (`--fuse-no-open`) the unlinked
+    // file lives until the kernel's FORGET: the orphan list, then the free.
+    for (mode, no_open) in [
+        (ProtocolKind::named("sync"), false),
+        (ProtocolKind::named("journal"), false),
+        (ProtocolKind::named("sync"), true),
+        (ProtocolKind::named("journal"), true),
+    ] {
         let mut p = params(mode, &path);
         p.fuse = true;
+        p.fuse_no_open = no_open;
         let r = match explore(&p) {
             Ok(r) => r,
             Err(e) if e.to_string().contains("not built yet") => continue,
@@ -293,7 +301,14 @@ fn recording_through_fuse() {
         println!("{}", r.summary(5));
         assert!(r.checked > 0);
         assert_eq!(r.checked, r.states_total);
-        assert_eq!(r.options, "--fuse");
+        assert_eq!(
+            r.options,
+            if no_open {
+                "--fuse --fuse-no-open"
+            } else {
+                "--fuse"
+            }
+        );
         assert_eq!(r.broken_promises, 0, "{}", r.summary(5));
         assert_eq!(r.foreign_data, 0, "{}", r.summary(5));
         if mode == ProtocolKind::named("journal") {
@@ -377,6 +392,7 @@ fn enospc_workload_runs_to_full_and_stays_consistent() {
             mode,
             data: DataMode::Ordered,
             fuse: false,
+            fuse_no_open: false,
         };
         for (i, seq) in enospc(&wp).iter().enumerate() {
             let rec = record(&empty, &setups, i, seq, &rp).unwrap();

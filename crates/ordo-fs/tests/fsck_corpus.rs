@@ -1303,3 +1303,60 @@ fn xattr_damage_is_found_as_e2fsck_finds_it() {
         assert!(disagree.is_empty(), "{}", disagree.join("\n\n"));
     }
 }
+
+/// The protocols without a journal write the orphan list late and an
+/// orphan's release in order, so a crash may keep the list's pointer to an
+/// orphan already released, whose `i_dtime` is then a deletion time, not a
+/// next inode. That end of the list is benign (the kernel stops there and
+/// clears `s_last_orphan`; e2fsck drops the list), and the repair clears the
+/// list. An illegal head in the superblock itself stays unsafe.
+#[test]
+fn an_orphan_list_reaching_a_released_inode_is_benign() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = make_base(dir.path(), "orphan", mkfs_ext4("", "64M"));
+    // A released inode (links 0, i_dtime a time) at the list's head.
+    let img = dir.path().join("released.img");
+    std::fs::copy(&base, &img).unwrap();
+    debugfs(&img, "sif <1000> dtime 1700003600");
+    debugfs(&img, "ssv last_orphan 1000");
+    let dev = open(&img, true);
+    let r = check(&dev, &FsckOptions::default()).expect("check runs");
+    assert!(!r.has_unsafe(), "{:?}", r.problems);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.severity == Severity::Benign && p.message.contains("released inode 1000")),
+        "{:?}",
+        r.problems
+    );
+    let rep = check(
+        &dev,
+        &FsckOptions {
+            repair_benign: true,
+            ..FsckOptions::default()
+        },
+    )
+    .expect("repair runs");
+    drop(dev);
+    assert!(!rep.errors_remain(), "{:?}", rep.remaining);
+    assert_eq!(super_of(&img).last_orphan, 0, "the list was not cleared");
+    let (clean, _, out) = e2fsck_clean(&img);
+    assert!(clean, "{out}");
+    // The same number as the superblock's head: unsafe, nothing written.
+    let img = dir.path().join("illegal-head.img");
+    std::fs::copy(&base, &img).unwrap();
+    debugfs(&img, "ssv last_orphan 1700003600");
+    let before = digest(&img);
+    let dev = open(&img, true);
+    let rep = check(
+        &dev,
+        &FsckOptions {
+            repair_benign: true,
+            ..FsckOptions::default()
+        },
+    )
+    .expect("check runs");
+    drop(dev);
+    assert!(rep.has_unsafe(), "{:?}", rep.problems);
+    assert_eq!(digest(&img), before, "the repair wrote to an unsafe image");
+}

@@ -31,16 +31,37 @@ impl<'a> Checker<'a> {
     fn collect_orphans(&mut self) -> Result<(), FsError> {
         let mut ino = self.sb.last_orphan;
         let mut seen = HashSet::new();
+        // The inode whose i_dtime gave `ino`, and whether it was free.
+        let mut from: Option<(u32, bool)> = None;
         while ino != 0 {
             if ino < self.sb.first_ino || ino > self.geo.inodes_count {
-                problem!(
-                    self,
-                    Unsafe,
-                    Orphan,
-                    Some(ino),
-                    None,
-                    "orphan list (superblock s_last_orphan / i_dtime chain) names illegal inode {ino}"
-                );
+                match from {
+                    // A freed inode's i_dtime is its deletion time: the
+                    // chain still names an inode already released (the
+                    // orphan list is a delayed write for the protocols
+                    // without a journal, so the pointer to a released
+                    // orphan may outlive it). The list ends there, as the
+                    // kernel ends it (ext4_orphan_get fails, s_last_orphan
+                    // is cleared) and e2fsck drops it
+                    // (PR_0_ORPHAN_ILLEGAL_INODE, then a full check).
+                    Some((prev, true)) => problem!(
+                        self,
+                        Benign,
+                        Orphan,
+                        Some(prev),
+                        None,
+                        "orphan list reaches released inode {prev}, whose i_dtime {ino} is \
+                         its deletion time: the list ends there"
+                    ),
+                    _ => problem!(
+                        self,
+                        Unsafe,
+                        Orphan,
+                        Some(ino),
+                        None,
+                        "orphan list (superblock s_last_orphan / i_dtime chain) names illegal inode {ino}"
+                    ),
+                }
                 break;
             }
             if !seen.insert(ino) {
@@ -58,6 +79,7 @@ impl<'a> Checker<'a> {
                 break;
             };
             self.orphans.push(ino);
+            from = Some((ino, inode.links == 0));
             ino = inode.dtime;
         }
         Ok(())
