@@ -6,6 +6,7 @@
 #
 #   scripts/memwalk.sh                      # N=300000 MODE=journal CACHE=32M
 #   N=1000000 MODE=async CACHE=64M scripts/memwalk.sh
+#   OPTS=open_requests=off scripts/memwalk.sh     # more -o options
 #
 # Needs root (loop device, mount).
 set -euo pipefail
@@ -30,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 "$B" mkfs "$L" >/dev/null
 mnt() {
-    "$B" mount "$L" "$W/m" -o "mode=$MODE,cache=$CACHE" >/dev/null 2>&1
+    "$B" mount "$L" "$W/m" -o "mode=$MODE,cache=$CACHE${OPTS:+,$OPTS}" >/dev/null 2>&1
     pgrep -f "ordo mount $L" | tail -1
 }
 P=$(mnt)
@@ -44,7 +45,7 @@ for d in range(100):
     for f in range(per):
         os.close(os.open(f"{p}/file-with-a-longer-name-{f:07d}", os.O_CREAT | os.O_WRONLY, 0o644))
 PY
-echo "memwalk: mode=$MODE cache=$CACHE, $N files: create: $(awk '/VmHWM/ {print $2, $3}' /proc/"$P"/status) peak"
+echo "memwalk: mode=$MODE cache=$CACHE${OPTS:+ $OPTS}, $N files: create: $(awk '/VmHWM/ {print $2, $3}' /proc/"$P"/status) peak"
 umount "$W/m"
 sleep 1
 P=$(mnt)
