@@ -406,6 +406,12 @@ impl Core {
         };
         let ibody_before = ibody.clone();
         let battrs_before = battrs.clone();
+        // ext4 replaces an attribute of the inode's area where its entry
+        // is (`ext4_xattr_set_entry` moves the value, not the entry), so
+        // listxattr keeps its order.
+        let old_pos = ibody
+            .iter()
+            .position(|a| a.index == index && a.name == name);
         ibody.retain(|a| !(a.index == index && a.name == name));
         battrs.retain(|a| !(a.index == index && a.name == name));
         if let Some(v) = value {
@@ -415,7 +421,10 @@ impl Core {
                 value: v,
             };
             let mut try_ibody = ibody.clone();
-            try_ibody.push(new.clone());
+            match old_pos {
+                Some(p) => try_ibody.insert(p, new.clone()),
+                None => try_ibody.push(new.clone()),
+            }
             // With backlinks nothing is ordered, so an attribute must never
             // move between the inode and its block (the copy removed and
             // the copy added land in no order, and a crash could leave

@@ -830,12 +830,14 @@ impl fuser::Filesystem for OrdoFuse {
             ctime: ctime.map(timespec),
         };
         let ino = ino_from_fuse(ino);
-        if set.size.is_some() && req.uid() != 0 {
-            // A truncation by a caller without CAP_FSETID (truncate(2),
-            // and open(O_TRUNC) when the kernel opens files itself): the
-            // kernel's FUSE clears set-user-ID, and set-group-ID only with
-            // group execute, because it cannot tell group membership; ext4
-            // also clears set-group-ID for a caller outside the group.
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if (set.size.is_some() || chown) && req.uid() != 0 {
+            // A truncation or chown by a caller without CAP_FSETID
+            // (truncate(2), and open(O_TRUNC) when the kernel opens files
+            // itself): the kernel's FUSE clears set-user-ID, and
+            // set-group-ID only with group execute, because it cannot tell
+            // group membership; ext4 also clears set-group-ID for a caller
+            // outside the file's group (as it is before a chown).
             if let Ok(a) = self.fs.getattr(ino) {
                 if a.kind == FileType::Regular && set.perm.unwrap_or(a.perm) & 0o6000 != 0 {
                     let groups = groups_of(req.pid());
@@ -1057,8 +1059,21 @@ impl fuser::Filesystem for OrdoFuse {
         // itself: it flags a write by a caller without CAP_FSETID, and the
         // core clears the bits in the write's own handle. Only a file that
         // has such a bit needs the caller's groups (for set-group-ID).
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            && self.fs.getattr(ino).is_ok_and(|a| a.perm & 0o6000 != 0);
+        //
+        // Through the page cache the kernel clears set-user-ID, and
+        // set-group-ID with group execute, with a SETATTR before the write;
+        // set-group-ID without group execute it leaves (it cannot tell
+        // group membership), where ext4 clears it for a caller outside the
+        // file's group (`setattr_should_drop_sgid`): the core does that.
+        let kill = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.fs.getattr(ino).is_ok_and(|a| a.perm & 0o6000 != 0)
+        } else {
+            req.uid() != 0
+                && self
+                    .fs
+                    .getattr(ino)
+                    .is_ok_and(|a| a.perm & 0o2010 == 0o2000 && a.kind == FileType::Regular)
+        };
         let r = if kill {
             let mut who = creds(req);
             who.groups = groups_of(req.pid());
