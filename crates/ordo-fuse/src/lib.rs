@@ -1191,11 +1191,17 @@ impl fuser::Filesystem for OrdoFuse {
             Ok(e) => e,
             Err(e) => return reply.error(errno_of(&e)),
         };
+        // An entry that fails after others were added ends the reply there:
+        // the kernel asks again from its offset and gets the error then, and
+        // the references taken for the entries already added are the
+        // kernel's (an error reply would give it none of them).
+        let mut added = false;
         for ent in entries {
             let attr = match self.fs.getattr(ent.ino) {
                 Ok(a) => a,
                 // Removed since the entries were read: leave it out.
                 Err(FsError::Errno(libc::ENOENT)) => continue,
+                Err(_) if added => break,
                 Err(e) => return reply.error(errno_of(&e)),
             };
             // The kernel takes a reference on every entry it is given but
@@ -1203,10 +1209,14 @@ impl fuser::Filesystem for OrdoFuse {
             // not given.
             let counted = self.kernel_opens && ent.name != b"." && ent.name != b"..";
             if counted {
-                if let Err(e) = self.fs.open(ent.ino) {
-                    return reply.error(errno_of(&e));
+                match self.fs.open(ent.ino) {
+                    Ok(()) => {}
+                    Err(FsError::Errno(libc::ENOENT)) => continue,
+                    Err(_) if added => break,
+                    Err(e) => return reply.error(errno_of(&e)),
                 }
             }
+            added = true;
             let full = reply.add(
                 ino_to_fuse(ent.ino),
                 ent.next_offset,
