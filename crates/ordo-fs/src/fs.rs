@@ -299,11 +299,7 @@ impl Fs {
             }
             if u64::from(held) <= n {
                 c.open_counts.remove(&ino);
-                let i = c.read_inode(ino)?;
-                Ok((
-                    i.links == 0 && i.mode != 0 && !c.read_only,
-                    u64::from(held) < n,
-                ))
+                Ok((unlinked_to_free(c, ino)?, u64::from(held) < n))
             } else {
                 c.open_counts.insert(ino, held - n as u32);
                 Ok((false, false))
@@ -330,8 +326,7 @@ impl Fs {
                 if c.open_counts.remove(&ino).is_none() {
                     return Ok(false);
                 }
-                let i = c.read_inode(ino)?;
-                Ok(i.links == 0 && i.mode != 0 && !c.read_only)
+                unlinked_to_free(c, ino)
             })?;
             self.evict_if_unlinked(ino, evict)?;
         }
@@ -998,6 +993,14 @@ fn may_use_reserve(sbi: &Superblock, creds: &Creds) -> bool {
         || (sbi.def_resgid != 0
             && (creds.gid == sbi.def_resgid as u32
                 || creds.groups.contains(&(sbi.def_resgid as u32))))
+}
+
+/// Whether `ino`, whose last handle just went, is an unlinked inode to
+/// free now (a read-only mount frees nothing: the next read-write mount's
+/// orphan processing does).
+fn unlinked_to_free(c: &mut crate::state::Core, ino: Ino) -> Result<bool> {
+    let i = c.read_inode(ino)?;
+    Ok(i.links == 0 && i.mode != 0 && !c.read_only)
 }
 
 fn op_of_setattr(set: &SetAttr) -> OpKind {

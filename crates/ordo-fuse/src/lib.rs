@@ -488,6 +488,25 @@ pub const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// The core's rule, re-exported for the adapter's own callers.
 pub use ordo_fs::kill_suid_sgid;
 
+/// The permission bits `perm` of the file `attr` becomes when a caller
+/// other than root truncates or chowns it: ext4's rule
+/// ([`kill_suid_sgid`]), with the caller's supplementary groups read only
+/// when the file has a bit to lose. `None` when nothing changes.
+fn perm_after_kill(
+    uid: u32,
+    gid: u32,
+    groups: impl FnOnce() -> Vec<u32>,
+    attr: &Attr,
+    perm: u16,
+) -> Option<u16> {
+    if uid == 0 || attr.kind != FileType::Regular || perm & 0o6000 == 0 {
+        return None;
+    }
+    let in_group = gid == attr.gid || groups().contains(&attr.gid);
+    let killed = kill_suid_sgid(perm, in_group);
+    (killed != perm).then_some(killed)
+}
+
 /// The supplementary groups of process `pid`, from `/proc/PID/status`
 /// (FUSE requests carry only the uid and primary gid).
 fn groups_of(pid: u32) -> Vec<u32> {
@@ -706,13 +725,13 @@ impl OrdoFuse {
             size: Some(0),
             ..SetAttr::default()
         };
-        if caller.uid != 0 {
-            let in_group = caller.gid == attr.gid || caller.groups.contains(&attr.gid);
-            let perm = kill_suid_sgid(attr.perm, in_group);
-            if perm != attr.perm {
-                set.perm = Some(perm);
-            }
-        }
+        set.perm = perm_after_kill(
+            caller.uid,
+            caller.gid,
+            || caller.groups.clone(),
+            &attr,
+            attr.perm,
+        );
         self.fs.setattr(ino, &set)?;
         Ok(())
     }
@@ -839,14 +858,10 @@ impl fuser::Filesystem for OrdoFuse {
             // group membership; ext4 also clears set-group-ID for a caller
             // outside the file's group (as it is before a chown).
             if let Ok(a) = self.fs.getattr(ino) {
-                if a.kind == FileType::Regular && set.perm.unwrap_or(a.perm) & 0o6000 != 0 {
-                    let groups = groups_of(req.pid());
-                    let in_group = req.gid() == a.gid || groups.contains(&a.gid);
-                    let base = set.perm.unwrap_or(a.perm);
-                    let perm = kill_suid_sgid(base, in_group);
-                    if perm != base {
-                        set.perm = Some(perm);
-                    }
+                let base = set.perm.unwrap_or(a.perm);
+                let groups = || groups_of(req.pid());
+                if let Some(perm) = perm_after_kill(req.uid(), req.gid(), groups, &a, base) {
+                    set.perm = Some(perm);
                 }
             }
         }
