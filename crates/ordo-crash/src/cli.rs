@@ -192,6 +192,15 @@ pub struct SoakArgs {
     /// No line per seed.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Record every seed through a FUSE mount (needs /dev/fuse and
+    /// fusermount3): the kernel's requests, not the library's calls, reach
+    /// the protocol. Collapses and inserts, which FUSE refuses, become
+    /// punches and zeroed ranges.
+    #[arg(long)]
+    pub fuse: bool,
+    /// With --fuse: mount with `open_requests=off`.
+    #[arg(long, requires = "fuse")]
+    pub fuse_no_open: bool,
 }
 
 /// Subcommands of `ordo crash`.
@@ -533,12 +542,15 @@ fn run_soak(a: &SoakArgs) -> Result<i32, CrashError> {
             JudgePolicy::Sample(a.judge_every)
         };
         t.minimize_max = 5;
+        t.fuse = a.fuse;
+        t.fuse_no_open = a.fuse_no_open;
         let dir = a.dir.clone().unwrap_or_else(|| {
             PathBuf::from(format!(
-                "soak/{}-{}-{}",
+                "soak/{}-{}-{}{}",
                 a.workload,
                 mode,
-                explore::data_name(a.data)
+                explore::data_name(a.data),
+                if a.fuse { "-fuse" } else { "" }
             ))
         });
         let (i, n) = a.shard.unwrap_or((0, 1));

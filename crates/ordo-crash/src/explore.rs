@@ -380,6 +380,8 @@ pub fn record_workload(
     // Likewise streams, where the protocol keeps order per stream and the
     // stream-prefix hook checks it.
     wparams.streams |= p.mode.caps().stream_prefix_after_crash;
+    // FUSE cannot collapse or insert a range.
+    wparams.fuse |= p.fuse;
     let wl = workload::by_name(&p.workload, &wparams)?;
     if let Some(s) = only {
         if s >= wl.sequences.len() {

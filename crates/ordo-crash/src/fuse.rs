@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use ordo_fs::Fs;
 
-use crate::model::{Applied, Tree};
+use crate::record::{OrdoErr, Payload};
 use crate::workload::Op;
 
 /// A FUSE mount of a library file system, unmounted when dropped.
@@ -177,22 +177,25 @@ fn fallocate(file: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
     }
 }
 
-/// Run one operation through the mount at `mount` and on the model; new
-/// nodes get their inode numbers from `fs` (the library under the mount).
-pub fn run_op(
+/// Run one operation through the mount at `mount` (the model's side is
+/// `record::run_op`'s, shared with the library path, and so is what an
+/// ENOSPC means); returns the inode it created, which `fs`, the library
+/// under the mount, names.
+pub(crate) fn run_on_mount(
     mount: &Path,
     fs: &Fs,
-    tree: &mut Tree,
     op: &Op,
-    serial: u32,
-) -> Result<Applied, String> {
-    let payload = tree.write_payload(op, serial);
-    let mut next = tree.clone();
-    let applied = next
-        .apply(op, serial)
-        .map_err(|e| format!("the model refuses it: {e}"))?;
-    fn e(what: &'static str) -> impl Fn(io::Error) -> String {
-        move |err| format!("{what}: {err}")
+    payload: Option<Payload>,
+) -> Result<Option<u32>, OrdoErr> {
+    /// A failed call: ENOSPC changed nothing, anything else is reported.
+    fn e(what: &'static str) -> impl Fn(io::Error) -> OrdoErr {
+        move |err| {
+            if err.raw_os_error() == Some(libc::ENOSPC) {
+                OrdoErr::NoSpace { done: 0 }
+            } else {
+                OrdoErr::Text(format!("{what}: {err}"))
+            }
+        }
     }
     let open_rw = |p: &str| OpenOptions::new().write(true).open(at(mount, p));
     match op {
@@ -213,9 +216,20 @@ pub fn run_op(
         }
         Op::Write { path, .. } | Op::Append { path, .. } => {
             let (_, off, data) = payload.ok_or("no payload")?;
-            open_rw(path)
-                .and_then(|f| f.write_all_at(&data, off))
-                .map_err(e("pwrite"))?;
+            let f = open_rw(path).map_err(e("open"))?;
+            // A write the file system runs out of space in the middle of
+            // is short; the model stores the same first bytes.
+            let mut done = 0usize;
+            while done < data.len() {
+                match f.write_at(&data[done..], off + done as u64) {
+                    Ok(0) => return Err("pwrite wrote 0 bytes".into()),
+                    Ok(n) => done += n,
+                    Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => {
+                        return Err(OrdoErr::NoSpace { done })
+                    }
+                    Err(err) => return Err(OrdoErr::Text(format!("pwrite: {err}"))),
+                }
+            }
         }
         Op::Falloc {
             path,
@@ -330,24 +344,19 @@ pub fn run_op(
             return Err(format!(
                 "setstream {name}: streams through FUSE are keyed by process, and the \
                  explorer's requests all come from one process"
-            ))
+            )
+            .into())
         }
     }
-    if let Applied::Changed { created: Some(id) } = &applied {
-        let path = match op {
-            Op::Creat(p) | Op::Mkdir(p) | Op::Symlink { path: p, .. } => p,
-            _ => unreachable!("only creating operations create"),
-        };
-        let ino = fs
-            .lookup_path(path)
-            .map_err(|err| format!("lookup {path} after creating it: {err}"))?
-            .ino;
-        if let Some(Some(n)) = next.nodes.get_mut(*id) {
-            n.ino = ino;
-        }
-    }
-    *tree = next;
-    Ok(applied)
+    let created = match op {
+        Op::Creat(p) | Op::Mkdir(p) | Op::Symlink { path: p, .. } => Some(
+            fs.lookup_path(p)
+                .map_err(|err| format!("lookup {p} after creating it: {err}"))?
+                .ino,
+        ),
+        _ => None,
+    };
+    Ok(created)
 }
 
 fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {

@@ -206,12 +206,16 @@ fn is_enospc(e: &ordo_fs::FsError) -> bool {
 /// model applies those). `out_of_space` counts those answers: once there
 /// was one, the workload's later operations may name what a failed one
 /// would have made, and the model's refusal of one means it is skipped.
+///
+/// `exec` runs the operation on ordo (through the library or through a
+/// FUSE mount) with the bytes a write stores, and returns the inode it
+/// created, if any.
 fn run_op(
-    fs: &Fs,
     tree: &mut Tree,
     op: &Op,
     serial: u32,
     out_of_space: &mut usize,
+    exec: impl FnOnce(Option<Payload>) -> Result<Option<u32>, OrdoErr>,
 ) -> Result<Applied, String> {
     let unchanged = Applied::Changed { created: None };
     let payload = tree.write_payload(op, serial);
@@ -221,7 +225,7 @@ fn run_op(
         Err(_) if *out_of_space > 0 => return Ok(unchanged),
         Err(e) => return Err(format!("the model refuses it: {e}")),
     };
-    let created_ino = match run_on_ordo(fs, op, payload) {
+    let created_ino = match exec(payload) {
         Ok(v) => v,
         Err(OrdoErr::NoSpace { done }) => {
             *out_of_space += 1;
@@ -260,8 +264,11 @@ fn run_op(
     Ok(applied)
 }
 
+/// What a write stores: the model's node, the offset, the bytes.
+pub(crate) type Payload = (crate::model::NodeId, u64, Vec<u8>);
+
 /// Why an operation failed on ordo.
-enum OrdoErr {
+pub(crate) enum OrdoErr {
     /// ENOSPC, after `done` bytes of a write.
     NoSpace { done: usize },
     /// Another error of the named call.
@@ -283,11 +290,7 @@ impl From<&str> for OrdoErr {
 }
 
 /// Run `op` on ordo; returns the inode it created, if any.
-fn run_on_ordo(
-    fs: &Fs,
-    op: &Op,
-    payload: Option<(crate::model::NodeId, u64, Vec<u8>)>,
-) -> Result<Option<u32>, OrdoErr> {
+fn run_on_ordo(fs: &Fs, op: &Op, payload: Option<Payload>) -> Result<Option<u32>, OrdoErr> {
     let creds = Creds::root();
     let ino_of = |path: &str| -> Result<u32, String> {
         fs.lookup_path(path)
@@ -616,8 +619,10 @@ impl SetupCache {
             .map_err(|e| rec_err(seq, 0, "reading the empty file system", e))?;
         let mut enospc_ops = 0;
         for (i, op) in seq.setup.iter().enumerate() {
-            run_op(&fs, &mut tree, op, i as u32 + 1, &mut enospc_ops)
-                .map_err(|e| rec_err(seq, 0, &format!("setup: {op}"), e))?;
+            run_op(&mut tree, op, i as u32 + 1, &mut enospc_ops, |p| {
+                run_on_ordo(&fs, op, p)
+            })
+            .map_err(|e| rec_err(seq, 0, &format!("setup: {op}"), e))?;
         }
         fs.unmount()
             .map_err(|e| rec_err(seq, 0, "unmount (setup)", e))?;
@@ -734,8 +739,12 @@ pub fn record(
         let serial = (seq.setup.len() + op_index) as u32;
         let before = tree.clone();
         let applied = match &mnt {
-            Some(m) => crate::fuse::run_op(m.path(), &fs, &mut tree, op, serial),
-            None => run_op(&fs, &mut tree, op, serial, &mut enospc_ops),
+            Some(m) => run_op(&mut tree, op, serial, &mut enospc_ops, |p| {
+                crate::fuse::run_on_mount(m.path(), &fs, op, p)
+            }),
+            None => run_op(&mut tree, op, serial, &mut enospc_ops, |p| {
+                run_on_ordo(&fs, op, p)
+            }),
         }
         .map_err(|e| rec_err(seq, op_index, &op.to_string(), e))?;
         streams.note(op);

@@ -280,6 +280,14 @@ pub struct WorkloadParams {
     /// the protocols whose capabilities keep a prefix of each stream
     /// after a crash.
     pub streams: bool,
+    /// Recorded through a FUSE mount: the kernel's FUSE module answers
+    /// collapse and insert ranges with EOPNOTSUPP without asking the file
+    /// system, so the seeded workloads (`random`, `mix`, `htree`,
+    /// `enospc`) get a punched hole in place of a collapse and a zeroed
+    /// range in place of an insert, at the same place, and the sequences
+    /// of `seq1`, `seq2` and scenario files that use them are left out.
+    /// Off, every workload is what it was.
+    pub fuse: bool,
 }
 
 impl Default for WorkloadParams {
@@ -291,6 +299,7 @@ impl Default for WorkloadParams {
             seq2_max: 2000,
             durability_calls: false,
             streams: false,
+            fuse: false,
         }
     }
 }
@@ -320,6 +329,12 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
             vec![parse_scenario(&stem, &text)?]
         }
     };
+    let seeded = matches!(name, "random" | "mix" | "htree" | "enospc");
+    let sequences = if params.fuse {
+        without_shifts(sequences, seeded, name)?
+    } else {
+        sequences
+    };
     let kernel_dir = (name == "htree").then(htree_dir);
     let base = kernel_dir.as_ref().map(KernelDir::ops).unwrap_or_default();
     for s in &sequences {
@@ -330,6 +345,51 @@ pub fn by_name(name: &str, params: &WorkloadParams) -> Result<Workload, CrashErr
         sequences,
         kernel_dir,
     })
+}
+
+/// The sequences a FUSE recording can run ([`WorkloadParams::fuse`]): in
+/// a seeded workload (`replace`) each collapse becomes a punched hole and
+/// each insert a zeroed range that keeps the size, over the same blocks
+/// (valid wherever the shift was, and the operations after it do not
+/// depend on the file's size); elsewhere a sequence that shifts is left
+/// out, and a workload left with none is an error.
+fn without_shifts(
+    sequences: Vec<Sequence>,
+    replace: bool,
+    name: &str,
+) -> Result<Vec<Sequence>, CrashError> {
+    let is_shift = |op: &Op| matches!(op, Op::Collapse { .. } | Op::Insert { .. });
+    if !replace {
+        let had = sequences.len();
+        let kept: Vec<Sequence> = sequences
+            .into_iter()
+            .filter(|s| !s.setup.iter().chain(&s.ops).any(is_shift))
+            .collect();
+        if kept.is_empty() && had > 0 {
+            return Err(CrashError::Workload(format!(
+                "'{name}': every sequence collapses or inserts a range, which the kernel's FUSE module refuses (EOPNOTSUPP); it cannot be recorded with --fuse"
+            )));
+        }
+        return Ok(kept);
+    }
+    let unshift = |op: Op| match op {
+        Op::Collapse { path, off, len } => Op::Punch { path, off, len },
+        Op::Insert { path, off, len } => Op::Zero {
+            path,
+            off,
+            len,
+            keep_size: true,
+        },
+        other => other,
+    };
+    Ok(sequences
+        .into_iter()
+        .map(|s| Sequence {
+            name: s.name,
+            setup: s.setup.into_iter().map(unshift).collect(),
+            ops: s.ops.into_iter().map(unshift).collect(),
+        })
+        .collect())
 }
 
 impl KernelDir {
@@ -1976,6 +2036,47 @@ mod tests {
         for s in &a {
             validate(s).unwrap();
         }
+    }
+
+    #[test]
+    fn fuse_workloads_neither_collapse_nor_insert() {
+        let shifts = |w: &Workload| {
+            w.sequences
+                .iter()
+                .flat_map(|s| s.setup.iter().chain(&s.ops))
+                .filter(|op| matches!(op, Op::Collapse { .. } | Op::Insert { .. }))
+                .count()
+        };
+        let off = WorkloadParams {
+            seed: 7,
+            random_ops: 400,
+            ..Default::default()
+        };
+        let on = WorkloadParams { fuse: true, ..off };
+        for name in ["random", "mix", "seq1", "seq2"] {
+            let plain = by_name(name, &off).unwrap();
+            let fuse = by_name(name, &on).unwrap();
+            assert!(shifts(&plain) > 0, "{name} shifts nothing without --fuse");
+            assert_eq!(shifts(&fuse), 0, "{name} still shifts with --fuse");
+            if matches!(name, "random" | "mix") {
+                // Same sequences, the shifts replaced in place.
+                assert_eq!(plain.sequences.len(), fuse.sequences.len());
+                for (a, b) in plain.sequences.iter().zip(&fuse.sequences) {
+                    assert_eq!(a.ops.len(), b.ops.len());
+                }
+            } else {
+                assert!(fuse.sequences.len() < plain.sequences.len());
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("ordo-shift-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("shift.txt");
+        std::fs::write(&path, "creat /f\nwrite /f 0 12288\ncollapse /f 0 4096\n").unwrap();
+        let path = path.to_str().unwrap();
+        assert!(by_name(path, &off).is_ok());
+        let err = by_name(path, &on).unwrap_err().to_string();
+        assert!(err.contains("EOPNOTSUPP"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -120,6 +120,49 @@ fn the_soak_fails_on_async() {
     assert!(s.inconsistent > 0);
 }
 
+/// A soak recorded through a FUSE mount (`ordo crash soak --fuse`): the
+/// kernel's requests, not the library's calls, reach the protocol; the
+/// `mix` workload's collapses and inserts become punches and zeroed ranges
+/// (FUSE refuses them). `journal` is clean with and without the kernel
+/// opening files itself; `async` fails the same way. Skipped where FUSE is
+/// not available.
+#[test]
+fn fuse_soaks_record_through_the_kernel() {
+    let fuse_ok = std::path::Path::new("/dev/fuse").exists()
+        && std::process::Command::new("fusermount3")
+            .arg("-V")
+            .output()
+            .is_ok();
+    if !fuse_ok {
+        eprintln!("skipped: no /dev/fuse or fusermount3");
+        return;
+    }
+    let fuse_soak = |mode: &str, no_open: bool, target: u64| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = params(
+            ProtocolKind::named(mode),
+            DataMode::Ordered,
+            target,
+            dir.path().to_path_buf(),
+        );
+        p.template.fuse = true;
+        p.template.fuse_no_open = no_open;
+        let s = soak(&p).unwrap();
+        println!("{}", s.text());
+        assert!(s.options.contains("--fuse"), "{}", s.options);
+        s
+    };
+    for no_open in [false, true] {
+        let s = fuse_soak("journal", no_open, 5_000);
+        assert!(s.states >= 5_000, "{}", s.text());
+        assert_eq!(s.failing_states, 0, "{}", s.text());
+        assert!(s.judged > 0, "{}", s.text());
+    }
+    let s = fuse_soak("async", false, 2_000);
+    assert!(s.failing_states > 0, "{}", s.text());
+    assert!(s.inconsistent > 0, "{}", s.text());
+}
+
 #[test]
 fn a_soak_resumes_from_its_seed_reports_and_shards_merge() {
     let dir = tempfile::tempdir().unwrap();
