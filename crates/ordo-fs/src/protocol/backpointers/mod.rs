@@ -456,13 +456,18 @@ impl Backpointers {
         let list: Vec<u64> = blocks.iter().copied().collect();
         self.blocks_written += list.len() as u64;
         io.write_home_runs(&list, false, super::MAX_RUN_BLOCKS);
+        self.write_tables(tables, io);
+        self.flush(io);
+        self.write_backs += 1;
+    }
+
+    /// Write those of the owner-table blocks `tables` that changed.
+    fn write_tables(&mut self, tables: BTreeSet<usize>, io: &mut Io) {
         for k in tables {
             if self.table_dirty.remove(&k) {
                 self.write_table_block(k, io);
             }
         }
-        self.flush(io);
-        self.write_backs += 1;
     }
 
     /// Write every changed table block; the cleared records among them
@@ -693,11 +698,7 @@ impl Protocol for Backpointers {
             // this protocol, for an operation NoFS did not have).
             let tables: BTreeSet<usize> = moves.iter().map(|&b| self.slot_of(b).0).collect();
             self.release_moves(moves);
-            for k in tables {
-                if self.table_dirty.remove(&k) {
-                    self.write_table_block(k, io);
-                }
-            }
+            self.write_tables(tables, io);
             self.flush(io);
         }
         Ok(())
