@@ -7,25 +7,11 @@
 //! (`scripts/deps.sh` installs them). Outside CI a machine without FUSE
 //! skips; in CI (`CI=true`) a missing piece fails.
 
+mod fuse_common;
+
 use ordo_crash::app::explore::{explore_app, merge, AppParams, AppReport, Target};
 use ordo_crash::app::script::App;
 use ordo_fs::{DataMode, ProtocolKind};
-
-fn fuse_available() -> bool {
-    let ok = std::path::Path::new("/dev/fuse").exists()
-        && std::process::Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok();
-    if !ok {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI: /dev/fuse or fusermount3 is missing"
-        );
-        eprintln!("skipped: no /dev/fuse or fusermount3");
-    }
-    ok
-}
 
 fn ordo(mode: &str, data: DataMode) -> Target {
     Target::Ordo {
@@ -51,7 +37,7 @@ fn run(app: App, target: Target, max_states: usize) -> AppReport {
 /// vulnerability with a command that rebuilds it.
 #[test]
 fn async_breaks_applications() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let mut found = 0;
@@ -79,7 +65,7 @@ fn async_breaks_applications() {
 /// hundred states in all.
 #[test]
 fn journal_data_journal_keeps_sqlite_and_git_consistent() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let mut checked = 0;
@@ -98,7 +84,7 @@ fn journal_data_journal_keeps_sqlite_and_git_consistent() {
 /// counts.
 #[test]
 fn shards_merge_into_the_whole() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let target = ordo("async", DataMode::Ordered);
@@ -132,7 +118,7 @@ fn shards_merge_into_the_whole() {
 /// kernel. The editor's write-fsync-rename-fsync save is safe there.
 #[test]
 fn kernel_ext4_keeps_the_editor_consistent() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let r = run(App::Editor, Target::Kernel { nobarrier: false }, 100);
@@ -146,7 +132,7 @@ fn kernel_ext4_keeps_the_editor_consistent() {
 /// state holds the old or the new version, never a mix.
 #[test]
 fn optimistic_osync_keeps_order() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let target: Target = "optimistic+osync".parse().unwrap();
@@ -171,7 +157,7 @@ fn optimistic_osync_keeps_order() {
 /// verdict on every state.
 #[test]
 fn kernel_and_ordo_read_the_same_recovered_files() {
-    if !fuse_available() {
+    if !fuse_common::fuse_available() {
         return;
     }
     let mut p = AppParams::new(App::Editor, ordo("async", DataMode::Ordered));

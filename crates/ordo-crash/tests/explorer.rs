@@ -2,6 +2,8 @@
 //! can fail (async, a protocol with one ordering removed), they pass where
 //! the protocol is right (sync), and runs are reproducible.
 
+mod fuse_common;
+
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
@@ -270,13 +272,7 @@ fn prefix_only_and_torn_change_the_state_count() {
 /// promises. Skipped where FUSE is not available.
 #[test]
 fn recording_through_fuse() {
-    let fuse_ok = std::path::Path::new("/dev/fuse").exists()
-        && std::process::Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok();
-    if !fuse_ok {
-        eprintln!("skipped: no /dev/fuse or fusermount3");
+    if !fuse_common::fuse_available() {
         return;
     }
     let (_dir, path) = scenario(
@@ -323,13 +319,7 @@ fn recording_through_fuse() {
 /// not a failed recording (`mix` seed 1019 failed so through FUSE).
 #[test]
 fn fuse_recording_runs_out_of_space_like_the_library() {
-    let fuse_ok = std::path::Path::new("/dev/fuse").exists()
-        && std::process::Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok();
-    if !fuse_ok {
-        eprintln!("skipped: no /dev/fuse or fusermount3");
+    if !fuse_common::fuse_available() {
         return;
     }
     let (_dir, path) = scenario(

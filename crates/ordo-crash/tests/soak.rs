@@ -5,6 +5,8 @@
 //! reports. The 1,000,000-state soaks are `ordo crash soak` runs whose
 //! figures are in docs/CRASH.md.
 
+mod fuse_common;
+
 use std::path::PathBuf;
 
 use ordo_crash::explore::{E2fsckPolicy, ExploreParams, JudgePolicy};
@@ -128,13 +130,7 @@ fn the_soak_fails_on_async() {
 /// not available.
 #[test]
 fn fuse_soaks_record_through_the_kernel() {
-    let fuse_ok = std::path::Path::new("/dev/fuse").exists()
-        && std::process::Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok();
-    if !fuse_ok {
-        eprintln!("skipped: no /dev/fuse or fusermount3");
+    if !fuse_common::fuse_available() {
         return;
     }
     let fuse_soak = |mode: &str, no_open: bool, target: u64| {
