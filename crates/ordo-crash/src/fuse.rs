@@ -3,17 +3,17 @@
 //! ordo's FUSE adapter instead of calling the library directly, so that the
 //! adapter's translation of each call (which inode is fsynced, which
 //! flags reach fallocate, what close does) is what the crash states come
-//! from.
+//! from. OptFS's `osync` and `dsync`, `streamsync` and `ignorefsync` are
+//! ordo's ioctls on the mount (`ordo_fuse::ioctl`), as a program makes
+//! them.
 //!
 //! The exceptions call the library on the mounted file system (the same
 //! object the adapter serves): FUSE does not forward `syncfs(2)` to an
-//! ordinary FUSE file system, so `sync` calls `Fs::sync`; and OptFS's
-//! `osync` and `dsync` have no system call at all, so they call `Fs::osync`
-//! and `Fs::dsync` on the inode the path names. `streamsync` calls
-//! `Fs::streamsync` of the default stream, the one every request of the
-//! explorer's process runs in.
+//! ordinary FUSE file system, so `sync` calls `Fs::sync`, and the
+//! write-back tick is the mount's own timer, `Fs::write_back`.
 //!
-//! Streams through FUSE belong to the requesting process, and every
+//! Streams through FUSE belong to the requesting process (a FUSE request
+//! carries the id of the calling process, not of its thread), and every
 //! request of a recording comes from the explorer's one process: a
 //! workload that moves to another stream (`setstream`) can not be recorded
 //! through the mount, and [`refuses`] says so before anything runs.
@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ordo_fs::Fs;
+use ordo_fuse::ioctl;
 
 use crate::record::{OrdoErr, Payload};
 use crate::workload::Op;
@@ -140,8 +141,10 @@ impl Drop for FuseMount {
 }
 
 /// Why `seq` can not be recorded through the FUSE mount, if it can not:
-/// it moves to a stream other than `default` (the adapter keys streams by
-/// process, and the explorer's requests all come from one process).
+/// it moves to a stream other than `default`. The adapter keys streams by
+/// process (a FUSE request carries the id of the calling process, not of
+/// its thread), and every request of a recording comes from the
+/// explorer's one process.
 pub fn refuses(seq: &crate::workload::Sequence) -> Option<String> {
     let op = seq
         .setup
@@ -311,34 +314,30 @@ pub(crate) fn run_on_mount(
         Op::Writeback => fs
             .write_back()
             .map_err(|err| format!("ordo write-back: {err}"))?,
-        // No system call reaches these: the library's, on the inode the
-        // path names. Every earlier request through the mount has been
-        // answered (the calls above wait for their replies, and the
-        // adapter has no write-back cache), so the library has seen what
-        // the workload did before.
+        // ordo's ioctls, in the stream of the explorer's process: the
+        // default one ([`refuses`]).
         Op::Osync(p) | Op::Dsync(p) => {
-            let ino = fs
-                .lookup_path(p)
-                .map_err(|err| format!("lookup {p}: {err}"))?
-                .ino;
-            let (what, r) = match op {
-                Op::Osync(_) => ("osync", fs.osync(ino)),
-                _ => ("dsync", fs.dsync(ino)),
+            let (what, cmd) = match op {
+                Op::Osync(_) => ("osync", ioctl::ORDO_IOC_OSYNC),
+                _ => ("dsync", ioctl::ORDO_IOC_DSYNC),
             };
-            r.map_err(|err| format!("ordo {what}: {err}"))?;
+            File::open(at(mount, p))
+                .and_then(|f| ioctl::call(&f, cmd, None))
+                .map_err(e(what))?;
         }
-        // Every request of this process runs in the default stream.
-        Op::Streamsync => fs
-            .streamsync(ordo_fs::StreamId::DEFAULT)
-            .map_err(|err| format!("ordo streamsync: {err}"))?,
-        // The default stream's flags, which every request of this process
-        // runs under.
-        Op::IgnoreFsync(_) => fs
-            .set_stream_flags(
-                ordo_fs::StreamId::DEFAULT,
-                op.stream_flags().expect("ignorefsync sets flags"),
-            )
-            .map_err(|err| format!("ordo ignorefsync: {err}"))?,
+        Op::Streamsync => {
+            let mut buf = ioctl::name_buffer(b"").expect("the empty name fits");
+            File::open(mount)
+                .and_then(|f| ioctl::call(&f, ioctl::ORDO_IOC_STREAMSYNC, Some(&mut buf)))
+                .map_err(e("streamsync"))?;
+        }
+        Op::IgnoreFsync(_) => {
+            let flags = op.stream_flags().expect("ignorefsync sets flags");
+            let mut buf = ioctl::stream_flags_buffer(b"", flags).expect("the empty name fits");
+            File::open(mount)
+                .and_then(|f| ioctl::call(&f, ioctl::ORDO_IOC_SETSTREAMFLAGS, Some(&mut buf)))
+                .map_err(e("ignorefsync"))?;
+        }
         Op::SetStream(name) if name.as_str() == "default" => {}
         Op::SetStream(name) => {
             return Err(format!(

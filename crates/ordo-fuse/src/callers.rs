@@ -1,6 +1,7 @@
 //! The stream of each process that uses the mount.
 //!
-//! A FUSE request carries the pid of the thread that made it. The
+//! A FUSE request carries the id of the process that made it (of its
+//! thread group: the threads of one process share a stream). The
 //! library keeps a stream per thread of *its* caller, which here is the
 //! worker thread serving the request, so the adapter keeps its own map
 //! from process to stream and sets the worker's stream before each

@@ -107,6 +107,30 @@ pub fn stream_flags_of_buffer(buf: &[u8]) -> Result<(&[u8], u32), i32> {
     Ok((name_of_buffer(name), flags))
 }
 
+/// Call ordo's ioctl `cmd` on `file`, a file or directory of an ordo
+/// mount (the caller's side of the ABI): `buf` is `None` for a call
+/// without an argument, else exactly the bytes the command number encodes
+/// (EINVAL, without a call, otherwise). ENOTTY or ENOSYS: not an ordo
+/// mount.
+pub fn call(file: &std::fs::File, cmd: u32, buf: Option<&mut [u8]>) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let size = ((cmd >> 16) & 0x3fff) as usize;
+    let arg = match buf {
+        None if size == 0 => std::ptr::null_mut(),
+        Some(b) if size > 0 && b.len() == size => b.as_mut_ptr(),
+        _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    // SAFETY: `file` is open; `arg` is null for a call without an
+    // argument, and otherwise points to a buffer of exactly the size the
+    // command number encodes, which is all the kernel copies in or out.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as libc::c_ulong, arg) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// The name in an ioctl buffer: the bytes before the first NUL (all of
 /// them when there is none).
 pub fn name_of_buffer(buf: &[u8]) -> &[u8] {

@@ -13,7 +13,6 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -68,22 +67,10 @@ fn explain(what: &str, path: &Path, e: &io::Error) -> String {
     }
 }
 
-/// `ioctl(fd, cmd, arg)`.
-fn ioctl_raw(file: &File, cmd: u32, arg: *mut u8) -> io::Result<()> {
-    // SAFETY: `file` is open; `arg` is null for the `_IO` calls and points
-    // to a buffer of the size the command number encodes otherwise.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as libc::c_ulong, arg) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Call `cmd` with `name` in its buffer.
 fn ioctl_name(file: &File, cmd: u32, name: &[u8]) -> io::Result<()> {
     let mut buf = ioctl::name_buffer(name).map_err(io::Error::from_raw_os_error)?;
-    ioctl_raw(file, cmd, buf.as_mut_ptr())
+    ioctl::call(file, cmd, Some(&mut buf))
 }
 
 fn open(path: &Path) -> Result<File, String> {
@@ -97,7 +84,7 @@ fn set_stream_flags(file: &File, name: &[u8], flags: u32) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     let mut buf = ioctl::stream_flags_buffer(name, flags).map_err(io::Error::from_raw_os_error)?;
-    ioctl_raw(file, ioctl::ORDO_IOC_SETSTREAMFLAGS, buf.as_mut_ptr())
+    ioctl::call(file, ioctl::ORDO_IOC_SETSTREAMFLAGS, Some(&mut buf))
 }
 
 /// `ordo run --stream NAME [--ignore-fsync] [--mount DIR] -- CMD ARGS...`.
@@ -143,9 +130,8 @@ pub fn sync_file(a: &SyncFileArgs, dsync: bool) -> u8 {
     } else {
         ("osync", ioctl::ORDO_IOC_OSYNC)
     };
-    let r = open(&a.file).and_then(|f| {
-        ioctl_raw(&f, cmd, std::ptr::null_mut()).map_err(|e| explain(name, &a.file, &e))
-    });
+    let r = open(&a.file)
+        .and_then(|f| ioctl::call(&f, cmd, None).map_err(|e| explain(name, &a.file, &e)));
     match r {
         Ok(()) => 0,
         Err(m) => {

@@ -88,6 +88,13 @@ except OSError as e:
 child = subprocess.run([sys.executable, "-c", PRELUDE + "print(getstream(os.open('f', os.O_RDONLY)))"],
                        capture_output=True, text=True, check=True)
 print("child", child.stdout.strip())
+# A request carries the process's id, not its thread's: a stream set by
+# one thread is the whole process's.
+import threading
+t = threading.Thread(target=lambda: fcntl.ioctl(fd, ORDO_IOC_SETSTREAM, name_buf(b"s2")))
+t.start()
+t.join()
+print("thread", getstream(fd))
 fcntl.ioctl(fd, ORDO_IOC_SETSTREAM, name_buf(b"default"))
 print("back", getstream(fd))
 "#;
@@ -200,7 +207,7 @@ fn ioctls_and_ordo_run_on_every_protocol() {
         );
         let text = python(&mp, PY_REST);
         let want = "root s1\nstreamsync no-such-stream EINVAL\nsetstream empty EINVAL\n\
-                    unknown ENOTTY\nchild s1\nback default\n";
+                    unknown ENOTTY\nchild s1\nthread s2\nback default\n";
         assert_eq!(text, want, "{mode:?}");
 
         // ordo run: the program and its children are in the stream.
