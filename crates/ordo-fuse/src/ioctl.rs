@@ -158,6 +158,24 @@ mod tests {
     }
 
     #[test]
+    fn a_call_with_the_wrong_argument_size_is_refused_before_the_kernel() {
+        // /dev/null would answer any ioctl with ENOTTY: EINVAL here means
+        // the size check refused the call before it was made.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let einval = Some(libc::EINVAL);
+        let mut short = [0u8; NAME_BUF_BYTES - 1];
+        let err = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+        assert_eq!(err(call(&f, ORDO_IOC_SETSTREAM, Some(&mut short))), einval);
+        assert_eq!(err(call(&f, ORDO_IOC_SETSTREAM, None)), einval);
+        let mut some = [0u8; 4];
+        assert_eq!(err(call(&f, ORDO_IOC_OSYNC, Some(&mut some))), einval);
+        let mut name = name_buffer(b"s1").unwrap();
+        let enotty = Some(libc::ENOTTY);
+        assert_eq!(err(call(&f, ORDO_IOC_SETSTREAM, Some(&mut name))), enotty);
+        assert_eq!(err(call(&f, ORDO_IOC_OSYNC, None)), enotty);
+    }
+
+    #[test]
     fn stream_flags_round_trip_through_their_buffer() {
         let b = stream_flags_buffer(b"s1", IGNORE_FSYNC).unwrap();
         assert_eq!(stream_flags_of_buffer(&b), Ok((&b"s1"[..], IGNORE_FSYNC)));
