@@ -126,7 +126,8 @@ fn the_soak_fails_on_async() {
 /// kernel's requests, not the library's calls, reach the protocol; the
 /// `mix` workload's collapses and inserts become punches and zeroed ranges
 /// (FUSE refuses them). `journal` is clean with and without the kernel
-/// opening files itself; `async` fails the same way. Skipped where FUSE is
+/// opening files itself, `sync` with it (every unlink through the orphan
+/// list) and `softdep` without; `async` fails the same way. Skipped where FUSE is
 /// not available.
 #[test]
 fn fuse_soaks_record_through_the_kernel() {
@@ -148,11 +149,18 @@ fn fuse_soaks_record_through_the_kernel() {
         assert!(s.options.contains("--fuse"), "{}", s.options);
         s
     };
-    for no_open in [false, true] {
-        let s = fuse_soak("journal", no_open, 5_000);
-        assert!(s.states >= 5_000, "{}", s.text());
+    for (mode, no_open, target) in [
+        ("journal", false, 5_000),
+        ("journal", true, 5_000),
+        ("sync", true, 2_000),
+        ("softdep", false, 2_000),
+    ] {
+        let s = fuse_soak(mode, no_open, target);
+        assert!(s.states >= target, "{}", s.text());
         assert_eq!(s.failing_states, 0, "{}", s.text());
-        assert!(s.judged > 0, "{}", s.text());
+        if mode == "journal" {
+            assert!(s.judged > 0, "{}", s.text());
+        }
     }
     let s = fuse_soak("async", false, 2_000);
     assert!(s.failing_states > 0, "{}", s.text());
