@@ -7,7 +7,7 @@ mod fuse_common;
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams, LogFault, StateId};
+use ordo_crash::explore::{explore, E2fsckPolicy, ExploreParams, JudgePolicy, LogFault, StateId};
 use ordo_crash::report::Report;
 use ordo_fs::ProtocolKind;
 
@@ -333,6 +333,31 @@ fn fuse_recording_runs_out_of_space_like_the_library() {
         assert!(r.checked > 0);
         assert_eq!(r.failures_total, 0, "{}", r.summary(5));
     }
+}
+
+/// The state the FUSE soak of `fast_commit` found (`mix` seed 1082): a
+/// fast commit whose replay grows a file's extents past the inode, after a
+/// range of another file was unmapped. The kernel's replay frees unmapped
+/// blocks as it goes and keeps a tree's depth on removal; ordo's did
+/// neither, so its recovery put the new tree node in another block than
+/// the kernel's (`kernel_replay`: blocks in use 1244 against 1215).
+#[test]
+fn fast_commit_replay_places_a_new_tree_node_where_the_kernel_does() {
+    if !fuse_common::fuse_available() {
+        return;
+    }
+    let mut p = ExploreParams::new(ProtocolKind::named("fast_commit"), "mix");
+    p.workload_params.random_ops = 400;
+    p.states.seed = 1082;
+    p.fuse = true;
+    p.only_state = Some("2.297.0".parse::<StateId>().unwrap());
+    p.judge = JudgePolicy::Sample(1);
+    p.e2fsck = E2fsckPolicy::Every;
+    let r = explore(&p).unwrap();
+    println!("{}", r.summary(3));
+    assert_eq!(r.checked, 1);
+    assert_eq!(r.judged, 1, "{}", r.summary(3));
+    assert_eq!(r.failures_total, 0, "{}", r.summary(3));
 }
 
 /// Misdirected data writes (each of two data blocks written where the other

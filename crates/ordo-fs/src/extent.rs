@@ -301,6 +301,21 @@ pub fn insert<S: ExtentStore>(
 /// extent needs a new entry (and so perhaps a new block); that is the whole
 /// operation, so a failure to allocate leaves the tree unchanged.
 pub fn remove_range<S: ExtentStore>(store: &mut S, lblk: u32, len: u64) -> Result<Vec<(u64, u32)>> {
+    let freed = remove_range_keeping_depth(store, lblk, len)?;
+    collapse(store)?;
+    Ok(freed)
+}
+
+/// [`remove_range`] without the root absorbing a small child afterwards:
+/// the kernel's removal (`ext4_ext_remove_space`) lowers the depth only
+/// when the tree is left empty, and the fast-commit replay, which must
+/// place tree nodes where the kernel's replay does, removes the same way
+/// ([`collapse_root`] after an insert is the kernel's merge-up).
+pub fn remove_range_keeping_depth<S: ExtentStore>(
+    store: &mut S,
+    lblk: u32,
+    len: u64,
+) -> Result<Vec<(u64, u32)>> {
     let start = u64::from(lblk);
     let end = start.saturating_add(len).min(LBLK_END);
     let mut freed = Vec::new();
@@ -340,8 +355,13 @@ pub fn remove_range<S: ExtentStore>(store: &mut S, lblk: u32, len: u64) -> Resul
         }
     }
     freed.reverse();
-    collapse(store)?;
     Ok(freed)
+}
+
+/// A root with one child whose entries fit in it absorbs the child (the
+/// kernel's `ext4_ext_try_to_merge_up`, which its insert runs).
+pub fn collapse_root<S: ExtentStore>(store: &mut S) -> Result<()> {
+    collapse(store)
 }
 
 /// Mark the unwritten blocks in `lblk..lblk + len` written, splitting an
