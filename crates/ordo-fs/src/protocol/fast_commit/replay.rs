@@ -978,11 +978,24 @@ impl Replay {
         }
         self.core.dir_remove(dir, name)?;
         self.touch(ino)?;
-        if is_dir_mode(&self.raw(ino)?) {
+        let before = self.raw(ino)?;
+        if is_dir_mode(&before) {
             self.adjust_links(dir, -1)?;
             self.adjust_links(ino, -2)?;
         } else {
             self.adjust_links(ino, -1)?;
+        }
+        if le16(&self.raw(ino)?, io::LINKS) == 0 {
+            // The kernel's replay evicts an inode its UNLINK leaves
+            // without links, and so frees its blocks at once: a later
+            // tag's tree node may take one (`mix` seed 1535 recorded
+            // through FUSE). The rebuild settles the rest.
+            let owned = self.owned_blocks(ino, &before)?;
+            let runs: Vec<(u64, u32)> = runs(owned.iter())
+                .into_iter()
+                .map(|(first, len)| (first, len as u32))
+                .collect();
+            self.free_unmapped(&runs)?;
         }
         Ok(())
     }
@@ -1044,9 +1057,10 @@ impl Replay {
         Ok(())
     }
 
-    /// Free in the bitmap, now, the blocks a range tag unmapped, as the
-    /// kernel's replay does (`ext4_mb_mark_bb` in its ADD_RANGE and
-    /// DEL_RANGE replay): a tree node a later tag needs may then take one,
+    /// Free in the bitmap, now, the blocks a range tag unmapped (or an
+    /// UNLINK left to no one), as the kernel's replay does
+    /// (`ext4_mb_mark_bb` in its ADD_RANGE and DEL_RANGE replay, the
+    /// eviction after its UNLINK): a tree node a later tag needs may then take one,
     /// first-fit, as it does in the kernel's (a block some ADD_RANGE of the
     /// log claims stays out of reach, [`ReplayProtocol::can_allocate`]).
     /// The rebuild marks again whatever a touched inode still maps.
