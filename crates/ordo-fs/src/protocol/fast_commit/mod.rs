@@ -89,7 +89,10 @@
 //! written earlier is still unflushed) and its log fits in one block, that
 //! block is written FUA and **no flush** is issued: FUA makes it durable on
 //! its own, and nothing it names depends on a volatile write. Otherwise:
-//! data home, the log blocks but the last, a flush, the last block FUA.
+//! data home, the log blocks but the last, a flush, the last block FUA
+//! (for the first commit of the area, the HEAD's block goes last instead:
+//! the kernel's scan fails the recovery on a HEAD whose commit is cut off
+//! before any TAIL, see the commit code).
 //! The crash explorer checks that this is enough; the test-only fault
 //! `ORDO_FAULT=fc_skip_data_flush` drops the flush of commits that do
 //! carry data, so that the explorer can be seen to catch it.
@@ -651,14 +654,27 @@ impl FastCommitProtocol {
         io.write_home_runs(&data, false, super::MAX_RUN_BLOCKS);
         let unflushed_before = self.data_mode == DataMode::Writeback;
         let single = blocks.len() == 1;
-        // The blocks before the tail's, one request per physically
-        // contiguous run of the area; then the tail's.
+        // Every block but one, one request per physically contiguous run
+        // of the area; after the flush, that one, FUA. It is the tail's,
+        // except for the first commit of the area when it takes several
+        // blocks: then it is the HEAD's. The kernel's scan fails the whole
+        // recovery (ECANCELED) when the area starts with a HEAD of the
+        // expected tid whose records end, before any TAIL, in a block that
+        // does not go on (a zero tag); with the HEAD written last the area
+        // starts with a HEAD only once the commit is whole (`mix` seed 1390
+        // recorded through FUSE). A later commit's first block without its
+        // tail only ends the log: the commits before it count.
         let mut blocks = blocks;
-        let tail = blocks.pop().expect("a commit has a tail block");
-        let tail_at = phys[blocks.len()];
+        let head_last = self.area_used == 0 && !single;
+        let (last, last_at, body_at) = if head_last {
+            (blocks.remove(0), phys[0], &phys[1..])
+        } else {
+            let tail = blocks.pop().expect("a commit has a tail block");
+            (tail, phys[blocks.len()], &phys[..])
+        };
         let body = blocks
             .into_iter()
-            .zip(&phys)
+            .zip(body_at)
             .map(|(img, &p)| (p, BlockClass::FastCommit, img));
         io.write_raw_runs(body, false);
         let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
@@ -670,8 +686,8 @@ impl FastCommitProtocol {
             self.stats.flushes += 1;
         }
         io.write_raw(
-            tail_at,
-            Arc::new(tail),
+            last_at,
+            Arc::new(last),
             WriteFlags::fua(BlockClass::FastCommit),
         );
         self.stats.fua_writes += 1;
