@@ -307,10 +307,9 @@ pub fn remove_range<S: ExtentStore>(store: &mut S, lblk: u32, len: u64) -> Resul
 }
 
 /// [`remove_range`] without the root absorbing a small child afterwards:
-/// the kernel's removal (`ext4_ext_remove_space`) lowers the depth only
-/// when the tree is left empty, and the fast-commit replay, which must
-/// place tree nodes where the kernel's replay does, removes the same way
-/// ([`collapse_root`] after an insert is the kernel's merge-up).
+/// the fast-commit replay, which must place tree nodes where the kernel's
+/// replay does, removes an ADD_RANGE's old mapping this way and ends with
+/// [`collapse_root`] after the insert, the kernel's merge-up.
 pub fn remove_range_keeping_depth<S: ExtentStore>(
     store: &mut S,
     lblk: u32,

@@ -87,9 +87,10 @@
 //! kernel's replay allocator does, so that both recoveries place a new
 //! tree node alike. For the same reason the replay shapes trees as the
 //! kernel's does: a range tag frees the blocks it unmaps in the bitmap at
-//! once (a later tag's tree node may take one), a removal never lowers a
-//! tree's depth, and an insert ends with the kernel's merge-up of a small
-//! only child into the inode.
+//! once (a later tag's tree node may take one), the removal an ADD_RANGE
+//! starts with never lowers a tree's depth, and the insert ends with the
+//! kernel's merge-up of a small only child into the inode; a DEL_RANGE
+//! that leaves a small tree merges it up too.
 //!
 //! # Hashed (htree) directories
 //!
@@ -792,9 +793,11 @@ impl Replay {
             }
             Tag::DelRange { ino, lblk, len } => {
                 self.touch(*ino)?;
-                let unmapped = self.with_tree(*ino, |t| {
-                    extent::remove_range_keeping_depth(t, *lblk, *len as u64)
-                })?;
+                // A removal may lower the depth here: the kernel's replay
+                // of a DEL_RANGE that leaves a small tree ends with it in
+                // the inode (`mix` seed 3038).
+                let unmapped =
+                    self.with_tree(*ino, |t| extent::remove_range(t, *lblk, *len as u64))?;
                 self.free_unmapped(&unmapped)
             }
             Tag::Creat(d) => {
