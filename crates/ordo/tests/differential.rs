@@ -21,7 +21,6 @@ mod common;
 use std::ffi::CString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::*;
@@ -794,7 +793,7 @@ impl Side {
                         .split(|&b| b == 0)
                         .filter(|n| !n.is_empty())
                         .collect();
-                    if XATTR_ORDER_FREE.load(Ordering::Relaxed) {
+                    if XATTR_ORDER_FREE.get() {
                         names.sort_unstable();
                     }
                     Ok(names
@@ -898,11 +897,29 @@ impl Side {
     }
 }
 
+thread_local! {
+    /// Per test thread: the tests of this binary run side by side, and one
+    /// run's choice must not be another's.
+    static XATTR_ORDER_FREE_CELL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's run compares attribute names as a set.
+struct XattrOrderFree;
+
+impl XattrOrderFree {
+    fn get(&self) -> bool {
+        XATTR_ORDER_FREE_CELL.with(|c| c.get())
+    }
+    fn set(&self, free: bool) {
+        XATTR_ORDER_FREE_CELL.with(|c| c.set(free));
+    }
+}
+
 /// Attribute names are compared as sets, not in the order listed: under
 /// `mode=backpointers` ordo's own (hidden) backlink attribute takes room
 /// in the inode, so an attribute the kernel keeps there may be in ordo's
 /// attribute block, which ext4 lists after the inode's.
-static XATTR_ORDER_FREE: AtomicBool = AtomicBool::new(false);
+static XATTR_ORDER_FREE: XattrOrderFree = XattrOrderFree;
 
 /// Every attribute of a path (names in the order the file system lists
 /// them, or sorted under [`XATTR_ORDER_FREE`], each value hashed), as root
@@ -919,7 +936,7 @@ fn xattr_desc(path: &CString) -> String {
         .split(|&b| b == 0)
         .filter(|n| !n.is_empty())
         .collect();
-    if XATTR_ORDER_FREE.load(Ordering::Relaxed) {
+    if XATTR_ORDER_FREE.get() {
         names.sort_unstable();
     }
     for name in names {
@@ -1076,7 +1093,7 @@ fn differential_steps(options: &str, default_seeds: &[u64], default_steps: usize
     // `user.b, user.a` against ordo's `user.a, user.b` on a directory),
     // which the short sequences, compared in order, do not meet.
     let long = default_steps > 250;
-    XATTR_ORDER_FREE.store(options.contains("backpointers") || long, Ordering::Relaxed);
+    XATTR_ORDER_FREE.set(options.contains("backpointers") || long);
     no_umask();
     let s = Scratch::new();
     let kimg = s.path("kernel.img");
