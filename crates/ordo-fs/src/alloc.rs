@@ -486,7 +486,12 @@ impl Core {
             } else {
                 0
             };
-            let found = (first_idx..ipg as usize).find(|&i| img[i / 8] & (1 << (i % 8)) == 0);
+            let found = (first_idx..ipg as usize).find(|&i| {
+                img[i / 8] & (1 << (i % 8)) == 0
+                    && self
+                        .proto
+                        .can_allocate_inode(g * ipg + i as u32 + 1, &self.handle)
+            });
             drop(img);
             let Some(idx) = found else { continue };
             let ino = g * ipg + idx as u32 + 1;

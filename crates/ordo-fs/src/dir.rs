@@ -171,6 +171,24 @@ pub(crate) struct InodeTree<'a> {
     pub generation: u32,
 }
 
+/// What [`Core::dir_slot`] found in a directory block.
+enum SlotSearch {
+    /// The bytes to write at an offset, and the new entry's offset.
+    Found((usize, Vec<u8>, usize)),
+    /// Room, all of it held back by the protocol's reuse rules.
+    Refused,
+    /// No room.
+    NoRoom,
+}
+
+fn no_room(p: u64, dir: Ino) -> FsError {
+    FsError::corrupt(
+        p,
+        format!("directory {dir} free-space index"),
+        "no room where the index said there was",
+    )
+}
+
 impl Core {
     /// An extent store over inode `ino`.
     pub fn tree(&mut self, ino: Ino) -> Result<InodeTree<'_>> {
@@ -579,57 +597,44 @@ impl Core {
         } else {
             0
         };
-        let found = {
+        // The first block with room whose room the protocol lets this
+        // handle reuse (streams hold another stream's freed space), else a
+        // new block.
+        let candidates: Vec<u32> = {
             let idx = self.dir_index(dir)?;
             idx.free
                 .iter()
                 .enumerate()
-                .find(|(l, &f)| f as usize >= need && idx.pblks[*l] != 0)
+                .filter(|(l, &f)| f as usize >= need && idx.pblks[*l] != 0)
                 .map(|(l, _)| l as u32)
+                .collect()
         };
-        let lblk = match found {
-            Some(l) => l,
-            None => self.dir_append_block(dir)?,
-        };
-        let p = self.dir_index(dir)?.pblks[lblk as usize];
-        let img = self.read_block(p, BlockClass::Directory)?;
-        let entries = parse_block(&img, p, dir)?;
-        drop(img);
         let mut done = None;
-        for e in &entries {
-            if e.ino == 0 && e.rec_len >= need {
-                let mut bytes = vec![0u8; 8 + name.len()];
-                put32(&mut bytes, 0, ino);
-                put16(&mut bytes, 4, e.rec_len as u16);
-                bytes[6] = name.len() as u8;
-                bytes[7] = ft;
-                bytes[8..].copy_from_slice(name);
-                done = Some((e.off, bytes, e.off));
-                break;
-            }
-            let used = de::rec_len_for(e.name.len());
-            if e.ino != 0 && e.rec_len - used >= need {
-                let new_off = e.off + used;
-                let mut bytes = vec![0u8; used + 8 + name.len()];
-                bytes[..used]
-                    .copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
-                put16(&mut bytes, 4, used as u16);
-                put32(&mut bytes, used, ino);
-                put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
-                bytes[used + 6] = name.len() as u8;
-                bytes[used + 7] = ft;
-                bytes[used + 8..].copy_from_slice(name);
-                done = Some((e.off, bytes, new_off));
-                break;
+        let mut lblk = 0;
+        for l in candidates {
+            let p = self.dir_index(dir)?.pblks[l as usize];
+            match self.dir_slot(dir, p, name, ino, ft, true)? {
+                SlotSearch::Found(d) => {
+                    done = Some(d);
+                    lblk = l;
+                    break;
+                }
+                SlotSearch::Refused => {}
+                SlotSearch::NoRoom => return Err(no_room(p, dir)),
             }
         }
-        let Some((at, bytes, new_off)) = done else {
-            return Err(FsError::corrupt(
-                p,
-                format!("directory {dir} free-space index"),
-                "no room where the index said there was",
-            ));
+        let (at, bytes, new_off) = match done {
+            Some(d) => d,
+            None => {
+                lblk = self.dir_append_block(dir)?;
+                let p = self.dir_index(dir)?.pblks[lblk as usize];
+                match self.dir_slot(dir, p, name, ino, ft, false)? {
+                    SlotSearch::Found(d) => d,
+                    _ => return Err(no_room(p, dir)),
+                }
+            }
         };
+        let p = self.dir_index(dir)?.pblks[lblk as usize];
         self.modify(
             p,
             at,
@@ -660,6 +665,69 @@ impl Core {
             self.dir_names += 1;
         }
         Ok(())
+    }
+
+    /// Where in directory block `p` a new entry `name` goes: the bytes to
+    /// write at an offset and the new entry's offset; else whether some
+    /// entry had room the protocol does not let this handle reuse (asked
+    /// only with `ask`: [`crate::protocol::Protocol::can_reuse_dir_space`]).
+    fn dir_slot(
+        &mut self,
+        dir: Ino,
+        p: u64,
+        name: &[u8],
+        ino: Ino,
+        ft: u8,
+        ask: bool,
+    ) -> Result<SlotSearch> {
+        let need = de::rec_len_for(name.len());
+        let mut refused = false;
+        let img = self.read_block(p, BlockClass::Directory)?;
+        let entries = parse_block(&img, p, dir)?;
+        drop(img);
+        for e in &entries {
+            let may = |c: &Self, len: usize| {
+                !ask || c
+                    .proto
+                    .can_reuse_dir_space(p, e.off..e.off + len, &c.handle)
+            };
+            if e.ino == 0 && e.rec_len >= need {
+                if !may(self, e.rec_len) {
+                    refused = true;
+                    continue;
+                }
+                let mut bytes = vec![0u8; 8 + name.len()];
+                put32(&mut bytes, 0, ino);
+                put16(&mut bytes, 4, e.rec_len as u16);
+                bytes[6] = name.len() as u8;
+                bytes[7] = ft;
+                bytes[8..].copy_from_slice(name);
+                return Ok(SlotSearch::Found((e.off, bytes, e.off)));
+            }
+            let used = de::rec_len_for(e.name.len());
+            if e.ino != 0 && e.rec_len - used >= need {
+                if !may(self, e.rec_len) {
+                    refused = true;
+                    continue;
+                }
+                let new_off = e.off + used;
+                let mut bytes = vec![0u8; used + 8 + name.len()];
+                bytes[..used]
+                    .copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
+                put16(&mut bytes, 4, used as u16);
+                put32(&mut bytes, used, ino);
+                put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
+                bytes[used + 6] = name.len() as u8;
+                bytes[used + 7] = ft;
+                bytes[used + 8..].copy_from_slice(name);
+                return Ok(SlotSearch::Found((e.off, bytes, new_off)));
+            }
+        }
+        Ok(if refused {
+            SlotSearch::Refused
+        } else {
+            SlotSearch::NoRoom
+        })
     }
 
     /// Append an empty block to `dir`; returns its logical number.

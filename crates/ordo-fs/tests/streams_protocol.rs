@@ -218,6 +218,51 @@ fn an_entry_in_another_streams_directory_merges_them() {
     fs.unmount().unwrap();
 }
 
+/// Order-less reuse: an inode and a directory slot freed by one stream are
+/// not reused by another until the freeing transaction commits, so the
+/// streams never merge: the other stream's fsync leaves the unlink
+/// uncommitted, and the removed file is back after a crash. Once the
+/// unlink has committed, its inode is reused.
+#[test]
+fn a_freed_inode_and_slot_wait_for_the_freeing_commit() {
+    let dev = Arc::new(WriteCacheDevice::new(image()));
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, &Creds::root()).unwrap().ino;
+    let x = create_in(&fs, d, b"x");
+    fs.write(x, 0, b"old").unwrap();
+    fs.sync().unwrap();
+    in_stream(&fs, b"a");
+    fs.unlink(d, b"x").unwrap();
+    in_stream(&fs, b"b");
+    let y = create_in(&fs, d, b"y");
+    assert_ne!(
+        y, x,
+        "stream b reused the inode stream a freed before its commit"
+    );
+    fs.write(y, 0, b"new").unwrap();
+    assert_eq!(stat(&fs, "stream_merges"), 0, "the two streams merged");
+    fs.fsync(y, false).unwrap();
+    let fs = crash_and_mount(&dev, fs);
+    let x2 = fs
+        .lookup(d, b"x")
+        .expect("x's unlink was never committed")
+        .ino;
+    assert_eq!(x2, x);
+    assert_eq!(fs.read(x, 0, 16).unwrap(), b"old");
+    let y = fs.lookup(d, b"y").expect("y was fsynced").ino;
+    assert_eq!(fs.read(y, 0, 16).unwrap(), b"new");
+
+    // After the freeing commit the inode is free for anyone.
+    let a = fs.stream_id(b"a").unwrap();
+    fs.set_thread_stream(a).unwrap();
+    fs.unlink(d, b"x").unwrap();
+    fs.streamsync(a).unwrap();
+    in_stream(&fs, b"b");
+    let z = create_in(&fs, d, b"z");
+    assert_eq!(z, x, "the committed free was not reused");
+    fs.unmount().unwrap();
+}
+
 /// IGNORE_FSYNC: the stream's fsyncs write nothing, its order holds, and
 /// a streamsync makes it durable.
 #[test]

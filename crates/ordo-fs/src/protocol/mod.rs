@@ -1227,6 +1227,29 @@ pub trait Protocol: Send {
         true
     }
 
+    /// Whether free inode `ino` may be allocated now by handle `h` (reuse
+    /// rules: streams hold an inode another stream freed until the freeing
+    /// transaction commits). Default: yes.
+    fn can_allocate_inode(&self, ino: Ino, h: &HandleInfo) -> bool {
+        let _ = (ino, h);
+        true
+    }
+
+    /// Whether handle `h` may write a new directory entry over bytes
+    /// `range` of directory block `block` (reuse rules: streams hold the
+    /// space of an entry another stream removed until that removal
+    /// commits; the core then looks further, or adds a block). Default:
+    /// yes.
+    fn can_reuse_dir_space(
+        &self,
+        block: u64,
+        range: std::ops::Range<usize>,
+        h: &HandleInfo,
+    ) -> bool {
+        let _ = (block, range, h);
+        true
+    }
+
     /// A plan made by this protocol has been executed: whether it
     /// succeeded, each write's device ticket and the device's durable
     /// horizon afterwards.

@@ -54,13 +54,26 @@
 //! related operations (the same file, explicit attributes of one inode, the
 //! same name, mkdir and the entries inside it: an entry goes into a block
 //! the mkdir initialized) and more: an ext4 directory block is a chain of
-//! `rec_len`s, so two streams inserting into one block, or one reusing a
-//! slot another freed, change each other's bytes and merge (ccfs changed
-//! the directory format instead; ordo keeps ext4's). Reusing an inode
-//! another stream freed and has not committed merges likewise (its bitmap
-//! bit and its bytes are the other stream's). Freed *blocks* are not
-//! reused until the freeing commit is durable (JBD2's rule, which ccfs
-//! keeps).
+//! `rec_len`s, so a stream inserting an entry after another stream's new
+//! entry in one block changes that entry's bytes and merges (ccfs changed
+//! the directory format instead; ordo keeps ext4's).
+//!
+//! # Order-less reuse
+//!
+//! What a stream frees is not reused by another stream until the freeing
+//! transaction commits, so reuse never relates two streams:
+//!
+//! - an inode ([`Protocol::can_allocate_inode`]): another stream's create
+//!   takes the next free inode instead;
+//! - a directory slot, the bytes a removed entry held
+//!   ([`Protocol::can_reuse_dir_space`]): another stream's new entry goes
+//!   to other room in the directory, or to a new block;
+//! - a block ([`Protocol::can_allocate`]): until the freeing commit is
+//!   durable (JBD2's rule, which ccfs keeps).
+//!
+//! The stream that freed it (and any stream merged with it) reuses it at
+//! once: its own order keeps the two apart. When space runs out, the
+//! allocation commits and retries (`has_pending_frees`).
 //!
 //! # Order within a stream
 //!
@@ -86,9 +99,9 @@
 //! - `streams_no_merge`: related changes never merge streams;
 //! - `streams_whole_blocks`: a commit logs cached images, other streams'
 //!   uncommitted bytes included (block-granular journaling);
-//! - `streams_early_reuse`: a block freed by a stream is reusable before
-//!   its freeing commit, and reusing another stream's freed inode does not
-//!   merge.
+//! - `streams_early_reuse`: a block, an inode or a directory slot freed by
+//!   a stream is reusable by another before its freeing commit, and the
+//!   reuse does not merge them.
 //!
 //! Each must make the crash explorer fail.
 
@@ -102,7 +115,8 @@ use super::{
 };
 use crate::error::Result;
 use crate::update::{
-    CounterKind, DataWrite, HandleInfo, Ino, InodeField, LinkOp, OpKind, Update, UpdateKind,
+    BitmapKind, CounterKind, DataWrite, HandleInfo, Ino, InodeField, LinkOp, OpKind, Update,
+    UpdateKind,
 };
 
 /// `mode=streams`.
@@ -361,6 +375,13 @@ pub struct StreamsProtocol {
     inode_owner: HashMap<Ino, u32>,
     /// Blocks freed by a running transaction, with its stream.
     freed: HashMap<u64, u32>,
+    /// Inodes freed by a running transaction, with its stream: no other
+    /// stream allocates them until that transaction commits.
+    freed_inodes: HashMap<Ino, u32>,
+    /// Directory entries removed by a running transaction: per directory
+    /// block, the bytes the entry held and the stream. No other stream
+    /// writes a new entry over them until that transaction commits.
+    freed_slots: HashMap<u64, Vec<(u32, u32, u32)>>,
     /// Inodes known to be directories (named as one by an entry update):
     /// their link count and times are shared counters.
     dirs: std::collections::HashSet<Ino>,
@@ -386,6 +407,8 @@ impl StreamsProtocol {
             inode_streams: HashMap::new(),
             inode_owner: HashMap::new(),
             freed: HashMap::new(),
+            freed_inodes: HashMap::new(),
+            freed_slots: HashMap::new(),
             stats: Stats::default(),
         })
     }
@@ -407,6 +430,18 @@ impl StreamsProtocol {
             let next = self.parent[c as usize];
             self.parent[c as usize] = r;
             c = next;
+        }
+        r
+    }
+
+    /// The root stream of `s`'s group, without path compression.
+    fn root(&self, s: u32) -> u32 {
+        let mut r = s;
+        while let Some(&p) = self.parent.get(r as usize) {
+            if p == r {
+                break;
+            }
+            r = p;
         }
         r
     }
@@ -686,6 +721,11 @@ impl StreamsProtocol {
             !set.is_empty()
         });
         self.freed.retain(|_, o| !members.contains(o));
+        self.freed_inodes.retain(|_, o| !members.contains(o));
+        self.freed_slots.retain(|_, v| {
+            v.retain(|&(_, _, o)| !members.contains(&o));
+            !v.is_empty()
+        });
         for &m in &members {
             self.parent[m as usize] = m;
         }
@@ -782,6 +822,9 @@ impl StreamsProtocol {
         self.groups.retain(|_, g| !g.is_empty());
         let roots: Vec<u32> = self.groups.keys().copied().collect();
         let Some(&first) = roots.first() else {
+            // Nothing runs: nothing freed waits for a commit.
+            self.freed_inodes.clear();
+            self.freed_slots.clear();
             return self.j.commit_staged(io, durable);
         };
         if self.fault == Some(Fault::NoMerge) {
@@ -819,6 +862,14 @@ impl Protocol for StreamsProtocol {
 
     fn on_update(&mut self, u: &Update, h: &HandleInfo) {
         let s = h.stream;
+        if let UpdateKind::Bitmap {
+            what: BitmapKind::Inode,
+            index,
+            set: false,
+        } = u.kind
+        {
+            self.freed_inodes.insert(index as Ino, s);
+        }
         match &u.kind {
             UpdateKind::Dirent { dir, .. } | UpdateKind::DirBlockInit { dir } => {
                 self.dirs.insert(*dir);
@@ -837,6 +888,11 @@ impl Protocol for StreamsProtocol {
             op: LinkOp::Remove, ..
         } = &u.kind
         {
+            // The first entry of a block is removed by zeroing its inode
+            // number; a retarget (rename over a name) reports a removal
+            // that changes nothing.
+            let mut freed = (u.old != u.new && u.new.iter().all(|&b| b == 0))
+                .then_some((u.range.start, u.range.end));
             if u.range.len() == 2 && u.range.start >= 4 {
                 // An entry removed by lengthening the one before it: the
                 // new length was computed from the removed entry's, which
@@ -845,7 +901,16 @@ impl Protocol for StreamsProtocol {
                 let (old, new) = (le_value(&u.old) as u32, le_value(&u.new) as u32);
                 if new > old {
                     self.claim_read(u.block, prev + old, prev + new, s);
+                    freed = Some((prev + old, prev + new));
                 }
+            }
+            // Order-less reuse: the removed entry's bytes stay this
+            // stream's until it commits.
+            if let Some((start, end)) = freed {
+                self.freed_slots
+                    .entry(u.block)
+                    .or_default()
+                    .push((start, end, s));
             }
         }
         match &u.kind {
@@ -952,7 +1017,10 @@ impl Protocol for StreamsProtocol {
     }
 
     fn has_pending_frees(&self) -> bool {
-        !self.freed.is_empty() || self.j.has_pending_frees()
+        !self.freed.is_empty()
+            || !self.freed_inodes.is_empty()
+            || !self.freed_slots.is_empty()
+            || self.j.has_pending_frees()
     }
 
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {
@@ -1010,6 +1078,34 @@ impl Protocol for StreamsProtocol {
             return true;
         }
         !self.freed.contains_key(&block) && self.j.reusable(block)
+    }
+
+    fn can_allocate_inode(&self, ino: Ino, h: &HandleInfo) -> bool {
+        if self.fault == Some(Fault::EarlyReuse) {
+            return true;
+        }
+        match self.freed_inodes.get(&ino) {
+            Some(&o) => self.root(o) == self.root(h.stream),
+            None => true,
+        }
+    }
+
+    fn can_reuse_dir_space(
+        &self,
+        block: u64,
+        range: std::ops::Range<usize>,
+        h: &HandleInfo,
+    ) -> bool {
+        if self.fault == Some(Fault::EarlyReuse) {
+            return true;
+        }
+        let Some(slots) = self.freed_slots.get(&block) else {
+            return true;
+        };
+        let root = self.root(h.stream);
+        !slots.iter().any(|&(start, end, o)| {
+            (start as usize) < range.end && range.start < end as usize && self.root(o) != root
+        })
     }
 
     fn plan_done(&mut self, done: &PlanDone) {
