@@ -76,6 +76,8 @@ pub struct Recovered {
     pub held: BTreeMap<Ino, u64>,
     /// The bitmaps.
     pub alloc: Allocation,
+    /// Directories without an htree index (`EXT4_INDEX_FL`).
+    pub linear_dirs: BTreeSet<Ino>,
 }
 
 /// Bound on what the judge reads from one file (the explorer's files are
@@ -194,7 +196,21 @@ pub fn recovered_of(dev: Arc<dyn BlockDevice>, mode: ProtocolKind) -> Result<Rec
     let fs = backend::mount(dev, mode, DataMode::Ordered, true)
         .map_err(|e| format!("read-only mount: {e}"))?;
     let (tree, held) = tree_of(&fs)?;
-    Ok(Recovered { tree, held, alloc })
+    let mut linear_dirs = BTreeSet::new();
+    for o in tree.values().filter(|o| o.kind == FileType::Directory) {
+        let attr = fs
+            .getattr(o.ino)
+            .map_err(|e| format!("getattr {}: {e}", o.ino))?;
+        if attr.flags & ordo_format::inode::flags::INDEX == 0 {
+            linear_dirs.insert(o.ino);
+        }
+    }
+    Ok(Recovered {
+        tree,
+        held,
+        alloc,
+        linear_dirs,
+    })
 }
 
 /// A temporary copy of a crash image, in memory (`/dev/shm`) when there is
@@ -520,6 +536,10 @@ pub struct Verdict {
     /// block torn after its header, which the kernel (and ordo) replay
     /// and e2fsprogs 1.47.0 does not (`docs/CRASH.md`). Counted apart.
     pub e2fsck_torn_commit: bool,
+    /// e2fsck's pass 3A rebuilt a big directory without an index
+    /// ([`forgive_dir_rehash`]); its size and freed blocks were taken as
+    /// ordo's. Counted apart.
+    pub e2fsck_rehashed_dirs: bool,
 }
 
 /// Compare only names, inode numbers, types and sizes (outside
@@ -572,6 +592,54 @@ pub fn has_stale_fc_head(crash: &MemDevice) -> bool {
     )
 }
 
+/// e2fsck -fy's pass 3A rebuilds every directory without an index that
+/// spans three blocks or more (`check_blocks`: `i_size / blocksize >= 3`
+/// puts it on `dirs_to_hash` whenever the file system has `dir_index`),
+/// which packs its entries and gives the blocks it no longer needs back.
+/// That is an optimisation, not a repair: where e2fsck's result has such a
+/// directory of ordo's, same inode and links, smaller, its size is taken
+/// as ordo's, and the blocks only ordo's recovery has in use are taken as
+/// e2fsck's too when they are exactly as many as those directories gave
+/// back. Returns whether it forgave anything.
+pub fn forgive_dir_rehash(ours: &Recovered, e2fsck: &mut Recovered, block_size: u64) -> bool {
+    let mut freed: u64 = 0;
+    let mut any = false;
+    for (path, o) in &ours.tree {
+        if o.kind != FileType::Directory
+            || !ours.linear_dirs.contains(&o.ino)
+            || o.size / block_size < 3
+        {
+            continue;
+        }
+        let Some(t) = e2fsck.tree.get_mut(path) else {
+            continue;
+        };
+        if t.ino != o.ino || t.kind != o.kind || t.nlink != o.nlink || t.size >= o.size {
+            continue;
+        }
+        t.size = o.size;
+        let (a, b) = (
+            ours.held.get(&o.ino).copied().unwrap_or(0),
+            e2fsck.held.get(&o.ino).copied().unwrap_or(0),
+        );
+        freed += a.saturating_sub(b);
+        e2fsck.held.insert(o.ino, a);
+        any = true;
+    }
+    if any {
+        let only_ours: Vec<u64> = ours
+            .alloc
+            .blocks
+            .difference(&e2fsck.alloc.blocks)
+            .copied()
+            .collect();
+        if only_ours.len() as u64 == freed {
+            e2fsck.alloc.blocks.extend(only_ours);
+        }
+    }
+    any
+}
+
 /// Judge one state: `crash` is the image before any recovery, `ours` the
 /// image after ordo's.
 pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Verdict {
@@ -597,7 +665,14 @@ pub fn judge(crash: &MemDevice, ours: &Arc<MemDevice>, mode: ProtocolKind) -> Ve
     match e2fsck_recover(crash) {
         Ok((img, text)) => {
             let dev: Arc<dyn BlockDevice> = img.clone();
-            match recovered_of(dev, mode) {
+            let recovered = recovered_of(dev, mode).map(|mut e| {
+                if text.contains("Pass 3A") {
+                    let bs = u64::from(crash.block_size());
+                    v.e2fsck_rehashed_dirs = forgive_dir_rehash(&ours, &mut e, bs);
+                }
+                e
+            });
+            match recovered {
                 Ok(e) if fast_commits && text.contains("Multiply-claimed") => {
                     // e2fsck's fast-commit replay handed one block to two
                     // inodes and its pass 1D then cloned it: contents and
@@ -634,4 +709,61 @@ pub fn has_torn_commit(crash: &MemDevice) -> bool {
         ordo_fs::recovery::journal_state(crash),
         Ok(Some(s)) if s.torn_commits > 0
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(ino: Ino, size: u64) -> Obj {
+        Obj {
+            ino,
+            kind: FileType::Directory,
+            size,
+            nlink: 2,
+            content: 0,
+        }
+    }
+
+    /// ordo's `/A`: a directory without an index over three blocks, 100,
+    /// 101 and 102. e2fsck's pass 3A packed it into block 100.
+    fn pair(indexed: bool, leaked: bool) -> (Recovered, Recovered) {
+        let mut ours = Recovered::default();
+        ours.tree.insert("/A".into(), dir(12, 3 * 4096));
+        ours.held.insert(12, 3);
+        ours.alloc.blocks.extend([100, 101, 102]);
+        if leaked {
+            ours.alloc.blocks.insert(200);
+        }
+        if !indexed {
+            ours.linear_dirs.insert(12);
+        }
+        let mut theirs = Recovered::default();
+        theirs.tree.insert("/A".into(), dir(12, 4096));
+        theirs.held.insert(12, 1);
+        theirs.alloc.blocks.insert(100);
+        (ours, theirs)
+    }
+
+    #[test]
+    fn a_directory_e2fsck_packed_is_forgiven_and_nothing_else() {
+        let (ours, mut theirs) = pair(false, false);
+        assert!(!compare_kernel(&ours, &theirs).is_empty());
+        assert!(forgive_dir_rehash(&ours, &mut theirs, 4096));
+        assert_eq!(compare_kernel(&ours, &theirs), Vec::<String>::new());
+
+        // A block ordo leaked besides: the counts no longer match.
+        let (ours, mut theirs) = pair(false, true);
+        forgive_dir_rehash(&ours, &mut theirs, 4096);
+        let d = compare_kernel(&ours, &theirs);
+        assert!(
+            d.iter().any(|l| l.contains("after ordo's recovery only")),
+            "{d:?}"
+        );
+
+        // An indexed directory is not one pass 3A rebuilds.
+        let (ours, mut theirs) = pair(true, false);
+        assert!(!forgive_dir_rehash(&ours, &mut theirs, 4096));
+        assert!(!compare_kernel(&ours, &theirs).is_empty());
+    }
 }

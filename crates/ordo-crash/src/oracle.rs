@@ -187,6 +187,10 @@ pub enum Note {
     /// NoFS: the scanners rebuilt a file's map from its owner records
     /// (its extent tree did not survive).
     NofsScanMapRebuilt,
+    /// e2fsck -fy's pass 3A rebuilt a directory of three blocks or more
+    /// without an index (an optimisation, not a repair; the judge takes
+    /// its size and freed blocks as ordo's).
+    E2fsckRehashedDirs,
 }
 
 impl Note {
@@ -208,6 +212,7 @@ impl Note {
             Note::NofsScanConflictCut => "nofs_scan_conflict_cut",
             Note::NofsScanBitsFixed => "nofs_scan_bits_fixed",
             Note::NofsScanMapRebuilt => "nofs_scan_map_rebuilt",
+            Note::E2fsckRehashedDirs => "e2fsck_rehashed_dirs",
         }
     }
 }
@@ -824,6 +829,9 @@ fn judge_into(
     }
     if v.e2fsck_torn_commit {
         notes.push(Note::E2fsckTornCommit);
+    }
+    if v.e2fsck_rehashed_dirs {
+        notes.push(Note::E2fsckRehashedDirs);
     }
 }
 

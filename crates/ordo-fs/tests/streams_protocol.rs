@@ -218,6 +218,41 @@ fn an_entry_in_another_streams_directory_merges_them() {
     fs.unmount().unwrap();
 }
 
+/// Two streams creating files in one directory stay apart: the second
+/// does not split the entry the first made (that would rewrite the
+/// first's `rec_len` and merge them); its entry goes to other room, here a
+/// new block. fsync(B) then carries neither A's create nor its data, and
+/// after a crash B is there and A is not.
+#[test]
+fn two_streams_creating_in_one_directory_stay_apart() {
+    let dev = Arc::new(WriteCacheDevice::new(image()));
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, &Creds::root()).unwrap().ino;
+    fs.sync().unwrap();
+    in_stream(&fs, b"a");
+    let a = create_in(&fs, d, b"A");
+    fs.write(a, 0, &vec![7u8; 1 << 20]).unwrap();
+    in_stream(&fs, b"b");
+    let b = create_in(&fs, d, b"B");
+    fs.write(b, 0, b"x").unwrap();
+    assert_eq!(stat(&fs, "stream_merges"), 0, "the two creates merged");
+    let before = written(&fs);
+    fs.fsync(b, false).unwrap();
+    let cost = written(&fs) - before;
+    assert!(
+        cost < 256 << 10,
+        "fsync(B) wrote {cost} bytes, A's data included?"
+    );
+    let fs = crash_and_mount(&dev, fs);
+    let b = fs.lookup(d, b"B").expect("B was fsynced").ino;
+    assert_eq!(fs.read(b, 0, 16).unwrap(), b"x");
+    assert!(
+        fs.lookup(d, b"A").is_err(),
+        "A's stream never committed, yet A is there"
+    );
+    fs.unmount().unwrap();
+}
+
 /// Order-less reuse: an inode and a directory slot freed by one stream are
 /// not reused by another until the freeing transaction commits, so the
 /// streams never merge: the other stream's fsync leaves the unlink

@@ -793,7 +793,7 @@ impl Side {
                         .split(|&b| b == 0)
                         .filter(|n| !n.is_empty())
                         .collect();
-                    if XATTR_ORDER_FREE.get() {
+                    if xattr_order_free() {
                         names.sort_unstable();
                     }
                     Ok(names
@@ -903,26 +903,21 @@ thread_local! {
     static XATTR_ORDER_FREE_CELL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether this thread's run compares attribute names as a set.
-struct XattrOrderFree;
-
-impl XattrOrderFree {
-    fn get(&self) -> bool {
-        XATTR_ORDER_FREE_CELL.with(|c| c.get())
-    }
-    fn set(&self, free: bool) {
-        XATTR_ORDER_FREE_CELL.with(|c| c.set(free));
-    }
+/// Whether this thread's run compares attribute names as sets, not in
+/// the order listed: under `mode=backpointers` ordo's own (hidden)
+/// backlink attribute takes room in the inode, so an attribute the kernel
+/// keeps there may be in ordo's attribute block, which ext4 lists after
+/// the inode's.
+fn xattr_order_free() -> bool {
+    XATTR_ORDER_FREE_CELL.with(|c| c.get())
 }
 
-/// Attribute names are compared as sets, not in the order listed: under
-/// `mode=backpointers` ordo's own (hidden) backlink attribute takes room
-/// in the inode, so an attribute the kernel keeps there may be in ordo's
-/// attribute block, which ext4 lists after the inode's.
-static XATTR_ORDER_FREE: XattrOrderFree = XattrOrderFree;
+fn set_xattr_order_free(free: bool) {
+    XATTR_ORDER_FREE_CELL.with(|c| c.set(free));
+}
 
 /// Every attribute of a path (names in the order the file system lists
-/// them, or sorted under [`XATTR_ORDER_FREE`], each value hashed), as root
+/// them, or sorted under [`xattr_order_free`], each value hashed), as root
 /// sees them.
 fn xattr_desc(path: &CString) -> String {
     let mut buf = vec![0u8; 65536];
@@ -936,7 +931,7 @@ fn xattr_desc(path: &CString) -> String {
         .split(|&b| b == 0)
         .filter(|n| !n.is_empty())
         .collect();
-    if XATTR_ORDER_FREE.get() {
+    if xattr_order_free() {
         names.sort_unstable();
     }
     for name in names {
@@ -1093,7 +1088,7 @@ fn differential_steps(options: &str, default_seeds: &[u64], default_steps: usize
     // `user.b, user.a` against ordo's `user.a, user.b` on a directory),
     // which the short sequences, compared in order, do not meet.
     let long = default_steps > 250;
-    XATTR_ORDER_FREE.set(options.contains("backpointers") || long);
+    set_xattr_order_free(options.contains("backpointers") || long);
     no_umask();
     let s = Scratch::new();
     let kimg = s.path("kernel.img");

@@ -28,7 +28,9 @@
 //! directory (its ".." changes) and cross-rename, mkdir and rmdir (see
 //! below), fallocate (unwritten extents are not reported), data=journal,
 //! symlinks and device nodes (their `i_block` content, which the kernel's
-//! INODE replay does not copy), an update of a special inode, a record
+//! INODE replay does not copy), an inode with an attribute block (the
+//! kernel's replay recounts its `i_blocks` without it), an update of a
+//! special inode, a record
 //! too large for a block, a full fast-commit area (a commit that would need the area's
 //! last block, which ordo never uses: see `docs/FORMAT.md`), a journal that is not live yet (the
 //! kernel's rule: fast commits only after a full commit), and changes made

@@ -382,6 +382,10 @@ pub struct StreamsProtocol {
     /// block, the bytes the entry held and the stream. No other stream
     /// writes a new entry over them until that transaction commits.
     freed_slots: HashMap<u64, Vec<(u32, u32, u32)>>,
+    /// Directory blocks a running transaction initialized, with its
+    /// stream: an entry made in one by another stream merges the two
+    /// (ccfs's "mkdir and the entries inside it").
+    new_dir_blocks: HashMap<u64, u32>,
     /// Inodes known to be directories (named as one by an entry update):
     /// their link count and times are shared counters.
     dirs: std::collections::HashSet<Ino>,
@@ -409,6 +413,7 @@ impl StreamsProtocol {
             freed: HashMap::new(),
             freed_inodes: HashMap::new(),
             freed_slots: HashMap::new(),
+            new_dir_blocks: HashMap::new(),
             stats: Stats::default(),
         })
     }
@@ -726,6 +731,7 @@ impl StreamsProtocol {
             v.retain(|&(_, _, o)| !members.contains(&o));
             !v.is_empty()
         });
+        self.new_dir_blocks.retain(|_, o| !members.contains(o));
         for &m in &members {
             self.parent[m as usize] = m;
         }
@@ -825,6 +831,7 @@ impl StreamsProtocol {
             // Nothing runs: nothing freed waits for a commit.
             self.freed_inodes.clear();
             self.freed_slots.clear();
+            self.new_dir_blocks.clear();
             return self.j.commit_staged(io, durable);
         };
         if self.fault == Some(Fault::NoMerge) {
@@ -935,7 +942,10 @@ impl Protocol for StreamsProtocol {
                     self.own_inode(*ino, s);
                 }
             }
-            UpdateKind::DirBlockInit { dir: ino } => self.note_inode(*ino, s),
+            UpdateKind::DirBlockInit { dir: ino } => {
+                self.note_inode(*ino, s);
+                self.new_dir_blocks.insert(u.block, s);
+            }
             UpdateKind::Extent { ino, .. }
             | UpdateKind::ExtentTree { ino, .. }
             | UpdateKind::ExtentBlockInit { ino }
@@ -1099,13 +1109,31 @@ impl Protocol for StreamsProtocol {
         if self.fault == Some(Fault::EarlyReuse) {
             return true;
         }
-        let Some(slots) = self.freed_slots.get(&block) else {
+        let root = self.root(h.stream);
+        let foreign = |o: u32| self.root(o) != root;
+        if let Some(slots) = self.freed_slots.get(&block) {
+            if slots.iter().any(|&(start, end, o)| {
+                (start as usize) < range.end && range.start < end as usize && foreign(o)
+            }) {
+                return false;
+            }
+        }
+        // An entry another stream made and has not committed: splitting
+        // its room rewrites its `rec_len`, which would merge the streams.
+        // Other room (or a new block) keeps them apart, unless the block
+        // is one that stream initialized (a new directory's): an entry
+        // made there is related to it anyway.
+        if self.new_dir_blocks.get(&block).is_some_and(|&o| foreign(o)) {
+            return true;
+        }
+        let Some(t) = self.tracked.get(&block) else {
             return true;
         };
-        let root = self.root(h.stream);
-        !slots.iter().any(|&(start, end, o)| {
-            (start as usize) < range.end && range.start < end as usize && self.root(o) != root
-        })
+        let end = range.end.min(t.bytes.len());
+        let start = range.start.min(end);
+        !t.bytes[start..end]
+            .iter()
+            .any(|&tag| tag != 0 && foreign(stream_of(tag)))
     }
 
     fn plan_done(&mut self, done: &PlanDone) {
