@@ -360,6 +360,18 @@ fn fast_commit_replay_places_a_new_tree_node_where_the_kernel_does() {
     assert_eq!(r.failures_total, 0, "{}", r.summary(3));
 }
 
+/// Every crash state of scenario `text` under `fast_commit`, each judged
+/// by the kernel and e2fsck: some are judged, none fails.
+fn fast_commit_judged_clean(text: &str) {
+    let (_dir, path) = scenario(text);
+    let mut p = params(ProtocolKind::named("fast_commit"), &path);
+    p.judge = JudgePolicy::Sample(1);
+    let r = explore(&p).unwrap();
+    println!("{}", r.summary(3));
+    assert!(r.judged > 0, "{}", r.summary(3));
+    assert_eq!(r.failures_total, 0, "{}", r.summary(3));
+}
+
 /// The first fast commit after a full commit, two blocks long: the kernel's
 /// scan fails the whole recovery (ECANCELED, the mount refused) when the
 /// area starts with that commit's HEAD and the block after it is not
@@ -373,13 +385,7 @@ fn a_cut_off_first_fast_commit_leaves_an_image_the_kernel_mounts() {
         text.push_str(&format!("creat /A/new{i:02}\nwrite /A/new{i:02} 0 100\n"));
     }
     text.push_str("fsync /A/new00\n");
-    let (_dir, path) = scenario(&text);
-    let mut p = params(ProtocolKind::named("fast_commit"), &path);
-    p.judge = JudgePolicy::Sample(1);
-    let r = explore(&p).unwrap();
-    println!("{}", r.summary(3));
-    assert!(r.judged > 0, "{}", r.summary(3));
-    assert_eq!(r.failures_total, 0, "{}", r.summary(3));
+    fast_commit_judged_clean(&text);
 }
 
 /// A file created and deleted between two commits: its UNLINK went to the
@@ -388,15 +394,9 @@ fn a_cut_off_first_fast_commit_leaves_an_image_the_kernel_mounts() {
 /// (`e2fsck_replay`; `mix` seed 3142). Every crash state is judged.
 #[test]
 fn a_file_created_and_deleted_between_fast_commits_leaves_no_tag() {
-    let (_dir, path) = scenario(
+    fast_commit_judged_clean(
         "preset\ncreat /A/x\nsync\n---\nwrite /A/x 0 100\ncreat /A/tmp\nrename /A/tmp /A/tmp2\nunlink /A/tmp2\nfsync /A/x\n",
     );
-    let mut p = params(ProtocolKind::named("fast_commit"), &path);
-    p.judge = JudgePolicy::Sample(1);
-    let r = explore(&p).unwrap();
-    println!("{}", r.summary(3));
-    assert!(r.judged > 0, "{}", r.summary(3));
-    assert_eq!(r.failures_total, 0, "{}", r.summary(3));
 }
 
 /// A slow symlink with an attribute block, logged by a fast commit: the
@@ -407,15 +407,9 @@ fn a_file_created_and_deleted_between_fast_commits_leaves_no_tag() {
 #[test]
 fn an_inode_with_an_attribute_block_is_not_fast_committed() {
     let target = format!("/{}", "t".repeat(100));
-    let (_dir, path) = scenario(&format!(
+    fast_commit_judged_clean(&format!(
         "preset\nsymlink {target} /A/s\nlink /A/s /A/s2\nsetxattr /A/s security.c 3000\nsync\n---\nunlink /A/s2\ncreat /A/x\nwrite /A/x 0 100\nfsync /A/x\n"
     ));
-    let mut p = params(ProtocolKind::named("fast_commit"), &path);
-    p.judge = JudgePolicy::Sample(1);
-    let r = explore(&p).unwrap();
-    println!("{}", r.summary(3));
-    assert!(r.judged > 0, "{}", r.summary(3));
-    assert_eq!(r.failures_total, 0, "{}", r.summary(3));
 }
 
 /// Misdirected data writes (each of two data blocks written where the other

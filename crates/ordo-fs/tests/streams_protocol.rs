@@ -89,8 +89,8 @@ fn crash_and_mount(dev: &WriteCacheDevice<Arc<MemDevice>>, fs: Fs) -> Fs {
 /// fsync(B). The fsync writes B's block and its metadata, not A's data;
 /// after a power cut B has its byte and A is empty. With both files in
 /// one stream the fsync must carry A's data (ccfs-1). (The files exist
-/// first: two streams inserting into one ext4 directory block change each
-/// other's `rec_len`s and merge.)
+/// first; `two_streams_creating_in_one_directory_stay_apart` creates them
+/// in their streams.)
 #[test]
 fn an_fsync_commits_only_its_stream() {
     for shared in [false, true] {

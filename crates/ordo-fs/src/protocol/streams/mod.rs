@@ -55,8 +55,13 @@
 //! same name, mkdir and the entries inside it: an entry goes into a block
 //! the mkdir initialized) and more: an ext4 directory block is a chain of
 //! `rec_len`s, so a stream inserting an entry after another stream's new
-//! entry in one block changes that entry's bytes and merges (ccfs changed
-//! the directory format instead; ordo keeps ext4's).
+//! entry in one block would change that entry's bytes and merge (ccfs
+//! changed the directory format instead; ordo keeps ext4's). So the core asks
+//! before it splits an entry ([`Protocol::can_reuse_dir_space`]), and an
+//! entry another stream made and has not committed is refused: the new
+//! entry goes to other room or a new block, and the streams stay apart. A
+//! block another stream initialized (a new directory's) is not refused:
+//! an entry made in it is related to that stream's mkdir.
 //!
 //! # Order-less reuse
 //!
