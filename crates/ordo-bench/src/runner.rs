@@ -80,7 +80,7 @@ pub fn run_plan(plan: &Plan, mut on_row: impl FnMut(&Row)) -> Result<Vec<Row>> {
 /// workload that reads back what it wrote (sqlite, git, fs_mark's own log)
 /// fails on it with the program's complaint: the row says why.
 fn error_text(t: &TargetSpec, e: &BenchError) -> String {
-    if t.kind == TargetKind::FuseFloor {
+    if matches!(t.kind, TargetKind::FuseFloor { .. }) {
         format!("(fuse-floor discards file data, reads return zeros) {e}")
     } else {
         e.to_string()

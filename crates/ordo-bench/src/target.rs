@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
-//! | `fuse-floor` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device) |
+//! | `fuse-floor[,open_requests=off]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
 //! | `ordo-lib:MODE[,data=D][,sched=P][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
 //!
@@ -70,8 +70,13 @@ pub enum TargetKind {
     /// The FUSE floor: `ordo fuse-floor`, a FUSE server with ordo's session
     /// (threads, mount options, capabilities, TTLs) that stores nothing,
     /// so that what any FUSE file system pays per request shows apart from
-    /// what ordo does.
-    FuseFloor,
+    /// what ordo does. `fuse-floor,open_requests=off` answers OPEN with
+    /// ENOSYS as ordo does with that option, so that the kernel opens files
+    /// itself for both.
+    FuseFloor {
+        /// OPEN and RELEASE are served (the default).
+        open_requests: bool,
+    },
     /// ordo through FUSE with these `-o` options (starting with `mode=`).
     Ordo {
         /// The `-o` list.
@@ -111,7 +116,7 @@ pub struct TargetSpec {
 pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
-        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor, \
+        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off], \
 ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,fuse] (MODE: {})",
         modes.join(", ")
     )
@@ -125,7 +130,12 @@ impl std::str::FromStr for TargetSpec {
         };
         let kind = match s.split_once(':') {
             None if s == "tmpfs" => TargetKind::Tmpfs,
-            None if s == "fuse-floor" => TargetKind::FuseFloor,
+            None if s == "fuse-floor" => TargetKind::FuseFloor {
+                open_requests: true,
+            },
+            None if s == "fuse-floor,open_requests=off" => TargetKind::FuseFloor {
+                open_requests: false,
+            },
             Some(("ext4", m)) => TargetKind::Ext4(match m {
                 "ordered" => Ext4Mode::Ordered,
                 "fast_commit" => Ext4Mode::FastCommit,
@@ -200,7 +210,7 @@ impl TargetSpec {
     pub fn uses_loop(&self, device: DeviceKind) -> bool {
         match self.kind {
             TargetKind::Ext4(_) => true,
-            TargetKind::Tmpfs | TargetKind::FuseFloor => false,
+            TargetKind::Tmpfs | TargetKind::FuseFloor { .. } => false,
             TargetKind::Ordo { .. } | TargetKind::OrdoLib { .. } => device == DeviceKind::Loop,
         }
     }
@@ -626,13 +636,16 @@ impl Instance {
     /// They are not remounted for the measurement window either, since
     /// their files live only as long as the mount.
     fn has_device(&self) -> bool {
-        !matches!(self.spec.kind, TargetKind::Tmpfs | TargetKind::FuseFloor)
+        !matches!(
+            self.spec.kind,
+            TargetKind::Tmpfs | TargetKind::FuseFloor { .. }
+        )
     }
 
     /// What the FUSE server of this target is called in messages.
     fn server_name(&self) -> &'static str {
         match self.spec.kind {
-            TargetKind::FuseFloor => "ordo fuse-floor",
+            TargetKind::FuseFloor { .. } => "ordo fuse-floor",
             _ => "ordo mount",
         }
     }
@@ -728,10 +741,13 @@ impl Instance {
                     .env(COUNTERS_ENV, &counters);
                 self.start_fuse(cmd)?;
             }
-            TargetKind::FuseFloor => {
+            TargetKind::FuseFloor { open_requests } => {
                 let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
                 let mut cmd = Command::new(ordo);
                 cmd.arg("fuse-floor").arg(&self.mnt);
+                if !open_requests {
+                    cmd.arg("--open-requests").arg("off");
+                }
                 self.start_fuse(cmd)?;
             }
             TargetKind::OrdoLib {
@@ -917,7 +933,7 @@ impl Instance {
                         Self::log_tail(&log)
                     )));
                 }
-                if self.spec.kind == TargetKind::FuseFloor {
+                if matches!(self.spec.kind, TargetKind::FuseFloor { .. }) {
                     // No device, so no counters, as for tmpfs.
                     return Ok(m);
                 }
@@ -1166,7 +1182,19 @@ mod tests {
         let t: TargetSpec = "tmpfs".parse().unwrap();
         assert!(!t.uses_loop(DeviceKind::Loop));
         let t: TargetSpec = "fuse-floor".parse().unwrap();
-        assert_eq!(t.kind, TargetKind::FuseFloor);
+        assert_eq!(
+            t.kind,
+            TargetKind::FuseFloor {
+                open_requests: true
+            }
+        );
+        let t: TargetSpec = "fuse-floor,open_requests=off".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::FuseFloor {
+                open_requests: false
+            }
+        );
         assert!(!t.is_ordo() && !t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));
         assert!(target_names().contains("fuse-floor"));
         let t: TargetSpec = "ordo:journal,data=journal".parse().unwrap();

@@ -28,6 +28,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
@@ -148,6 +149,12 @@ struct Node {
     crtime: SystemTime,
     /// Open handles not yet released.
     open: u32,
+    /// The kernel's references (entries given and not yet forgotten),
+    /// counted only when the kernel opens files itself
+    /// ([`FloorFs`]'s `kernel_opens`), where they keep an unlinked inode
+    /// alive as open handles do otherwise. Atomic: taken under the
+    /// namespace's read lock.
+    refs: AtomicU64,
     /// The entries, for a directory.
     dir: Option<Box<Dir>>,
     /// The target, for a symlink.
@@ -238,6 +245,7 @@ impl Namespace {
             ctime: now,
             crtime: now,
             open: 0,
+            refs: AtomicU64::new(0),
             dir: Some(Box::new(Dir::new(ROOT))),
             target: Box::default(),
         };
@@ -302,7 +310,7 @@ impl Namespace {
             return;
         }
         if let Some(n) = self.nodes.get(&ino) {
-            if n.nlink == 0 && n.open == 0 {
+            if n.nlink == 0 && n.open == 0 && n.refs.load(Ordering::Relaxed) == 0 {
                 self.nodes.remove(&ino);
             }
         }
@@ -355,6 +363,7 @@ impl Namespace {
             ctime: now,
             crtime: now,
             open: 0,
+            refs: AtomicU64::new(0),
             dir: is_dir.then(|| Box::new(Dir::new(parent))),
             target: new.target.into(),
         };
@@ -649,6 +658,10 @@ pub struct FloorFs {
     /// A create's handle is served with direct I/O, as ordo's is when the
     /// kernel allows it (set at `init`).
     direct_create: bool,
+    /// OPEN is answered with ENOSYS, so the kernel opens and closes regular
+    /// files itself (`MountConfig::open_requests` off, as ordo serves it):
+    /// the kernel's references then keep an unlinked inode alive.
+    kernel_opens: bool,
 }
 
 impl FloorFs {
@@ -661,6 +674,44 @@ impl FloorFs {
             ns: RwLock::new(Namespace::new(uid, gid)),
             ttl,
             direct_create: false,
+            kernel_opens: false,
+        }
+    }
+
+    /// The floor of a mount with `config` (its `open_requests`).
+    pub fn for_config(config: &MountConfig) -> FloorFs {
+        FloorFs {
+            kernel_opens: !config.open_requests,
+            ..FloorFs::new(config.attr_ttl)
+        }
+    }
+
+    /// The handle of a create: counted as an open one, unless the kernel
+    /// opens files itself (it may then send no RELEASE for it, and its
+    /// reference keeps the inode, as in ordo).
+    fn open_created(&self, ns: &mut Namespace, ino: u64, truncate: bool) -> Res<FileAttr> {
+        if self.kernel_opens {
+            if truncate {
+                ns.setattr(
+                    ino,
+                    SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    },
+                )?;
+            }
+            return ns.attr(ino);
+        }
+        ns.open(ino, false, truncate)
+    }
+
+    /// One more kernel reference on `ino` when the kernel opens files
+    /// itself, taken before the reply that gives it.
+    fn hold(&self, ns: &Namespace, ino: u64) {
+        if self.kernel_opens && ino != ROOT {
+            if let Ok(n) = ns.node(ino) {
+                n.refs.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -672,9 +723,13 @@ impl FloorFs {
         self.ns.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn entry(&self, reply: ReplyEntry, result: Res<FileAttr>) {
+    /// Answer with an entry; `ns` holds the node (its reference is taken).
+    fn entry(&self, ns: &Namespace, reply: ReplyEntry, result: Res<FileAttr>) {
         match result {
-            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
+            Ok(attr) => {
+                self.hold(ns, attr.ino.0);
+                reply.entry(&self.ttl, &attr, Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -688,12 +743,12 @@ impl FloorFs {
 
     /// Make a node and answer with its entry.
     fn make(&self, reply: ReplyEntry, parent: INodeNo, name: &OsStr, new: NewNode) {
+        let mut ns = self.write();
         let result = name_bytes(name).and_then(|name| {
-            let mut ns = self.write();
             let ino = ns.make(parent.0, name, new)?;
             ns.attr(ino)
         });
-        self.entry(reply, result);
+        self.entry(&ns, reply, result);
     }
 
     /// The directory entries of `ino` after `offset`, each given to `add`
@@ -743,8 +798,20 @@ fn masked(mode: u32, umask: u32) -> u16 {
 
 impl fuser::Filesystem for FloorFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        self.direct_create = request_capabilities(config, false);
+        self.direct_create = request_capabilities(config, self.kernel_opens);
         Ok(())
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if self.kernel_opens && ino.0 != ROOT {
+            let mut ns = self.write();
+            if let Ok(n) = ns.node(ino.0) {
+                let refs = n.refs.load(Ordering::Relaxed);
+                n.refs
+                    .store(refs.saturating_sub(nlookup), Ordering::Relaxed);
+            }
+            ns.maybe_drop(ino.0);
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -758,7 +825,10 @@ impl fuser::Filesystem for FloorFs {
             Err(Errno::ENOENT) if ns.dir(parent.0).is_ok() => {
                 reply.entry(&self.ttl, &negative_entry_attr(), Generation(0))
             }
-            r => self.entry(reply, r.and_then(|ino| ns.attr(ino))),
+            r => {
+                let r = r.and_then(|ino| ns.attr(ino));
+                self.entry(&ns, reply, r)
+            }
         }
     }
 
@@ -923,15 +993,20 @@ impl fuser::Filesystem for FloorFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let mut ns = self.write();
         let result = name_bytes(newname).and_then(|newname| {
-            let mut ns = self.write();
             ns.link(ino.0, newparent.0, newname)?;
             ns.attr(ino.0)
         });
-        self.entry(reply, result);
+        self.entry(&ns, reply, result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.kernel_opens {
+            // As ordo answers: the kernel opens regular files itself from
+            // now on (and sends no RELEASE for them).
+            return reply.error(Errno::ENOSYS);
+        }
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.write().open(ino.0, false, truncate) {
             Ok(_) => reply.opened(FileHandle(0), crate::FILE_OPEN_FLAGS),
@@ -1000,6 +1075,11 @@ impl fuser::Filesystem for FloorFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if self.kernel_opens {
+            // Only a created file's handle reaches here, and it was not
+            // counted (see `create`).
+            return reply.ok();
+        }
         Self::empty(reply, self.write().release(ino.0));
     }
 
@@ -1048,15 +1128,22 @@ impl fuser::Filesystem for FloorFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let ttl = self.ttl;
+        let kernel_opens = self.kernel_opens;
         let listed = self.list(ino.0, offset, |name, child, cookie, node| {
-            reply.add(
+            // Each entry but "." and ".." is a reference the kernel keeps
+            // (a full reply drops the entry: no reference then).
+            let full = reply.add(
                 INodeNo(child),
                 cookie,
                 OsStr::from_bytes(name),
                 &ttl,
                 &node.attr(child),
                 Generation(0),
-            )
+            );
+            if kernel_opens && !full && name != b"." && name != b".." {
+                node.refs.fetch_add(1, Ordering::Relaxed);
+            }
+            full
         });
         match listed {
             Ok(()) => reply.ok(),
@@ -1148,8 +1235,8 @@ impl fuser::Filesystem for FloorFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let mut ns = self.write();
         let result = name_bytes(name).and_then(|name| {
-            let mut ns = self.write();
             let new = NewNode {
                 kind: FileType::RegularFile,
                 perm: masked(mode, umask),
@@ -1167,12 +1254,16 @@ impl fuser::Filesystem for FloorFs {
                     if ns.node(ino)?.is_dir() {
                         return Err(Errno::EISDIR);
                     }
-                    return ns.open(ino, false, flags & libc::O_TRUNC != 0);
+                    return self.open_created(&mut ns, ino, flags & libc::O_TRUNC != 0);
                 }
                 Err(e) => return Err(e),
             };
-            ns.open(ino, false, false)
+            self.open_created(&mut ns, ino, false)
         });
+        if let Ok(attr) = &result {
+            self.hold(&ns, attr.ino.0);
+        }
+        drop(ns);
         match result {
             Ok(attr) => reply.created(
                 &self.ttl,
@@ -1223,20 +1314,27 @@ impl fuser::Filesystem for FloorFs {
 }
 
 /// The mount configuration of a floor: ordo's defaults (threads aside).
-pub fn floor_config(threads: usize) -> MountConfig {
+/// With `open_requests` off, OPEN is answered with ENOSYS, as ordo does
+/// with `-o open_requests=off`.
+pub fn floor_config(threads: usize, open_requests: bool) -> MountConfig {
     MountConfig {
         threads: threads.max(1),
         fsname: FLOOR_FSNAME.to_string(),
+        open_requests,
         ..MountConfig::default()
     }
 }
 
 /// Mount a floor on `mountpoint`, served by `threads` workers once
 /// [`Session::run`] is called (it returns when the mount is unmounted).
-pub fn mount_floor(mountpoint: &Path, threads: usize) -> io::Result<Session<FloorFs>> {
-    let config = floor_config(threads);
+pub fn mount_floor(
+    mountpoint: &Path,
+    threads: usize,
+    open_requests: bool,
+) -> io::Result<Session<FloorFs>> {
+    let config = floor_config(threads, open_requests);
     session(
-        FloorFs::new(config.attr_ttl),
+        FloorFs::for_config(&config),
         mountpoint,
         &config,
         FLOOR_SUBTYPE,
@@ -1245,8 +1343,8 @@ pub fn mount_floor(mountpoint: &Path, threads: usize) -> io::Result<Session<Floo
 
 /// Mount a floor on `mountpoint` and serve it in the foreground; returns
 /// once it is unmounted.
-pub fn serve_floor(mountpoint: &Path, threads: usize) -> io::Result<()> {
-    mount_floor(mountpoint, threads)?.run()
+pub fn serve_floor(mountpoint: &Path, threads: usize, open_requests: bool) -> io::Result<()> {
+    mount_floor(mountpoint, threads, open_requests)?.run()
 }
 
 #[cfg(test)]
@@ -1433,8 +1531,7 @@ mod tests {
         }
         let fs = FloorFs {
             ns: RwLock::new(ns),
-            ttl: Duration::from_secs(1),
-            direct_create: false,
+            ..FloorFs::new(Duration::from_secs(1))
         };
         let collect = |offset: u64, max: usize| {
             let mut out = Vec::new();

@@ -1,4 +1,4 @@
-//! `ordo fuse-floor MOUNTPOINT [--threads N]` (hidden): the FUSE floor of
+//! `ordo fuse-floor MOUNTPOINT [--threads N] [--open-requests on|off]` (hidden): the FUSE floor of
 //! the benchmarks, a FUSE file system that stores nothing, served with the
 //! session of `ordo mount` (`ordo_fuse::floor`). It stays in the
 //! foreground until unmounted (umount MOUNTPOINT, fusermount3 -u
@@ -17,6 +17,11 @@ pub struct FloorArgs {
     /// Worker threads serving requests (ordo's default unless given).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: Option<u16>,
+    /// Serve OPEN and RELEASE (`on`, ordo's default) or answer OPEN with
+    /// ENOSYS so that the kernel opens files itself (`off`), as `ordo mount
+    /// -o open_requests=off` does.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub open_requests: String,
 }
 
 /// Run `ordo fuse-floor`; returns the exit code.
@@ -41,16 +46,17 @@ pub fn run(a: &FloorArgs) -> u8 {
     let threads = a
         .threads
         .map_or(ordo_fuse::MountConfig::default().threads, usize::from);
-    let mut session = match ordo_fuse::floor::mount_floor(&a.mountpoint, threads) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "ordo fuse-floor: {}: FUSE mount failed: {e}",
-                a.mountpoint.display()
-            );
-            return EXIT_MOUNT_FAILED;
-        }
-    };
+    let mut session =
+        match ordo_fuse::floor::mount_floor(&a.mountpoint, threads, a.open_requests == "on") {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "ordo fuse-floor: {}: FUSE mount failed: {e}",
+                    a.mountpoint.display()
+                );
+                return EXIT_MOUNT_FAILED;
+            }
+        };
     let mut unmounter = session.unmount_callable();
     let mountpoint = a.mountpoint.clone();
     if let Err(e) = ctrlc::set_handler(move || {

@@ -148,3 +148,42 @@ fn truncation_matches_the_kernels_ext4(options: &str) {
     km.stop();
     assert_e2fsck_clean(&oimg);
 }
+
+/// Free inodes of the file system holding `dir`.
+fn free_inodes(dir: &Path) -> u64 {
+    sh(dir, "stat -f -c %d .").trim().parse().unwrap()
+}
+
+/// The FUSE floor with `--open-requests off` is served as ordo is with
+/// `open_requests=off`: opens reach it not at all, and an unlinked file
+/// lives on the kernel's references until its last close (one worker, as
+/// above, so the FORGET is served before the next request).
+#[test]
+fn the_floor_without_open_requests_keeps_an_unlinked_open_file() {
+    require_mount_privileges();
+    let s = Scratch::new();
+    let mp = s.mkdir("mnt");
+    let m = OrdoMount::floor(&mp, &["--threads", "1", "--open-requests", "off"]);
+    let empty = free_inodes(&mp);
+    fs::write(mp.join("f"), vec![1u8; 10_000]).unwrap();
+    // The floor keeps sizes, not bytes: a re-open (no OPEN request) reads
+    // 10,000 zeros.
+    assert_eq!(fs::read(mp.join("f")).unwrap(), vec![0u8; 10_000]);
+    assert_eq!(free_inodes(&mp), empty - 1);
+    let f = fs::File::open(mp.join("f")).unwrap();
+    fs::remove_file(mp.join("f")).unwrap();
+    assert!(!mp.join("f").exists());
+    assert_eq!(
+        free_inodes(&mp),
+        empty - 1,
+        "the unlinked open file was dropped while open"
+    );
+    assert_eq!(f.metadata().unwrap().len(), 10_000);
+    drop(f);
+    assert_eq!(
+        free_inodes(&mp),
+        empty,
+        "the unlinked file outlived its last close"
+    );
+    m.stop_ok();
+}

@@ -122,12 +122,26 @@ impl OrdoMount {
     /// Mount `image` on `mountpoint` with `-o options` and wait until the
     /// kernel shows the mount.
     pub fn start(image: &Path, mountpoint: &Path, options: &str) -> OrdoMount {
-        require_mount_privileges();
         let mut cmd = Command::new(ordo_bin());
         cmd.arg("mount").arg("-f").arg(image).arg(mountpoint);
         if !options.is_empty() {
             cmd.arg("-o").arg(options);
         }
+        OrdoMount::spawn(cmd, mountpoint)
+    }
+
+    /// Mount the FUSE floor (`ordo fuse-floor`) on `mountpoint` with
+    /// `args`, and wait until the kernel shows the mount.
+    pub fn floor(mountpoint: &Path, args: &[&str]) -> OrdoMount {
+        let mut cmd = Command::new(ordo_bin());
+        cmd.arg("fuse-floor").arg(mountpoint).args(args);
+        OrdoMount::spawn(cmd, mountpoint)
+    }
+
+    /// Run `cmd` (a FUSE server in the foreground) and wait until the
+    /// kernel shows its mount on `mountpoint`.
+    fn spawn(mut cmd: Command, mountpoint: &Path) -> OrdoMount {
+        require_mount_privileges();
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
