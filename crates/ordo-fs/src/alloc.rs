@@ -486,12 +486,25 @@ impl Core {
             } else {
                 0
             };
-            let found = (first_idx..ipg as usize).find(|&i| {
-                img[i / 8] & (1 << (i % 8)) == 0
+            let mut found = None;
+            let mut i = first_idx;
+            while i < ipg as usize {
+                if i % 8 == 0 && img[i / 8] == 0xff {
+                    // A full byte: eight inodes in use (a full group's
+                    // bitmap is passed over a byte at a time).
+                    i += 8;
+                    continue;
+                }
+                if img[i / 8] & (1 << (i % 8)) == 0
                     && self
                         .proto
                         .can_allocate_inode(g * ipg + i as u32 + 1, &self.handle)
-            });
+                {
+                    found = Some(i);
+                    break;
+                }
+                i += 1;
+            }
             drop(img);
             let Some(idx) = found else { continue };
             let ino = g * ipg + idx as u32 + 1;

@@ -549,14 +549,15 @@ impl Core {
                 ),
             ));
         }
-        if self.cache.get(block).is_none() {
-            let mut buf = vec![0u8; self.bs as usize];
-            self.dev.read(block, &mut buf, class)?;
-            if class == BlockClass::InodeTable && self.seal.csum {
-                self.note_inode_csums(block, &buf);
-            }
-            self.cache.insert_clean(block, class, buf);
+        if let Some(image) = self.cache.get_shared(block) {
+            return Ok(image);
         }
+        let mut buf = vec![0u8; self.bs as usize];
+        self.dev.read(block, &mut buf, class)?;
+        if class == BlockClass::InodeTable && self.seal.csum {
+            self.note_inode_csums(block, &buf);
+        }
+        self.cache.insert_clean(block, class, buf);
         Ok(self.cache.snapshot(block).expect("just cached"))
     }
 
