@@ -153,31 +153,25 @@ impl BufferCache {
         tick
     }
 
+    /// The entry of a cached block, counting a hit and refreshing its LRU
+    /// position; `None` when not cached.
+    fn hit(&mut self, block: u64) -> Option<&Entry> {
+        let tick = self.next_tick();
+        let e = self.map.get_mut(&block)?;
+        self.stats.hits += 1;
+        e.tick = tick;
+        Some(e)
+    }
+
     /// The image of a cached block, counting a hit and refreshing its LRU
     /// position; `None` when not cached.
     pub fn get(&mut self, block: u64) -> Option<&[u8]> {
-        let tick = self.next_tick();
-        match self.map.get_mut(&block) {
-            Some(e) => {
-                self.stats.hits += 1;
-                e.tick = tick;
-                Some(e.data.as_slice())
-            }
-            None => None,
-        }
+        self.hit(block).map(|e| e.data.as_slice())
     }
 
     /// Like [`BufferCache::get`], sharing the image (cheap: an `Arc`).
     pub fn get_shared(&mut self, block: u64) -> Option<Arc<Vec<u8>>> {
-        let tick = self.next_tick();
-        match self.map.get_mut(&block) {
-            Some(e) => {
-                self.stats.hits += 1;
-                e.tick = tick;
-                Some(e.data.clone())
-            }
-            None => None,
-        }
+        self.hit(block).map(|e| e.data.clone())
     }
 
     /// Insert a clean image read from the device (a cache miss).
