@@ -70,7 +70,6 @@ pub(crate) struct DirIndex {
 pub(crate) struct RawEntry {
     pub off: usize,
     pub ino: Ino,
-    pub rec_len: usize,
     pub name: Vec<u8>,
     pub ft: u8,
 }
@@ -106,21 +105,58 @@ pub(crate) fn has_tail(img: &[u8]) -> bool {
     le32(img, n - 12) == 0 && le16(img, n - 8) == 12 && img[n - 6] == 0 && img[n - 5] == de::TAIL_FT
 }
 
-/// Parse the entries of a directory block (validating their framing).
-pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEntry>> {
+/// One entry's framing, as [`dirents`] walks a block without copying.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dirent {
+    pub off: usize,
+    pub ino: Ino,
+    pub rec_len: usize,
+    pub name_len: usize,
+    pub ft: u8,
+}
+
+impl Dirent {
+    /// The entry's name within the block image it was read from.
+    pub fn name<'a>(&self, img: &'a [u8]) -> &'a [u8] {
+        &img[self.off + 8..self.off + 8 + self.name_len]
+    }
+    /// The largest record length a new entry could take from this one.
+    fn room(&self) -> usize {
+        if self.ino == 0 {
+            self.rec_len
+        } else {
+            self.rec_len - de::rec_len_for(self.name_len)
+        }
+    }
+}
+
+/// Walk the entries of a directory block, validating their framing; the
+/// walk ends at the first malformed entry, with its error. Allocates
+/// nothing: a create walks its block twice (the slot, then the room left),
+/// and copying every name of a full block each time was most of the
+/// allocator's work in a create.
+pub(crate) fn dirents(
+    img: &[u8],
+    block: u64,
+    dir: Ino,
+) -> impl Iterator<Item = Result<Dirent>> + '_ {
     // Entries end at the checksum tail when there is one; a dx root's `..`
     // (whose dx tail is no dirent tail) spans the whole block.
     let tail_at = has_tail(img).then(|| img.len() - de::TAIL_LEN);
     let limit = img.len();
-    let mut v = Vec::new();
     let mut off = 0usize;
-    while off < limit && Some(off) != tail_at {
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || off >= limit || Some(off) == tail_at {
+            return None;
+        }
         if off + 8 > limit {
-            return Err(FsError::corrupt(
+            failed = true;
+            return Some(Err(FsError::corrupt(
                 block,
                 format!("directory {dir} entry at {off} rec_len"),
                 "entry header crosses the end of the block",
-            ));
+            )));
         }
         let ino = le32(img, off);
         let rec_len = le16(img, off + 4) as usize;
@@ -130,38 +166,50 @@ pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEnt
             || off + rec_len > limit
             || 8 + name_len > rec_len
         {
-            return Err(FsError::corrupt(
+            failed = true;
+            return Some(Err(FsError::corrupt(
                 block,
                 format!("directory {dir} entry at {off} rec_len"),
                 format!(
                     "rec_len {rec_len} with name_len {name_len} at offset {off} (limit {limit})"
                 ),
-            ));
+            )));
         }
-        v.push(RawEntry {
+        let e = Dirent {
             off,
             ino,
             rec_len,
-            name: img[off + 8..off + 8 + name_len].to_vec(),
+            name_len,
             ft: img[off + 7],
-        });
+        };
         off += rec_len;
-    }
-    Ok(v)
+        Some(Ok(e))
+    })
 }
 
-fn block_free(entries: &[RawEntry]) -> u16 {
-    entries
-        .iter()
+/// Parse the entries of a directory block (validating their framing), with
+/// their names copied out.
+pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEntry>> {
+    dirents(img, block, dir)
         .map(|e| {
-            if e.ino == 0 {
-                e.rec_len
-            } else {
-                e.rec_len - de::rec_len_for(e.name.len())
-            }
+            e.map(|e| RawEntry {
+                off: e.off,
+                ino: e.ino,
+                name: e.name(img).to_vec(),
+                ft: e.ft,
+            })
         })
-        .max()
-        .unwrap_or(0) as u16
+        .collect()
+}
+
+/// The largest record length a new entry could take in a directory block
+/// (its framing validated).
+fn block_free(img: &[u8], block: u64, dir: Ino) -> Result<u16> {
+    let mut most = 0;
+    for e in dirents(img, block, dir) {
+        most = most.max(e?.room());
+    }
+    Ok(most as u16)
 }
 
 /// The extent store of an inode, over the core.
@@ -323,7 +371,7 @@ impl Core {
             }
             let entries = parse_block(&img, p, dir)?;
             if !(indexed && l == 0) {
-                idx.free[l] = block_free(&entries);
+                idx.free[l] = block_free(&img, p, dir)?;
             }
             for e in entries {
                 if e.ino != 0 {
@@ -577,8 +625,7 @@ impl Core {
             if let Some(n) = new {
                 self.modify(p, 0, &n, UpdateKind::DirBlockInit { dir });
                 self.csum_dir_block(p);
-                let entries = parse_block(&n, p, dir)?;
-                let f = block_free(&entries);
+                let f = block_free(&n, p, dir)?;
                 self.dir_index(dir)?.free[l] = f;
             }
         }
@@ -649,7 +696,7 @@ impl Core {
         self.csum_dir_block(p);
         self.touch_inode(dir);
         let img = self.cache.snapshot(p).expect("cached");
-        let f = block_free(&parse_block(&img, p, dir)?);
+        let f = block_free(&img, p, dir)?;
         let idx = self.dir_index(dir)?;
         idx.free[lblk as usize] = f;
         let added = idx.names.insert(
@@ -683,9 +730,14 @@ impl Core {
         let need = de::rec_len_for(name.len());
         let mut refused = false;
         let img = self.read_block(p, BlockClass::Directory)?;
-        let entries = parse_block(&img, p, dir)?;
-        drop(img);
-        for e in &entries {
+        // The whole block's framing is validated before any slot in it is
+        // used; the first slot with room is the one taken.
+        let mut found = None;
+        for e in dirents(&img, p, dir) {
+            let e = e?;
+            if found.is_some() {
+                continue;
+            }
             let may = |c: &Self, len: usize| {
                 !ask || c
                     .proto
@@ -702,9 +754,10 @@ impl Core {
                 bytes[6] = name.len() as u8;
                 bytes[7] = ft;
                 bytes[8..].copy_from_slice(name);
-                return Ok(SlotSearch::Found((e.off, bytes, e.off)));
+                found = Some((e.off, bytes, e.off));
+                continue;
             }
-            let used = de::rec_len_for(e.name.len());
+            let used = de::rec_len_for(e.name_len);
             if e.ino != 0 && e.rec_len - used >= need {
                 if !may(self, e.rec_len) {
                     refused = true;
@@ -712,16 +765,18 @@ impl Core {
                 }
                 let new_off = e.off + used;
                 let mut bytes = vec![0u8; used + 8 + name.len()];
-                bytes[..used]
-                    .copy_from_slice(&self.cache.snapshot(p).expect("cached")[e.off..e.off + used]);
+                bytes[..used].copy_from_slice(&img[e.off..e.off + used]);
                 put16(&mut bytes, 4, used as u16);
                 put32(&mut bytes, used, ino);
                 put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
                 bytes[used + 6] = name.len() as u8;
                 bytes[used + 7] = ft;
                 bytes[used + 8..].copy_from_slice(name);
-                return Ok(SlotSearch::Found((e.off, bytes, new_off)));
+                found = Some((e.off, bytes, new_off));
             }
+        }
+        if let Some(f) = found {
+            return Ok(SlotSearch::Found(f));
         }
         Ok(if refused {
             SlotSearch::Refused
@@ -765,7 +820,7 @@ impl Core {
         }
         self.add_iblocks(dir, 1)?;
         self.set_size(dir, (lblk as u64 + 1) * self.bs as u64);
-        let f = block_free(&parse_block(&img, p, dir)?);
+        let f = block_free(&img, p, dir)?;
         let idx = self.dir_index(dir)?;
         while idx.pblks.len() <= lblk as usize {
             idx.pblks.push(0);
@@ -798,35 +853,42 @@ impl Core {
         }
         let p = self.dir_index(dir)?.pblks[slot.lblk as usize];
         let img = self.read_block(p, BlockClass::Directory)?;
-        let entries = parse_block(&img, p, dir)?;
+        // The entry at the slot's offset and the one before it (whose
+        // record absorbs the removed one), the block's framing validated.
+        let mut prev: Option<Dirent> = None;
+        let mut at: Option<(Option<Dirent>, Dirent)> = None;
+        for e in dirents(&img, p, dir) {
+            let e = e?;
+            if at.is_none() && e.off == slot.off as usize {
+                at = Some((prev, e));
+            }
+            prev = Some(e);
+        }
         drop(img);
-        let pos = entries
-            .iter()
-            .position(|e| e.off == slot.off as usize)
-            .ok_or_else(|| {
-                FsError::corrupt(
-                    p,
-                    format!("directory {dir} index"),
-                    "entry not at its offset",
-                )
-            })?;
+        let (before, this) = at.ok_or_else(|| {
+            FsError::corrupt(
+                p,
+                format!("directory {dir} index"),
+                "entry not at its offset",
+            )
+        })?;
         let kind = UpdateKind::Dirent {
             dir,
             name: name.to_vec(),
             ino: slot.ino,
             op: LinkOp::Remove,
         };
-        if pos == 0 {
-            self.modify(p, slot.off as usize, &0u32.to_le_bytes(), kind);
-        } else {
-            let prev = &entries[pos - 1];
-            let merged = (prev.rec_len + entries[pos].rec_len) as u16;
-            self.modify(p, prev.off + 4, &merged.to_le_bytes(), kind);
+        match before {
+            None => self.modify(p, slot.off as usize, &0u32.to_le_bytes(), kind),
+            Some(prev) => {
+                let merged = (prev.rec_len + this.rec_len) as u16;
+                self.modify(p, prev.off + 4, &merged.to_le_bytes(), kind);
+            }
         }
         self.csum_dir_block(p);
         self.touch_inode(dir);
         let img = self.cache.snapshot(p).expect("cached");
-        let f = block_free(&parse_block(&img, p, dir)?);
+        let f = block_free(&img, p, dir)?;
         let idx = self.dir_index(dir)?;
         idx.free[slot.lblk as usize] = f;
         if idx.names.remove(name).is_some() {

@@ -15,38 +15,13 @@ use std::process::Command;
 use core_common::*;
 use ordo_fs::{Creds, FileType, Fs, Ino, ProtocolKind, RenameFlags, ROOT_INO};
 
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    fn new(img: &Path, opts: &str) -> Mounted {
-        let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("mount")
-            .args(["-o", opts])
-            .arg(img)
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "kernel mount failed");
-        Mounted(dir)
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
-}
-
 fn content(i: u32, len: usize) -> Vec<u8> {
     (0..len).map(|k| (k as u32 * 31 + i) as u8).collect()
 }
 
 /// Build a tree with the kernel.
 fn kernel_writes(img: &Path) {
-    let m = Mounted::new(img, "loop");
+    let m = KernelMount::new(img, "rw");
     let root = m.path();
     std::fs::create_dir_all(root.join("a/b/c")).unwrap();
     std::fs::write(root.join("a/small"), b"hello").unwrap();
@@ -190,7 +165,7 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     mkfs(&img, 128, block_size, "");
     kernel_writes(&img);
     let want = {
-        let m = Mounted::new(&img, "ro,loop");
+        let m = KernelMount::new(&img, "ro");
         kernel_view(m.path())
     };
     // The kernel indexed the big directory.
@@ -267,13 +242,13 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
     let got = {
-        let m = Mounted::new(&img, "ro,loop");
+        let m = KernelMount::new(&img, "ro");
         kernel_view(m.path())
     };
     compare(&expect, &got);
     assert_eq!(got["/big/moved-small"].4, b"hello");
     {
-        let m = Mounted::new(&img, "ro,loop");
+        let m = KernelMount::new(&img, "ro");
         assert_eq!(
             kernel_xattr::get(&m.path().join("big/moved-small"), "user.small"),
             b"tiny"

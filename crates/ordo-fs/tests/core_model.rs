@@ -20,7 +20,6 @@ mod core_common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
-use std::process::Command;
 
 use core_common::*;
 use ordo_fs::{
@@ -979,19 +978,12 @@ impl Runner {
 
 /// Compare the model with the image as the Linux kernel reads it.
 fn check_with_kernel(img: &Path, m: &Model) {
-    let mnt = tempfile::tempdir().unwrap();
-    let st = Command::new("mount")
-        .args(["-o", "ro,loop"])
-        .arg(img)
-        .arg(mnt.path())
-        .status()
-        .unwrap();
-    assert!(st.success(), "kernel mount failed");
+    let mnt = KernelMount::new(img, "ro");
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut seen_links: HashMap<Ino, u32> = HashMap::new();
         walk_kernel(mnt.path(), ROOT_INO, m, &mut seen_links);
     }));
-    let _ = Command::new("umount").arg(mnt.path()).status();
+    drop(mnt);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

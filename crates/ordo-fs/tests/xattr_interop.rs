@@ -15,34 +15,11 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::Command;
 
 use core_common::*;
 use ordo_fs::{Creds, FileType, Fs, Ino, ProtocolKind, ROOT_INO};
 
 type Attrs = BTreeMap<Vec<u8>, Vec<u8>>;
-
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    fn new(img: &Path) -> Mounted {
-        let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(img)
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "kernel mount failed");
-        Mounted(dir)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
-}
 
 /// Every attribute of `path` as the kernel lists them.
 fn kernel_attrs(path: &Path) -> Attrs {
@@ -238,10 +215,10 @@ fn ordo_writes(block_size: u32, features: &str, mode: &str, files: usize) {
     )
     .unwrap();
     assert!(report.is_clean(), "{mode}: ordo fsck: {report:?}");
-    let m = Mounted::new(&img);
+    let m = KernelMount::new(&img, "rw");
     for (path, a) in &want {
         assert_eq!(
-            &kernel_attrs(&m.0.path().join(path)),
+            &kernel_attrs(&m.path().join(path)),
             a,
             "{mode}: the kernel reads {path} as ordo wrote it"
         );
@@ -288,8 +265,8 @@ fn kernel_writes_attributes_and_ordo_reads_and_changes_them() {
     mkfs(&img, 128, 4096, "");
     let mut want: BTreeMap<String, Attrs> = BTreeMap::new();
     {
-        let m = Mounted::new(&img);
-        let root = m.0.path();
+        let m = KernelMount::new(&img, "rw");
+        let root = m.path();
         std::fs::create_dir(root.join("d")).unwrap();
         for i in 0..200usize {
             let p = root.join(format!("d/k{i:03}"));
@@ -335,10 +312,10 @@ fn kernel_writes_attributes_and_ordo_reads_and_changes_them() {
     }
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
-    let m = Mounted::new(&img);
+    let m = KernelMount::new(&img, "rw");
     for (name, a) in &want {
         assert_eq!(
-            &kernel_attrs(&m.0.path().join("d").join(name)),
+            &kernel_attrs(&m.path().join("d").join(name)),
             a,
             "the kernel reads ordo's changes of {name}"
         );

@@ -863,8 +863,10 @@ impl<'a> Io<'a> {
                 continue;
             };
             let class = self.cache.class_of(first);
-            let mut data = Vec::with_capacity(bs * 8);
-            data.extend_from_slice(&d0);
+            // The run's images first, then one buffer of exactly their size:
+            // growing it block by block reallocated (and faulted in) a run
+            // of up to `max_run` blocks several times over.
+            let mut images = vec![d0];
             let mut members = vec![(first, self.cache.generation(first))];
             let mut j = i + 1;
             while j < blocks.len()
@@ -875,9 +877,13 @@ impl<'a> Io<'a> {
                 let Some(d) = self.cache.snapshot(blocks[j]) else {
                     break;
                 };
-                data.extend_from_slice(&d);
+                images.push(d);
                 members.push((blocks[j], self.cache.generation(blocks[j])));
                 j += 1;
+            }
+            let mut data = Vec::with_capacity(bs * images.len());
+            for d in &images {
+                data.extend_from_slice(d);
             }
             for &(b, gen) in &members {
                 self.cache.pin(b);

@@ -100,3 +100,56 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     let p = dir.path().join("img");
     (dir, p)
 }
+
+/// An image mounted by the Linux kernel on a loop device of its own,
+/// unmounted and detached when dropped.
+///
+/// The device is attached here (`losetup --find`), not with mount's
+/// `-o loop`: mount(8) reuses a loop device still attached to the same file,
+/// and one whose automatic detach after the previous unmount has not run
+/// yet still holds that mount's cached blocks, so the kernel would read
+/// the image as it was before ordo changed it.
+pub struct KernelMount {
+    dir: tempfile::TempDir,
+    dev: String,
+}
+
+impl KernelMount {
+    /// Mount `img` (`opts` as for mount's `-o`, e.g. "ro").
+    pub fn new(img: &Path, opts: &str) -> KernelMount {
+        let mut losetup = Command::new("losetup");
+        losetup.args(["--find", "--show"]);
+        if opts.split(',').any(|o| o == "ro") {
+            losetup.arg("--read-only");
+        }
+        let out = losetup.arg(img).output().expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = Command::new("mount")
+            .args(["-o", opts, &dev])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        if !st.success() {
+            let _ = Command::new("losetup").args(["-d", &dev]).status();
+            panic!("kernel mount of {dev} failed");
+        }
+        KernelMount { dir, dev }
+    }
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for KernelMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
