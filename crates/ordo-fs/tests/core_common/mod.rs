@@ -149,7 +149,26 @@ impl KernelMount {
 
 impl Drop for KernelMount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // A process another test thread forks holds copies of this one's
+        // descriptors until it execs, so an unmount may meet EBUSY for a
+        // moment: retry, then detach lazily rather than leave the mount.
+        let unmounted = (0..100).any(|_| {
+            let ok = Command::new("umount")
+                .arg(self.dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            ok
+        });
+        if !unmounted {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
 }

@@ -257,40 +257,60 @@ impl Drop for OrdoMount {
     }
 }
 
-/// A kernel ext4 mount of an image through a loop device.
+/// A kernel ext4 mount of an image through a loop device of its own.
+///
+/// The device is attached here (`losetup --find`), not with mount's
+/// `-o loop`: mount(8) reuses a loop device still attached to the same
+/// file, and one whose automatic detach after an earlier unmount has not run
+/// yet still holds that mount's cached blocks, so the kernel would read the
+/// image as it was before ordo changed it.
 pub struct KernelMount {
     pub mountpoint: PathBuf,
     mounted: bool,
+    dev: String,
 }
 
 impl KernelMount {
     /// Mount `image` on `mountpoint` (`options` as for mount -o).
     pub fn start(image: &Path, mountpoint: &Path, options: &str) -> KernelMount {
         require_loop_devices();
-        let mut args = vec!["-t", "ext4", "-o"];
-        let opts = if options.is_empty() {
-            "loop".to_string()
-        } else {
-            format!("loop,{options}")
-        };
-        args.push(&opts);
         let img = image.to_str().unwrap();
-        let mp = mountpoint.to_str().unwrap();
-        args.push(img);
-        args.push(mp);
-        let out = run("mount", &args);
+        let mut losetup = vec!["--find", "--show"];
+        if options.split(',').any(|o| o == "ro") {
+            losetup.push("--read-only");
+        }
+        losetup.push(img);
+        let out = run("losetup", &losetup);
         assert!(
             out.status.success(),
-            "kernel mount of {img} failed: {}",
+            "losetup {img} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut args = vec!["-t", "ext4"];
+        if !options.is_empty() {
+            args.push("-o");
+            args.push(options);
+        }
+        let mp = mountpoint.to_str().unwrap();
+        args.push(&dev);
+        args.push(mp);
+        let out = run("mount", &args);
+        if !out.status.success() {
+            let _ = run("losetup", &["-d", &dev]);
+            panic!(
+                "kernel mount of {img} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         KernelMount {
             mountpoint: mountpoint.to_path_buf(),
             mounted: true,
+            dev,
         }
     }
 
-    /// Unmount (the loop device is freed with it).
+    /// Unmount and detach the loop device.
     pub fn stop(mut self) {
         self.umount();
     }
@@ -306,6 +326,7 @@ impl KernelMount {
                 }
                 if Instant::now() > deadline {
                     let _ = run("umount", &["-l", &mp]);
+                    let _ = run("losetup", &["-d", &self.dev]);
                     panic!(
                         "umount {mp} failed: {}",
                         String::from_utf8_lossy(&out.stderr)
@@ -314,6 +335,7 @@ impl KernelMount {
                 sleep(Duration::from_millis(100));
             }
             self.mounted = false;
+            let _ = run("losetup", &["-d", &self.dev]);
         }
     }
 }
@@ -323,6 +345,9 @@ impl Drop for KernelMount {
         if self.mounted {
             let mp = self.mountpoint.to_str().unwrap().to_string();
             let _ = run("umount", &["-l", &mp]);
+            // After a lazy unmount the device is still busy: detaching
+            // marks it to go when the last user does.
+            let _ = run("losetup", &["-d", &self.dev]);
             self.mounted = false;
         }
     }
