@@ -464,11 +464,8 @@ impl FileDevice {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if self.direct && !is_aligned(buf.as_ptr()) {
-            let mut tmp = AlignedBuf::zeroed(buf.len());
-            self.file.read_exact_at(tmp.as_mut_slice(), offset)?;
-            buf.copy_from_slice(tmp.as_slice());
-            Ok(())
+        if self.direct {
+            read_direct(&self.file, buf, offset)
         } else {
             self.file.read_exact_at(buf, offset)
         }
