@@ -527,7 +527,7 @@ pub struct Instance {
     dir: PathBuf,
     image: PathBuf,
     mnt: PathBuf,
-    loopdev: Option<PathBuf>,
+    loopdev: Option<ordo_dev::LoopDevice>,
     mounted: Mounted,
     window_start: Option<BlockStat>,
     /// The kernel's commit counts right after the measured mount.
@@ -652,7 +652,7 @@ impl Instance {
 
     /// The device or image the file system lives on.
     fn device_path(&self) -> &Path {
-        self.loopdev.as_deref().unwrap_or(&self.image)
+        self.loopdev.as_ref().map_or(&self.image, |d| d.path())
     }
 
     fn make_device(&mut self) -> Result<()> {
@@ -674,16 +674,9 @@ impl Instance {
             sys::run(mkfs.arg(&self.image))?;
         }
         if self.spec.uses_loop(self.cfg.device) {
-            let out = sys::run(
-                Command::new("losetup")
-                    .args(["-f", "--show"])
-                    .arg(&self.image),
-            )?;
-            let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !dev.starts_with("/dev/") {
-                return Err(self.err(format!("losetup printed '{dev}', not a device")));
-            }
-            self.loopdev = Some(PathBuf::from(dev));
+            let dev = ordo_dev::LoopDevice::attach(&self.image, false)
+                .map_err(|e| self.err(e.to_string()))?;
+            self.loopdev = Some(dev);
         }
         if self.spec.is_ordo() {
             let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
@@ -873,7 +866,8 @@ impl Instance {
         match &self.mounted {
             Mounted::No => Err(self.err("not mounted")),
             Mounted::Kernel | Mounted::Fuse { .. } => Ok(Arc::new(
-                PosixVfs::new(&self.mnt).with_loop_device(self.loopdev.clone()),
+                PosixVfs::new(&self.mnt)
+                    .with_loop_device(self.loopdev.as_ref().map(|d| d.path().to_path_buf())),
             )),
             Mounted::Lib {
                 dev,
@@ -1009,7 +1003,7 @@ impl Instance {
         }
         self.unmount()?;
         self.window_start = match &self.loopdev {
-            Some(d) => Some(BlockStat::read(d)?),
+            Some(d) => Some(BlockStat::read(d.path())?),
             None => None,
         };
         self.mount()?;
@@ -1030,7 +1024,7 @@ impl Instance {
     /// targets.
     fn kernel_commit_stats(&self) -> Option<std::result::Result<KernelCommitStats, String>> {
         match (&self.spec.kind, &self.loopdev) {
-            (TargetKind::Ext4(_), Some(d)) => Some(KernelCommitStats::read(d)),
+            (TargetKind::Ext4(_), Some(d)) => Some(KernelCommitStats::read(d.path())),
             _ => None,
         }
     }
@@ -1051,8 +1045,8 @@ impl Instance {
             Err(e) => m.commits_note = Some(e),
         }
         if let (Some(d), Some(start)) = (&self.loopdev, &self.window_start) {
-            m.blockstat = Some(BlockStat::read(d)?.since(start));
-            m.device = Some(d.display().to_string());
+            m.blockstat = Some(BlockStat::read(d.path())?.since(start));
+            m.device = Some(d.path().display().to_string());
         }
         Ok(m)
     }
@@ -1076,7 +1070,11 @@ fn wait_child(child: &mut Child, limit: Duration) -> std::io::Result<std::proces
 
 /// `umount`, retried while the mount is busy.
 fn umount_retrying(mnt: &Path) -> Result<()> {
-    unmount_retrying("umount", &[], mnt)
+    ordo_dev::loopdev::unmount_retrying(mnt).map_err(|e| BenchError::Command {
+        command: format!("umount {}", mnt.display()),
+        status: "busy or failed".into(),
+        stderr: e.to_string(),
+    })
 }
 
 /// Runs an unmount command, retried while the mount is busy: a program
@@ -1124,9 +1122,8 @@ impl Drop for Instance {
                 }
             }
         }
-        if let Some(d) = self.loopdev.take() {
-            let _ = sys::run(Command::new("losetup").arg("-d").arg(&d));
-        }
+        // Detached when dropped.
+        drop(self.loopdev.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -245,13 +245,8 @@ pub fn make_kernel_image(
     }
     mkfs.arg(&img).arg(format!("{}M", params.size_mib));
     run(&mut mkfs, "mkfs.ext4")?;
-    run(
-        Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
-            .arg(&img)
-            .arg(&mnt),
-        "loop mount",
-    )?;
+    let kernel = ordo_dev::KernelMount::mount(&img, &mnt, "")
+        .map_err(|e| err("loop mount", e.to_string()))?;
     let fill = (|| -> std::io::Result<()> {
         let d = mnt.join(dir.path.trim_start_matches('/'));
         std::fs::create_dir(&d)?;
@@ -260,7 +255,7 @@ pub fn make_kernel_image(
         }
         Ok(())
     })();
-    let umount = run(Command::new("umount").arg(&mnt), "umount");
+    let umount = kernel.unmount().map_err(|e| err("umount", e.to_string()));
     fill.map_err(|e| err("filling the directory", e.to_string()))?;
     umount?;
     let bytes = std::fs::read(&img).map_err(|e| err("reading back", e.to_string()))?;

@@ -251,54 +251,16 @@ fn run(cmd: &mut Command) -> Result<std::process::Output, String> {
         .map_err(|e| format!("running {:?}: {e}", cmd.get_program()))
 }
 
-fn stderr_of(out: &std::process::Output) -> String {
-    let mut s = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    if s.is_empty() {
-        s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    }
-    s.chars().take(400).collect()
-}
-
 /// The kernel's recovery of `crash`: loop mount read-write, unmount.
 pub fn kernel_recover(crash: &MemDevice) -> Result<Arc<MemDevice>, String> {
     let img = TempImage::of(crash)?;
-    let out = run(Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&img.path))?;
-    if !out.status.success() {
-        return Err(format!("losetup: {}", stderr_of(&out)));
-    }
-    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let detach = |dev: &str| {
-        let _ = Command::new("losetup").args(["-d", dev]).output();
-    };
-    let mnt = match tempfile::Builder::new().prefix("ordo-judge-mnt-").tempdir() {
-        Ok(d) => d,
-        Err(e) => {
-            detach(&dev);
-            return Err(format!("mount point: {e}"));
-        }
-    };
-    let mounted = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "rw", &dev])
-        .arg(mnt.path()));
-    let result = match mounted {
-        Ok(out) if out.status.success() => {
-            let u = run(Command::new("umount").arg(mnt.path()));
-            match u {
-                Ok(o) if o.status.success() => Ok(()),
-                Ok(o) => Err(format!("kernel umount: {}", stderr_of(&o))),
-                Err(e) => Err(e),
-            }
-        }
-        Ok(out) => Err(format!(
-            "the kernel cannot mount the crash image: {}",
-            stderr_of(&out)
-        )),
-        Err(e) => Err(e),
-    };
-    detach(&dev);
-    result?;
+    let mnt = tempfile::Builder::new()
+        .prefix("ordo-judge-mnt-")
+        .tempdir()
+        .map_err(|e| format!("mount point: {e}"))?;
+    let mount = ordo_dev::KernelMount::mount(&img.path, mnt.path(), "rw")
+        .map_err(|e| format!("the kernel cannot mount the crash image: {e}"))?;
+    mount.unmount().map_err(|e| format!("kernel umount: {e}"))?;
     img.load(crash.block_size())
 }
 

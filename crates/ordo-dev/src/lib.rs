@@ -21,6 +21,9 @@
 //! | [`OverlayDevice`] | copy-on-write view of a shared base: crash states without copies |
 //! | [`TimedDevice`] | charges deterministic virtual time (HDD, SSD, cloud volume) |
 //!
+//! [`KernelMount`] and [`LoopDevice`] hand an image to the kernel's ext4
+//! (interoperability checks, the crash explorer's kernel judge).
+//!
 //! Above them, the I/O scheduler ([`Scheduler`]) holds a queue of
 //! outstanding requests with their ordering constraints and chooses which
 //! eligible one reaches the device next (FIFO, C-LOOK, SPTF).
@@ -36,6 +39,7 @@ use std::path::PathBuf;
 pub mod cache_model;
 pub mod counting;
 pub mod file;
+pub mod loopdev;
 pub mod mem;
 pub mod overlay;
 pub mod record;
@@ -46,6 +50,7 @@ pub mod timing;
 pub use cache_model::{CrashPolicy, WriteCacheDevice};
 pub use counting::{AtomicCounters, Bookkeeping, TicketTracker};
 pub use file::{FileDevice, OpenOptions};
+pub use loopdev::{KernelMount, LoopDevice};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
 pub use record::{Event, EventKind, RecordingDevice};
@@ -303,6 +308,17 @@ pub enum DevError {
     /// A size or block size that cannot describe a device.
     #[error("invalid device geometry: {0}")]
     Geometry(String),
+    /// A command ordo runs for the kernel (`losetup`, `mount`, `umount`)
+    /// failed.
+    #[error("{path}: {op}: {detail}")]
+    Command {
+        /// The image, device or mount point.
+        path: PathBuf,
+        /// The command.
+        op: &'static str,
+        /// What it printed.
+        detail: String,
+    },
     /// A system call failed.
     #[error("{path}: {op}: {source}")]
     Io {
@@ -321,6 +337,7 @@ impl From<DevError> for io::Error {
         let kind = match &e {
             DevError::InUse { .. } => io::ErrorKind::WouldBlock,
             DevError::WouldShrink { .. } | DevError::Geometry(_) => io::ErrorKind::InvalidInput,
+            DevError::Command { .. } => io::ErrorKind::Other,
             DevError::Io { source, .. } => source.kind(),
         };
         io::Error::new(kind, e)

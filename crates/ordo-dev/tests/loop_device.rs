@@ -3,35 +3,18 @@
 //! Needs root and `losetup`; where either is missing the test says so and
 //! passes without checking anything (CI containers without loop devices).
 
-use std::process::Command;
+use ordo_dev::{
+    BlockClass, BlockDevice, DevError, FileDevice, LoopDevice, OpenOptions, WriteFlags,
+};
 
-use ordo_dev::{BlockClass, BlockDevice, DevError, FileDevice, OpenOptions, WriteFlags};
-
-/// Detaches the loop device when dropped, even if the test panics.
-struct LoopDev(String);
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+fn attach(backing: &std::path::Path) -> Option<LoopDevice> {
+    match LoopDevice::attach(backing, false) {
+        Ok(lo) => Some(lo),
+        Err(e) => {
+            eprintln!("{e}; loop-device test skipped");
+            None
+        }
     }
-}
-
-fn attach(backing: &std::path::Path) -> Option<LoopDev> {
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(backing)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "losetup failed ({}); loop-device test skipped",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        return None;
-    }
-    Some(LoopDev(
-        String::from_utf8(out.stdout).ok()?.trim().to_string(),
-    ))
 }
 
 #[test]
@@ -45,7 +28,7 @@ fn file_device_on_a_loop_device() {
         .unwrap();
     let Some(lo) = attach(&backing) else { return };
 
-    let dev = FileDevice::open(&lo.0, 4096, OpenOptions::default()).unwrap();
+    let dev = FileDevice::open(lo.path(), 4096, OpenOptions::default()).unwrap();
     assert!(dev.is_block_device());
     assert_eq!(
         dev.block_count(),
@@ -53,7 +36,7 @@ fn file_device_on_a_loop_device() {
         "size from BLKGETSIZE64"
     );
 
-    let e = FileDevice::open(&lo.0, 4096, OpenOptions::default()).unwrap_err();
+    let e = FileDevice::open(lo.path(), 4096, OpenOptions::default()).unwrap_err();
     assert!(matches!(e, DevError::InUse { .. }), "{e}");
 
     let data: Vec<u8> = (0..2 * 4096u32).map(|i| (i * 7 % 253) as u8).collect();
@@ -84,7 +67,7 @@ fn file_device_on_a_loop_device() {
 
     // O_DIRECT on the block device, with buffers the device layer realigns.
     let direct = FileDevice::open(
-        &lo.0,
+        lo.path(),
         4096,
         OpenOptions {
             direct: true,

@@ -342,6 +342,48 @@ fn ordering_after_earlier_writes_and_barriers() {
     assert_eq!(buf, vec![2; 4096]);
 }
 
+/// A write's index counts every write before it in the plan: those the
+/// `Io` appended, flushes and barriers between them not counted, and steps
+/// a caller put in the plan by hand.
+#[test]
+fn write_ids_count_every_earlier_write_of_the_plan() {
+    let mut cache = BufferCache::new(4096, 1 << 20);
+    let mut plan = IoPlan::numbered(7);
+    let w = |b: u64| IoStep::Write {
+        block: b,
+        data: Arc::new(vec![0; 4096]),
+        flags: WriteFlags::new(BlockClass::Other),
+        after: Vec::new(),
+    };
+    plan.steps = vec![w(1), IoStep::Flush, w(2)];
+    let flags = WriteFlags::new(BlockClass::Other);
+    let ids: Vec<WriteId> = {
+        let mut io = Io::new(&mut cache, &mut plan);
+        let mut ids = Vec::new();
+        for b in 10..1010u64 {
+            ids.push(io.write_raw_after(b, Arc::new(vec![1; 4096]), flags, Vec::new()));
+            if b % 100 == 0 {
+                io.flush();
+                io.barrier();
+            }
+        }
+        ids
+    };
+    plan.steps.push(w(5000));
+    let next = {
+        let mut io = Io::new(&mut cache, &mut plan);
+        io.write_raw_after(5001, Arc::new(vec![1; 4096]), flags, Vec::new())
+    };
+    let want: Vec<u32> = (2..1002).collect();
+    assert_eq!(ids.iter().map(|i| i.index).collect::<Vec<_>>(), want);
+    assert!(ids.iter().all(|i| i.plan == 7));
+    assert_eq!(next.index, 1003, "the write pushed by hand counts too");
+    let by_walk: Vec<WriteId> = plan.writes().map(|(id, _)| id).collect();
+    assert_eq!(by_walk.len(), 1004);
+    assert_eq!(by_walk[2..1002], ids[..]);
+    assert_eq!(by_walk[1003], next);
+}
+
 /// Naming a write that is not earlier is a protocol bug, caught when the
 /// plan is made.
 #[test]

@@ -320,14 +320,13 @@ fn reads_a_deep_tree_written_by_debugfs() {
 /// when this machine cannot mount.
 fn kernel_write(img: &Path, mnt: &Path) -> bool {
     std::fs::create_dir_all(mnt).unwrap();
-    let (rc, out) = run(
-        "mount",
-        &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
-    );
-    if rc != 0 {
-        eprintln!("kernel half skipped: mount failed: {out}");
-        return false;
-    }
+    let mount = match ordo_dev::KernelMount::mount(img, mnt, "") {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("kernel half skipped: {e}");
+            return false;
+        }
+    };
     let result = std::panic::catch_unwind(|| {
         // Preallocated (unwritten) space with every other block written:
         // alternating written and unwritten extents, physically contiguous.
@@ -344,17 +343,10 @@ fn kernel_write(img: &Path, mnt: &Path) -> bool {
         f.sync_all().unwrap();
     });
     // A loop mount just written can be busy for a moment (the loop
-    // device's probe): retry before calling it a failure.
-    let mut tries = 0;
-    let (rc, out) = loop {
-        let (rc, out) = run("umount", &[mnt.to_str().unwrap()]);
-        tries += 1;
-        if rc == 0 || !out.contains("busy") || tries == 50 {
-            break (rc, out);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert_eq!(rc, 0, "umount: {out}");
+    // device's probe): the unmount retries before calling it a failure.
+    if let Err(e) = mount.unmount() {
+        panic!("umount: {e}");
+    }
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

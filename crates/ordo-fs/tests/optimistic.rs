@@ -10,7 +10,7 @@ mod fast_commit_common;
 use std::path::Path;
 use std::sync::Arc;
 
-use fast_commit_common::{can_loop_mount, e2fsck_fn, env_of, have, run};
+use fast_commit_common::{can_loop_mount, e2fsck_fn, env_of, have, Mounted};
 use ordo_dev::{BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_format::jbd2::{self, JournalSuperblock};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
@@ -237,19 +237,8 @@ fn a_live_log_is_refused_by_others_and_recovered_by_ordo() {
             "e2fsck names the feature: {out}"
         );
     }
-    if can_loop_mount() {
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let st = std::process::Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&img)
-            .arg(&mnt)
-            .output()
-            .unwrap();
-        if st.status.success() {
-            let _ = std::process::Command::new("umount").arg(&mnt).status();
-            panic!("the kernel mounted a journal with ordo's data-tag feature");
-        }
+    if can_loop_mount() && Mounted::try_new(&img, "").is_some() {
+        panic!("the kernel mounted a journal with ordo's data-tag feature");
     }
     // ordo's recovery replays both, clears the feature: plain ext4.
     let report = ordo_fs::protocol::recover(mode(), crashed.as_ref(), &env).unwrap();
@@ -291,14 +280,9 @@ fn a_clean_unmount_leaves_plain_ext4_the_kernel_mounts() {
         assert_eq!(code, 0, "{out}");
     }
     if can_loop_mount() {
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        run(std::process::Command::new("mount")
-            .args(["-o", "loop,ro"])
-            .arg(&img)
-            .arg(&mnt));
-        let data = std::fs::read(mnt.join("f"));
-        run(std::process::Command::new("umount").arg(&mnt));
+        let m = Mounted::new(&img, "ro");
+        let data = std::fs::read(m.path().join("f"));
+        drop(m);
         let data = data.unwrap();
         let mut want = vec![5; 70000];
         want[4096..8192].fill(6);

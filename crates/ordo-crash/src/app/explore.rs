@@ -542,15 +542,18 @@ impl Server {
     fn extract(&self, out: &Path) -> Result<u64, String> {
         match self {
             Server::Ordo(fs) => extract(fs, out),
-            Server::Kernel(k) => extract_host(&k.mnt.path().join(APP_DIR), out),
+            Server::Kernel(k) => extract_host(&k.mount.mountpoint().join(APP_DIR), out),
         }
     }
 }
 
 /// A recovered image mounted read-only by the kernel, unmounted on drop.
 struct KernelRo {
+    // In drop order: unmounted (and its loop device detached) before the
+    // mount point and the image go.
+    mount: ordo_dev::KernelMount,
+    _mnt: tempfile::TempDir,
     _img: tempfile::NamedTempFile,
-    mnt: tempfile::TempDir,
 }
 
 impl KernelRo {
@@ -570,35 +573,13 @@ impl KernelRo {
             .prefix("ordo-app-serve-mnt-")
             .tempdir()
             .map_err(|e| format!("mount point: {e}"))?;
-        let out = std::process::Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop,ro,noload"])
-            .arg(img.path())
-            .arg(mnt.path())
-            .output()
-            .map_err(|e| format!("mount: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        Ok(KernelRo { _img: img, mnt })
-    }
-}
-
-impl Drop for KernelRo {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            match std::process::Command::new("umount")
-                .arg(self.mnt.path())
-                .output()
-            {
-                Ok(o) if o.status.success() => return,
-                Ok(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
-                Err(_) => return,
-            }
-        }
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.mnt.path())
-            .output();
+        let mount = ordo_dev::KernelMount::mount(img.path(), mnt.path(), "ro,noload")
+            .map_err(|e| e.to_string())?;
+        Ok(KernelRo {
+            mount,
+            _mnt: mnt,
+            _img: img,
+        })
     }
 }
 

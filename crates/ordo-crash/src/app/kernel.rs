@@ -59,7 +59,7 @@
 //! The kernel does not say what a block is: every write is tagged
 //! [`KERNEL_WRITE_CLASS`].
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -86,8 +86,6 @@ const DISK_NAME: &str = "disk";
 const DISK_INO: INodeNo = INodeNo(2);
 /// How long the kernel may cache names and attributes: nothing ever changes.
 const TTL: Duration = Duration::from_secs(3600);
-/// Attempts (20 ms apart) at an unmount that fails with `EBUSY`.
-const UNMOUNT_TRIES: u32 = 100;
 
 fn app_err(detail: impl Into<String>) -> CrashError {
     CrashError::App {
@@ -107,7 +105,7 @@ pub struct KernelExt4 {
     /// The ext4 mount point.
     mnt: PathBuf,
     /// `/dev/loopN`, while attached.
-    loop_dev: Option<String>,
+    loop_dev: Option<ordo_dev::LoopDevice>,
     /// Whether the loop device does direct I/O on `disk`.
     direct_io: bool,
     /// Whether ext4 is mounted on `mnt/`.
@@ -178,13 +176,9 @@ impl KernelExt4 {
         // Attach first, then ask for direct I/O on the attached device, so
         // that a refusal can never leave a second device behind.
         let disk = fuse.join(DISK_NAME);
-        let loop_dev = run(Command::new("losetup").args(["--show", "-f"]).arg(&disk))
-            .map_err(|e| app_err(format!("losetup {}: {e}", disk.display())))?;
-        let loop_dev = loop_dev.trim().to_string();
-        if !loop_dev.starts_with("/dev/loop") {
-            return Err(app_err(format!("losetup printed {loop_dev:?}")));
-        }
-        self.loop_dev = Some(loop_dev.clone());
+        let dev = ordo_dev::LoopDevice::attach(&disk, false).map_err(|e| app_err(e.to_string()))?;
+        let loop_dev = dev.path().to_str().unwrap_or_default().to_string();
+        self.loop_dev = Some(dev);
         // Refused: buffered loop I/O is as faithful (see the module
         // documentation).
         let _ = run(Command::new("losetup").args(["--direct-io=on", &loop_dev]));
@@ -215,7 +209,7 @@ impl KernelExt4 {
 
     /// The loop device ext4 is mounted from.
     pub fn loop_device(&self) -> Option<&str> {
-        self.loop_dev.as_deref()
+        self.loop_dev.as_ref().and_then(|d| d.path().to_str())
     }
 
     /// Unmount ext4 (retrying `EBUSY` for a while), detach the loop device,
@@ -248,11 +242,7 @@ impl KernelExt4 {
         if let Some(dev) = self.loop_dev.take() {
             // Detaching a loop device that is still in use (ext4 lazily
             // unmounted) sets autoclear: it goes when ext4 lets it go.
-            note(
-                run(Command::new("losetup").args(["-d", &dev]))
-                    .map(drop)
-                    .map_err(|e| app_err(format!("losetup -d {dev}: {e}"))),
-            );
+            note(dev.detach().map_err(|e| app_err(e.to_string())));
         }
         if let Some(session) = self.session.take() {
             let fuse = self.fuse.clone();
@@ -314,39 +304,12 @@ fn loop_direct_io(dev: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: `c` is a valid NUL-terminated path for the whole call.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Unmount `path`, retrying `EBUSY` (a release the kernel finishes
-/// asynchronously, a child process that has not exec'd yet); in the end
-/// detach it lazily (`MNT_DETACH`) and report the `EBUSY`. A path that is
-/// no longer a mount point counts as unmounted.
-fn settle_unmount(path: &Path) -> io::Result<()> {
-    let mut attempt = 1;
-    loop {
-        match umount2(path, 0) {
-            Ok(()) => return Ok(()),
-            // Not (or no longer) a mount point: someone unmounted it.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                if attempt >= UNMOUNT_TRIES {
-                    let _ = umount2(path, libc::MNT_DETACH);
-                    return Err(e);
-                }
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+/// Unmount `path`, retrying `EBUSY` ([`ordo_dev::loopdev::unmount_retrying`]);
+/// in the end detach it lazily (`MNT_DETACH`) and report the `EBUSY`.
+fn settle_unmount(path: &Path) -> Result<(), ordo_dev::DevError> {
+    ordo_dev::loopdev::unmount_retrying(path).inspect_err(|_| {
+        let _ = ordo_dev::loopdev::unmount_lazy(path);
+    })
 }
 
 /// The FUSE file system: a root directory holding `disk`.

@@ -522,6 +522,11 @@ pub struct IoPlan {
     /// Protocol-defined tag passed back in [`Protocol::plan_done`] (e.g. the
     /// transaction id being committed).
     pub tag: u64,
+    /// How many of `steps` are writes, counted up to step `counted`: the
+    /// next write's index without a walk of the whole plan (a plan of a
+    /// large write-back holds thousands of writes).
+    writes: u32,
+    counted: usize,
 }
 
 impl IoPlan {
@@ -553,11 +558,21 @@ impl IoPlan {
                 )
             })
     }
-    fn write_count(&self) -> u32 {
-        self.steps
+    /// The number of writes in the plan. Steps are only ever appended
+    /// (steps set by hand, as tests do, on a plan nothing was counted in
+    /// yet, are counted too), so only the steps since the last call are
+    /// looked at.
+    fn write_count(&mut self) -> u32 {
+        if self.counted > self.steps.len() {
+            self.writes = 0;
+            self.counted = 0;
+        }
+        self.writes += self.steps[self.counted..]
             .iter()
             .filter(|s| matches!(s, IoStep::Write { .. }))
-            .count() as u32
+            .count() as u32;
+        self.counted = self.steps.len();
+        self.writes
     }
     fn push_write(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) -> WriteId {
         let id = WriteId {

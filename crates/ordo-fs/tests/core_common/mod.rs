@@ -101,74 +101,25 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-/// An image mounted by the Linux kernel on a loop device of its own,
-/// unmounted and detached when dropped.
-///
-/// The device is attached here (`losetup --find`), not with mount's
-/// `-o loop`: mount(8) reuses a loop device still attached to the same file,
-/// and one whose automatic detach after the previous unmount has not run
-/// yet still holds that mount's cached blocks, so the kernel would read
-/// the image as it was before ordo changed it.
+/// An image mounted by the Linux kernel on a loop device of its own
+/// ([`ordo_dev::KernelMount`]) at a temporary directory, unmounted and
+/// detached when dropped.
 pub struct KernelMount {
+    // Declared first: unmounted before its directory goes.
+    mount: ordo_dev::KernelMount,
     dir: tempfile::TempDir,
-    dev: String,
 }
 
 impl KernelMount {
     /// Mount `img` (`opts` as for mount's `-o`, e.g. "ro").
     pub fn new(img: &Path, opts: &str) -> KernelMount {
-        let mut losetup = Command::new("losetup");
-        losetup.args(["--find", "--show"]);
-        if opts.split(',').any(|o| o == "ro") {
-            losetup.arg("--read-only");
-        }
-        let out = losetup.arg(img).output().expect("losetup");
-        assert!(
-            out.status.success(),
-            "losetup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let dir = tempfile::tempdir().expect("tempdir");
-        let st = Command::new("mount")
-            .args(["-o", opts, &dev])
-            .arg(dir.path())
-            .status()
-            .expect("mount");
-        if !st.success() {
-            let _ = Command::new("losetup").args(["-d", &dev]).status();
-            panic!("kernel mount of {dev} failed");
-        }
-        KernelMount { dir, dev }
+        let mount = ordo_dev::KernelMount::mount(img, dir.path(), opts)
+            .unwrap_or_else(|e| panic!("kernel mount: {e}"));
+        KernelMount { mount, dir }
     }
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        // A process another test thread forks holds copies of this one's
-        // descriptors until it execs, so an unmount may meet EBUSY for a
-        // moment: retry, then detach lazily rather than leave the mount.
-        let unmounted = (0..100).any(|_| {
-            let ok = Command::new("umount")
-                .arg(self.dir.path())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            ok
-        });
-        if !unmounted {
-            let _ = Command::new("umount")
-                .arg("-l")
-                .arg(self.dir.path())
-                .status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        self.mount.mountpoint()
     }
 }

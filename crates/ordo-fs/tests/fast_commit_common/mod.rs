@@ -85,73 +85,38 @@ pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
         .arg(img));
 }
 
-/// An image mounted by the kernel on a loop device; unmounted and
+/// An image mounted by the kernel on a loop device of its own
+/// ([`ordo_dev::KernelMount`]) at a temporary directory; unmounted and
 /// detached when dropped.
 pub struct Mounted {
-    dev: String,
-    mnt: Option<tempfile::TempDir>,
+    // Declared first: unmounted before its directory goes.
+    mount: ordo_dev::KernelMount,
+    dir: tempfile::TempDir,
 }
 
 impl Mounted {
     /// `losetup` + `mount -t ext4 -o OPTS`.
     pub fn new(img: &Path, opts: &str) -> Self {
-        Self::mount(img, opts, true).expect("mounted")
+        let dir = tempfile::tempdir().unwrap();
+        match ordo_dev::KernelMount::mount(img, dir.path(), opts) {
+            Ok(mount) => Mounted { mount, dir },
+            Err(e) => panic!("{e}"),
+        }
     }
     /// The same, `None` (the loop device detached) when the kernel
     /// refuses the mount.
     pub fn try_new(img: &Path, opts: &str) -> Option<Self> {
-        Self::mount(img, opts, false)
-    }
-    fn mount(img: &Path, opts: &str, must: bool) -> Option<Self> {
-        let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(img))
-            .trim()
-            .to_string();
-        let mut m = Mounted { dev, mnt: None };
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new("mount");
-        cmd.args(["-t", "ext4", "-o", opts])
-            .arg(&m.dev)
-            .arg(dir.path());
-        if must {
-            run(&mut cmd);
-        } else if !cmd.output().is_ok_and(|o| o.status.success()) {
-            return None; // dropped: the loop device is detached
-        }
-        m.mnt = Some(dir);
-        Some(m)
+        let mount = ordo_dev::KernelMount::mount(img, dir.path(), opts).ok()?;
+        Some(Mounted { mount, dir })
     }
     /// The mount point.
     pub fn path(&self) -> PathBuf {
-        self.mnt.as_ref().unwrap().path().to_path_buf()
+        self.mount.mountpoint().to_path_buf()
     }
     /// The loop device.
     pub fn dev(&self) -> &str {
-        &self.dev
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if let Some(m) = &self.mnt {
-            // A mount just walked can be busy for a moment (the loop
-            // device's probe): retry, then detach it lazily rather than
-            // leave it mounted after the test.
-            let unmounted = (0..50).any(|_| {
-                let ok = Command::new("umount")
-                    .arg(m.path())
-                    .stderr(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if !ok {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                ok
-            });
-            if !unmounted {
-                let _ = Command::new("umount").arg("-l").arg(m.path()).status();
-            }
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+        self.mount.device().to_str().expect("a /dev path")
     }
 }
 

@@ -257,98 +257,26 @@ impl Drop for OrdoMount {
     }
 }
 
-/// A kernel ext4 mount of an image through a loop device of its own.
-///
-/// The device is attached here (`losetup --find`), not with mount's
-/// `-o loop`: mount(8) reuses a loop device still attached to the same
-/// file, and one whose automatic detach after an earlier unmount has not run
-/// yet still holds that mount's cached blocks, so the kernel would read the
-/// image as it was before ordo changed it.
+/// A kernel ext4 mount of an image through a loop device of its own
+/// ([`ordo_dev::KernelMount`]).
 pub struct KernelMount {
-    pub mountpoint: PathBuf,
-    mounted: bool,
-    dev: String,
+    mount: ordo_dev::KernelMount,
 }
 
 impl KernelMount {
     /// Mount `image` on `mountpoint` (`options` as for mount -o).
     pub fn start(image: &Path, mountpoint: &Path, options: &str) -> KernelMount {
         require_loop_devices();
-        let img = image.to_str().unwrap();
-        let mut losetup = vec!["--find", "--show"];
-        if options.split(',').any(|o| o == "ro") {
-            losetup.push("--read-only");
-        }
-        losetup.push(img);
-        let out = run("losetup", &losetup);
-        assert!(
-            out.status.success(),
-            "losetup {img} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let mut args = vec!["-t", "ext4"];
-        if !options.is_empty() {
-            args.push("-o");
-            args.push(options);
-        }
-        let mp = mountpoint.to_str().unwrap();
-        args.push(&dev);
-        args.push(mp);
-        let out = run("mount", &args);
-        if !out.status.success() {
-            let _ = run("losetup", &["-d", &dev]);
-            panic!(
-                "kernel mount of {img} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        KernelMount {
-            mountpoint: mountpoint.to_path_buf(),
-            mounted: true,
-            dev,
+        match ordo_dev::KernelMount::mount(image, mountpoint, options) {
+            Ok(mount) => KernelMount { mount },
+            Err(e) => panic!("kernel mount: {e}"),
         }
     }
 
-    /// Unmount and detach the loop device.
-    pub fn stop(mut self) {
-        self.umount();
-    }
-
-    fn umount(&mut self) {
-        if self.mounted {
-            let mp = self.mountpoint.to_str().unwrap().to_string();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let out = run("umount", &[&mp]);
-                if out.status.success() {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = run("umount", &["-l", &mp]);
-                    let _ = run("losetup", &["-d", &self.dev]);
-                    panic!(
-                        "umount {mp} failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-                sleep(Duration::from_millis(100));
-            }
-            self.mounted = false;
-            let _ = run("losetup", &["-d", &self.dev]);
-        }
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let mp = self.mountpoint.to_str().unwrap().to_string();
-            let _ = run("umount", &["-l", &mp]);
-            // After a lazy unmount the device is still busy: detaching
-            // marks it to go when the last user does.
-            let _ = run("losetup", &["-d", &self.dev]);
-            self.mounted = false;
+    /// Unmount (retrying while busy) and detach the loop device.
+    pub fn stop(self) {
+        if let Err(e) = self.mount.unmount() {
+            panic!("kernel unmount: {e}");
         }
     }
 }
