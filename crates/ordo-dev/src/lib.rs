@@ -215,6 +215,17 @@ pub trait BlockDevice: Send + Sync {
     /// Write `data.len() / block_size` consecutive blocks starting at `block`.
     /// Returns when the write is acknowledged (durable only if `flags.fua`).
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket>;
+    /// One write of `parts` laid end to end (each whole blocks) at
+    /// `block`: one request, counted and acknowledged as [`BlockDevice::write`]
+    /// of their concatenation. The default joins them and writes that; a
+    /// backend that can gather (`pwritev`) writes them where they are, so a
+    /// run of cached block images goes out without a copy.
+    fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
+        match parts {
+            [one] => self.write(block, one, flags),
+            _ => self.write(block, &parts.concat(), flags),
+        }
+    }
     /// Make every acknowledged write durable.
     fn flush(&self) -> io::Result<()>;
     /// Durability notification: every write whose ticket is `<=` the returned
@@ -243,6 +254,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
         (**self).write(block, data, flags)
     }
+    fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
+        (**self).write_vectored(block, parts, flags)
+    }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()
     }
@@ -269,6 +283,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
     }
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
         (**self).write(block, data, flags)
+    }
+    fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
+        (**self).write_vectored(block, parts, flags)
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()

@@ -66,7 +66,7 @@ pub fn execute_plan_scheduled(
                     .filter(|a| a.plan == plan.serial)
                     .map(|a| req_of[a.index as usize])
                     .collect();
-                let r = sched.submit_write(*block, data.clone(), *flags, &deps);
+                let r = sched.submit_write(*block, data.joined(), *flags, &deps);
                 req_of.push(r);
                 write_of.insert(r, id);
             }

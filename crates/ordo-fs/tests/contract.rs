@@ -351,7 +351,7 @@ fn write_ids_count_every_earlier_write_of_the_plan() {
     let mut plan = IoPlan::numbered(7);
     let w = |b: u64| IoStep::Write {
         block: b,
-        data: Arc::new(vec![0; 4096]),
+        data: Arc::new(vec![0; 4096]).into(),
         flags: WriteFlags::new(BlockClass::Other),
         after: Vec::new(),
     };
@@ -384,6 +384,54 @@ fn write_ids_count_every_earlier_write_of_the_plan() {
     assert_eq!(by_walk[1003], next);
 }
 
+/// A run written home is the cache's own images, gathered by the device
+/// in one request: the plan holds no copy of them. A block changed after
+/// the plan was made keeps the planned image (copy-on-write), and the
+/// device receives the bytes as they were planned.
+#[test]
+fn runs_written_home_share_the_cached_images() {
+    let mem = MemDevice::new(4096, 64).unwrap();
+    let mut cache = BufferCache::new(4096, 1 << 20);
+    for b in 10..14u64 {
+        cache.insert_new(b, BlockClass::Data, vec![b as u8; 4096]);
+    }
+    cache.insert_new(20, BlockClass::Data, vec![20; 4096]);
+    let mut plan = IoPlan::numbered(1);
+    {
+        let mut io = Io::new(&mut cache, &mut plan);
+        io.write_home_runs(&[10, 11, 12, 13, 20], false, 256);
+    }
+    let writes: Vec<(u64, &ordo_fs::protocol::BlockImages)> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            IoStep::Write { block, data, .. } => Some((*block, data)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes.len(), 2, "one write per run");
+    assert_eq!(writes[0].0, 10);
+    assert_eq!(writes[0].1.parts().len(), 4);
+    assert_eq!(writes[0].1.len(), 4 * 4096);
+    for (k, part) in writes[0].1.parts().iter().enumerate() {
+        let cached = cache.snapshot(10 + k as u64).unwrap();
+        assert!(Arc::ptr_eq(part, &cached), "block {}: copied", 10 + k);
+    }
+    cache.modify(11, 0, &[0xee; 8]);
+    assert_eq!(writes[1].1.parts().len(), 1);
+    let (done, r) = protocol::execute_plan(&plan, &mem);
+    r.unwrap();
+    assert_eq!(done.writes.len(), 2);
+    let mut buf = vec![0u8; 4 * 4096];
+    mem.read(10, &mut buf, BlockClass::Data).unwrap();
+    for k in 0..4usize {
+        assert!(buf[k * 4096..(k + 1) * 4096]
+            .iter()
+            .all(|&x| x == 10 + k as u8));
+    }
+    assert_eq!(mem.counters().class(BlockClass::Data).writes, 2);
+}
+
 /// Naming a write that is not earlier is a protocol bug, caught when the
 /// plan is made.
 #[test]
@@ -409,13 +457,13 @@ fn the_executor_refuses_a_dependency_on_a_later_write() {
     let mut plan = IoPlan::numbered(1);
     plan.steps.push(IoStep::Write {
         block: 1,
-        data: Arc::new(vec![0; 4096]),
+        data: Arc::new(vec![0; 4096]).into(),
         flags: WriteFlags::new(BlockClass::Other),
         after: vec![WriteId { plan: 1, index: 1 }],
     });
     plan.steps.push(IoStep::Write {
         block: 2,
-        data: Arc::new(vec![0; 4096]),
+        data: Arc::new(vec![0; 4096]).into(),
         flags: WriteFlags::new(BlockClass::Other),
         after: Vec::new(),
     });

@@ -150,7 +150,7 @@ fn plan() -> IoPlan {
     let mut p = IoPlan::numbered(3);
     let w = |block: u64, byte: u8, blocks: usize, after: Vec<u32>| IoStep::Write {
         block,
-        data: Arc::new(vec![byte; blocks * BS as usize]),
+        data: Arc::new(vec![byte; blocks * BS as usize]).into(),
         flags: WriteFlags::new(BlockClass::Data),
         after: after
             .into_iter()

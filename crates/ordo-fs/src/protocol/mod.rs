@@ -480,13 +480,78 @@ pub struct WriteId {
     pub index: u32,
 }
 
+/// The bytes of one write: images of whole blocks, laid end to end. A
+/// run of cached blocks written home is the cache's own snapshots, not a
+/// copy of them: the device gathers them (`pwritev`), so write-back holds
+/// no second copy of what it writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockImages(Vec<Arc<Vec<u8>>>);
+
+impl BlockImages {
+    /// The images, in order.
+    pub fn parts(&self) -> &[Arc<Vec<u8>>] {
+        &self.0
+    }
+    /// Total bytes.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|p| p.len()).sum()
+    }
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The bytes in one buffer (shared when there is one part).
+    pub fn joined(&self) -> Arc<Vec<u8>> {
+        match self.0.as_slice() {
+            [one] => one.clone(),
+            parts => Arc::new(parts.iter().flat_map(|p| p.iter().copied()).collect()),
+        }
+    }
+    /// Write them at `block` of `dev`, in one request.
+    pub fn write_to(
+        &self,
+        dev: &dyn BlockDevice,
+        block: u64,
+        flags: WriteFlags,
+    ) -> std::io::Result<ordo_dev::Ticket> {
+        match self.0.as_slice() {
+            [one] => dev.write(block, one, flags),
+            parts => {
+                let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+                dev.write_vectored(block, &slices, flags)
+            }
+        }
+    }
+    /// Each whole block's image, mutable (parts shared with the cache are
+    /// copied first), with its offset in blocks from the first.
+    fn blocks_mut(&mut self, block_size: usize) -> impl Iterator<Item = (u64, &mut [u8])> {
+        self.0
+            .iter_mut()
+            .flat_map(move |p| Arc::make_mut(p).chunks_mut(block_size))
+            .enumerate()
+            .map(|(i, c)| (i as u64, c))
+    }
+}
+
+impl From<Arc<Vec<u8>>> for BlockImages {
+    fn from(one: Arc<Vec<u8>>) -> Self {
+        BlockImages(vec![one])
+    }
+}
+
+impl From<Vec<Arc<Vec<u8>>>> for BlockImages {
+    fn from(parts: Vec<Arc<Vec<u8>>>) -> Self {
+        BlockImages(parts)
+    }
+}
+
 /// One step of an I/O plan.
 #[derive(Clone, Debug)]
 pub enum IoStep {
     /// Write `data` (whole blocks) at `block`.
     Write {
         block: u64,
-        data: Arc<Vec<u8>>,
+        data: BlockImages,
         flags: WriteFlags,
         /// Earlier writes (of this plan or of earlier ones) this one must
         /// follow. The default executor issues every step in order, which
@@ -574,7 +639,7 @@ impl IoPlan {
         self.counted = self.steps.len();
         self.writes
     }
-    fn push_write(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) -> WriteId {
+    fn push_write(&mut self, block: u64, data: BlockImages, flags: WriteFlags) -> WriteId {
         let id = WriteId {
             plan: self.serial,
             index: self.write_count(),
@@ -609,9 +674,8 @@ impl IoPlan {
             if matches!(flags.class, BlockClass::Journal | BlockClass::FastCommit) {
                 continue;
             }
-            let img = Arc::make_mut(data);
-            for (i, chunk) in img.chunks_mut(block_size).enumerate() {
-                proto.prepare_block_write(*block + i as u64, chunk);
+            for (i, chunk) in data.blocks_mut(block_size) {
+                proto.prepare_block_write(*block + i, chunk);
             }
         }
     }
@@ -682,7 +746,7 @@ pub fn execute_plan(plan: &IoPlan, dev: &dyn BlockDevice) -> (PlanDone, Result<(
                         plan.serial
                     );
                 }
-                dev.write(*block, data, *flags).map(|t| {
+                data.write_to(dev, *block, *flags).map(|t| {
                     done.writes.push((id, *block, t));
                 })
             }
@@ -862,14 +926,14 @@ impl<'a> Io<'a> {
             let gen = self.cache.generation(block);
             self.cache.pin(block);
             self.plan.pinned.push((block, gen));
-            self.plan.push_write(block, data, WriteFlags { fua, class });
+            self.plan
+                .push_write(block, data.into(), WriteFlags { fua, class });
         }
     }
     /// Like [`Io::write_home`] for every cached block of `blocks` (sorted
     /// ascending), coalescing consecutive blocks of one class into one
     /// multi-block write (at most `max_run` blocks each).
     pub fn write_home_runs(&mut self, blocks: &[u64], fua: bool, max_run: usize) {
-        let bs = self.cache.block_size() as usize;
         let mut i = 0;
         while i < blocks.len() {
             let first = blocks[i];
@@ -878,9 +942,9 @@ impl<'a> Io<'a> {
                 continue;
             };
             let class = self.cache.class_of(first);
-            // The run's images first, then one buffer of exactly their size:
-            // growing it block by block reallocated (and faulted in) a run
-            // of up to `max_run` blocks several times over.
+            // The run is the snapshots themselves, gathered by the device:
+            // no copy, and no second image of each block held while the
+            // plan waits to run.
             let mut images = vec![d0];
             let mut members = vec![(first, self.cache.generation(first))];
             let mut j = i + 1;
@@ -896,16 +960,12 @@ impl<'a> Io<'a> {
                 members.push((blocks[j], self.cache.generation(blocks[j])));
                 j += 1;
             }
-            let mut data = Vec::with_capacity(bs * images.len());
-            for d in &images {
-                data.extend_from_slice(d);
-            }
             for &(b, gen) in &members {
                 self.cache.pin(b);
                 self.plan.pinned.push((b, gen));
             }
             self.plan
-                .push_write(first, Arc::new(data), WriteFlags { fua, class });
+                .push_write(first, images.into(), WriteFlags { fua, class });
             i = j;
         }
     }
@@ -913,7 +973,7 @@ impl<'a> Io<'a> {
     /// committed copies during checkpoint). Does not touch the cache's state.
     pub fn write_raw(&mut self, block: u64, data: Arc<Vec<u8>>, flags: WriteFlags) {
         assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
-        self.plan.push_write(block, data, flags);
+        self.plan.push_write(block, data.into(), flags);
     }
     /// [`Io::write_raw`] of a write that must follow the writes `after`
     /// (of this plan or earlier ones, as [`Io::order_after`] names them);
@@ -926,7 +986,7 @@ impl<'a> Io<'a> {
         after: Vec<WriteId>,
     ) -> WriteId {
         assert!(!data.is_empty() && data.len().is_multiple_of(self.cache.block_size() as usize));
-        let id = self.plan.push_write(block, data, flags);
+        let id = self.plan.push_write(block, data.into(), flags);
         assert!(
             after.iter().all(|a| *a < id),
             "{id:?} cannot be ordered after a later write ({after:?})"
