@@ -430,6 +430,30 @@ fn runs_written_home_share_the_cached_images() {
             .all(|&x| x == 10 + k as u8));
     }
     assert_eq!(mem.counters().class(BlockClass::Data).writes, 2);
+
+    // Raw images (a checkpoint's committed copies, a commit's log blocks)
+    // are gathered the same way: consecutive blocks of one class in one
+    // write, each image as it was handed over.
+    let imgs: Vec<Arc<Vec<u8>>> = (0..3u8).map(|k| Arc::new(vec![k; 4096])).collect();
+    let mut plan = IoPlan::numbered(2);
+    let n = {
+        let mut io = Io::new(&mut cache, &mut plan);
+        io.write_raw_runs(
+            [
+                (30, BlockClass::Journal, imgs[0].clone()),
+                (31, BlockClass::Journal, imgs[1].clone()),
+                (33, BlockClass::Journal, imgs[2].clone()),
+            ],
+            false,
+        )
+    };
+    assert_eq!(n, 2, "a gap ends a run");
+    let IoStep::Write { block, data, .. } = &plan.steps[0] else {
+        panic!("a write first")
+    };
+    assert_eq!(*block, 30);
+    assert_eq!(data.parts().len(), 2);
+    assert!(Arc::ptr_eq(&data.parts()[0], &imgs[0]) && Arc::ptr_eq(&data.parts()[1], &imgs[1]));
 }
 
 /// Naming a write that is not earlier is a protocol bug, caught when the

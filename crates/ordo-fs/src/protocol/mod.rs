@@ -999,35 +999,65 @@ impl<'a> Io<'a> {
     /// Like [`Io::write_raw`] for a sequence of block images, in order,
     /// each joined to the write before it when it is the next block on disk
     /// and of the same class (at most [`MAX_RUN_BYTES`] per write);
-    /// returns the writes appended.
-    pub fn write_raw_runs<D: AsRef<[u8]>>(
+    /// returns the writes appended. The images are gathered as they are
+    /// ([`BlockImages`]), not copied: a checkpoint's committed copies, or
+    /// a commit's logged images, are not held twice while the plan waits.
+    pub fn write_raw_runs(
         &mut self,
-        blocks: impl IntoIterator<Item = (u64, BlockClass, D)>,
+        blocks: impl IntoIterator<Item = (u64, BlockClass, Arc<Vec<u8>>)>,
         fua: bool,
     ) -> u32 {
+        /// A run being gathered.
+        struct Run {
+            at: u64,
+            class: BlockClass,
+            parts: Vec<Arc<Vec<u8>>>,
+            bytes: usize,
+        }
         let bs = self.cache.block_size() as usize;
         let mut writes = 0;
-        let mut run: Option<(u64, BlockClass, Vec<u8>)> = None;
+        let mut run: Option<Run> = None;
         for (b, class, img) in blocks {
+            assert!(!img.is_empty() && img.len().is_multiple_of(bs));
             match &mut run {
-                Some((at, c, buf))
-                    if *c == class
-                        && *at + (buf.len() / bs) as u64 == b
-                        && buf.len() < MAX_RUN_BYTES =>
+                Some(r)
+                    if r.class == class
+                        && r.at + (r.bytes / bs) as u64 == b
+                        && r.bytes < MAX_RUN_BYTES =>
                 {
-                    buf.extend_from_slice(img.as_ref());
+                    r.bytes += img.len();
+                    r.parts.push(img);
                 }
                 _ => {
-                    if let Some((at, c, buf)) = run.take() {
-                        self.write_raw(at, Arc::new(buf), WriteFlags { fua, class: c });
+                    if let Some(r) = run.take() {
+                        self.plan.push_write(
+                            r.at,
+                            r.parts.into(),
+                            WriteFlags {
+                                fua,
+                                class: r.class,
+                            },
+                        );
                         writes += 1;
                     }
-                    run = Some((b, class, img.as_ref().to_vec()));
+                    run = Some(Run {
+                        at: b,
+                        class,
+                        bytes: img.len(),
+                        parts: vec![img],
+                    });
                 }
             }
         }
-        if let Some((at, c, buf)) = run {
-            self.write_raw(at, Arc::new(buf), WriteFlags { fua, class: c });
+        if let Some(r) = run {
+            self.plan.push_write(
+                r.at,
+                r.parts.into(),
+                WriteFlags {
+                    fua,
+                    class: r.class,
+                },
+            );
             writes += 1;
         }
         writes

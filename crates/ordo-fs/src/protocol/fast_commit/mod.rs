@@ -723,7 +723,7 @@ impl FastCommitProtocol {
         let body = blocks
             .into_iter()
             .zip(body_at)
-            .map(|(img, &p)| (p, BlockClass::FastCommit, img));
+            .map(|(img, &p)| (p, BlockClass::FastCommit, Arc::new(img)));
         io.write_raw_runs(body, false);
         let skip = self.fault == Some(Fault::SkipDataFlush) && wrote_data;
         // Selective flushing: a lone block with nothing volatile under it

@@ -564,11 +564,9 @@ impl JournalProtocol {
     /// block still needs no flush.
     pub(crate) fn write_pre_replay_home(&mut self, io: &mut Io) -> u32 {
         let behind = std::mem::take(&mut self.pre_replay_behind);
-        let copies = behind.into_iter().filter_map(|b| {
-            self.committed
-                .get(&b)
-                .map(|c| (b, c.class, c.copy.as_slice()))
-        });
+        let copies = behind
+            .into_iter()
+            .filter_map(|b| self.committed.get(&b).map(|c| (b, c.class, c.copy.clone())));
         let writes = io.write_raw_runs(copies, true);
         self.stats.fua_writes += writes as u64;
         writes
@@ -634,10 +632,7 @@ impl JournalProtocol {
             lb = self.advance(lb);
         }
         self.stats.log_blocks += placed.len() as u64;
-        io.write_raw_runs(
-            placed.iter().map(|(p, c, img)| (*p, *c, img.as_slice())),
-            false,
-        );
+        io.write_raw_runs(placed, false);
     }
 
     /// Write every committed copy home, flush, and move the tail to the
@@ -659,9 +654,7 @@ impl JournalProtocol {
         self.stats.checkpoint_blocks += committed.len() as u64;
         // Home blocks ascending: neighbours of one class go in one write.
         io.write_raw_runs(
-            committed
-                .iter()
-                .map(|(&b, c)| (b, c.class, c.copy.as_slice())),
+            committed.iter().map(|(&b, c)| (b, c.class, c.copy.clone())),
             false,
         );
         self.flush(io);
