@@ -502,15 +502,25 @@ impl FileDevice {
         self.file.sync_data()
     }
 
-    /// `pwritev` of `parts`, laid end to end from `offset`, until every
-    /// byte is written (a short transfer resumes inside the part it
-    /// stopped in).
-    fn pwritev_all(&self, parts: &[&[u8]], mut offset: u64) -> io::Result<()> {
+    /// `pwritev2` of `parts`, laid end to end from `offset`, with
+    /// `flags` (0, or `RWF_DSYNC`), until every byte is written: a short
+    /// transfer resumes inside the part it stopped in. With `RWF_DSYNC`
+    /// each partial transfer was itself written with DSYNC, so retrying
+    /// the rest keeps the guarantee.
+    fn pwritev_all(&self, parts: &[&[u8]], mut offset: u64, flags: libc::c_int) -> io::Result<()> {
         /// Parts per call: Linux's `UIO_MAXIOV`.
         const IOV_MAX: usize = 1024;
         let mut i = 0;
         let mut skip = 0usize;
-        while i < parts.len() {
+        loop {
+            // Past the parts (and the empty ones) already written.
+            while i < parts.len() && skip == parts[i].len() {
+                i += 1;
+                skip = 0;
+            }
+            if i == parts.len() {
+                return Ok(());
+            }
             let iov: Vec<libc::iovec> = parts[i..]
                 .iter()
                 .take(IOV_MAX)
@@ -526,11 +536,12 @@ impl FileDevice {
             // SAFETY: every iovec describes a live slice of `parts`, which
             // outlives the call; the kernel only reads from them.
             let r = unsafe {
-                libc::pwritev(
+                libc::pwritev2(
                     self.file.as_raw_fd(),
                     iov.as_ptr(),
                     iov.len() as libc::c_int,
                     offset as libc::off_t,
+                    flags,
                 )
             };
             if r < 0 {
@@ -543,7 +554,7 @@ impl FileDevice {
             if r == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
-                    "pwritev wrote nothing",
+                    "pwritev2 wrote nothing",
                 ));
             }
             let mut n = r as usize;
@@ -560,47 +571,11 @@ impl FileDevice {
                 }
             }
         }
-        Ok(())
     }
 
-    /// `pwritev2(RWF_DSYNC)` until every byte is written. Each partial
-    /// transfer was itself written with DSYNC, so retrying the rest keeps
-    /// the guarantee.
-    fn pwrite_dsync_all(&self, mut data: &[u8], mut offset: u64) -> io::Result<()> {
-        while !data.is_empty() {
-            let iov = libc::iovec {
-                iov_base: data.as_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
-            };
-            // SAFETY: `iov` describes `data`, which outlives the call; the
-            // kernel only reads from it.
-            let r = unsafe {
-                libc::pwritev2(
-                    self.file.as_raw_fd(),
-                    &iov,
-                    1,
-                    offset as libc::off_t,
-                    libc::RWF_DSYNC,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "pwritev2 wrote nothing",
-                ));
-            }
-            let n = r as usize;
-            data = &data[n..];
-            offset += n as u64;
-        }
-        Ok(())
+    /// `pwritev2(RWF_DSYNC)` of `data` until every byte is written.
+    fn pwrite_dsync_all(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.pwritev_all(&[data], offset, libc::RWF_DSYNC)
     }
 }
 
@@ -660,7 +635,7 @@ impl BlockDevice for FileDevice {
         }
         self.check_not_failed()?;
         self.book.write(flags, len as u64, |_| {
-            self.pwritev_all(parts, self.offset(block))
+            self.pwritev_all(parts, self.offset(block), 0)
         })
     }
 
@@ -699,7 +674,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = FileDevice::create(dir.path().join("img"), 64 << 20, 4096).unwrap();
         let parts: Vec<Vec<u8>> = (0..3).map(|k| pattern(4096 * (k + 1), k as u8)).collect();
-        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let mut refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        // An empty part is passed over.
+        refs.insert(1, &[]);
         d.write_vectored(7, &refs, WriteFlags::new(BlockClass::Data))
             .unwrap();
         let mut buf = vec![0u8; 6 * 4096];

@@ -1014,6 +1014,13 @@ impl<'a> Io<'a> {
             parts: Vec<Arc<Vec<u8>>>,
             bytes: usize,
         }
+        fn emit(plan: &mut IoPlan, r: Run, fua: bool) {
+            let flags = WriteFlags {
+                fua,
+                class: r.class,
+            };
+            plan.push_write(r.at, r.parts.into(), flags);
+        }
         let bs = self.cache.block_size() as usize;
         let mut writes = 0;
         let mut run: Option<Run> = None;
@@ -1030,14 +1037,7 @@ impl<'a> Io<'a> {
                 }
                 _ => {
                     if let Some(r) = run.take() {
-                        self.plan.push_write(
-                            r.at,
-                            r.parts.into(),
-                            WriteFlags {
-                                fua,
-                                class: r.class,
-                            },
-                        );
+                        emit(self.plan, r, fua);
                         writes += 1;
                     }
                     run = Some(Run {
@@ -1050,14 +1050,7 @@ impl<'a> Io<'a> {
             }
         }
         if let Some(r) = run {
-            self.plan.push_write(
-                r.at,
-                r.parts.into(),
-                WriteFlags {
-                    fua,
-                    class: r.class,
-                },
-            );
+            emit(self.plan, r, fua);
             writes += 1;
         }
         writes
