@@ -502,6 +502,25 @@ impl FileDevice {
         self.file.sync_data()
     }
 
+    /// One write request of `len` bytes at `block`: checked (range,
+    /// read-only, an earlier failed flush), counted and ticketed, with
+    /// `put` doing the transfer at the byte offset it is given.
+    fn submit_write(
+        &self,
+        block: u64,
+        len: usize,
+        flags: WriteFlags,
+        put: impl FnOnce(u64) -> io::Result<()>,
+    ) -> io::Result<Ticket> {
+        check_request(self.block_size, self.block_count, block, len)?;
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check_not_failed()?;
+        self.book
+            .write(flags, len as u64, |_| put(self.offset(block)))
+    }
+
     /// `pwritev2` of `parts`, laid end to end from `offset`, with
     /// `flags` (0, or `RWF_DSYNC`), until every byte is written: a short
     /// transfer resumes inside the part it stopped in. With `RWF_DSYNC`
@@ -609,13 +628,8 @@ impl BlockDevice for FileDevice {
     }
 
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
-        check_request(self.block_size, self.block_count, block, data.len())?;
-        if self.read_only {
-            return Err(io::Error::from_raw_os_error(libc::EROFS));
-        }
-        self.check_not_failed()?;
-        self.book.write(flags, data.len() as u64, |_| {
-            self.write_at(data, self.offset(block), flags.fua)
+        self.submit_write(block, data.len(), flags, |offset| {
+            self.write_at(data, offset, flags.fua)
         })
     }
 
@@ -623,19 +637,11 @@ impl BlockDevice for FileDevice {
         // O_DIRECT needs one aligned buffer, and FUA goes through
         // `pwritev2(RWF_DSYNC)` of one: both take the joined copy.
         if parts.len() < 2 || self.direct || flags.fua {
-            return match parts {
-                [one] => self.write(block, one, flags),
-                _ => self.write(block, &parts.concat(), flags),
-            };
+            return crate::write_joined(self, block, parts, flags);
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        check_request(self.block_size, self.block_count, block, len)?;
-        if self.read_only {
-            return Err(io::Error::from_raw_os_error(libc::EROFS));
-        }
-        self.check_not_failed()?;
-        self.book.write(flags, len as u64, |_| {
-            self.pwritev_all(parts, self.offset(block), 0)
+        let len = parts.iter().map(|p| p.len()).sum();
+        self.submit_write(block, len, flags, |offset| {
+            self.pwritev_all(parts, offset, 0)
         })
     }
 

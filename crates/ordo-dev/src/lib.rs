@@ -221,10 +221,7 @@ pub trait BlockDevice: Send + Sync {
     /// backend that can gather (`pwritev`) writes them where they are, so a
     /// run of cached block images goes out without a copy.
     fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
-        match parts {
-            [one] => self.write(block, one, flags),
-            _ => self.write(block, &parts.concat(), flags),
-        }
+        write_joined(self, block, parts, flags)
     }
     /// Make every acknowledged write durable.
     fn flush(&self) -> io::Result<()>;
@@ -238,6 +235,20 @@ pub trait BlockDevice: Send + Sync {
     /// virtual time and asks it for positioning costs.
     fn timing(&self) -> Option<&dyn Timing> {
         None
+    }
+}
+
+/// [`BlockDevice::write_vectored`] for a backend that cannot gather: one
+/// [`BlockDevice::write`] of the parts joined (of the one part as it is).
+pub fn write_joined<D: BlockDevice + ?Sized>(
+    dev: &D,
+    block: u64,
+    parts: &[&[u8]],
+    flags: WriteFlags,
+) -> io::Result<Ticket> {
+    match parts {
+        [one] => dev.write(block, one, flags),
+        _ => dev.write(block, &parts.concat(), flags),
     }
 }
 
