@@ -254,11 +254,7 @@ fn run(cmd: &mut Command) -> Result<std::process::Output, String> {
 /// The kernel's recovery of `crash`: loop mount read-write, unmount.
 pub fn kernel_recover(crash: &MemDevice) -> Result<Arc<MemDevice>, String> {
     let img = TempImage::of(crash)?;
-    let mnt = tempfile::Builder::new()
-        .prefix("ordo-judge-mnt-")
-        .tempdir()
-        .map_err(|e| format!("mount point: {e}"))?;
-    let mount = ordo_dev::KernelMount::mount(&img.path, mnt.path(), "rw")
+    let mount = ordo_dev::KernelMount::mount_temp(&img.path, "rw")
         .map_err(|e| format!("the kernel cannot mount the crash image: {e}"))?;
     mount.unmount().map_err(|e| format!("kernel umount: {e}"))?;
     img.load(crash.block_size())

@@ -159,10 +159,12 @@ pub fn unmount_lazy(mnt: &Path) -> Result<(), DevError> {
 /// unmounted and detached when dropped.
 #[derive(Debug)]
 pub struct KernelMount {
-    // Declared before the device: dropped (unmounted) first.
     mnt: PathBuf,
     mounted: bool,
+    // Dropped in this order, after `Drop::drop` has unmounted: the loop
+    // device is detached, then the mount point of `mount_temp` removed.
     dev: LoopDevice,
+    temp_dir: Option<tempfile::TempDir>,
 }
 
 impl KernelMount {
@@ -183,7 +185,25 @@ impl KernelMount {
             mnt: mnt.to_path_buf(),
             mounted: true,
             dev,
+            temp_dir: None,
         })
+    }
+
+    /// [`KernelMount::mount`] on a new temporary directory
+    /// (`ordo-mnt-*` under the temporary directory), removed after the
+    /// unmount.
+    pub fn mount_temp(image: &Path, opts: &str) -> Result<KernelMount, DevError> {
+        let dir = tempfile::Builder::new()
+            .prefix("ordo-mnt-")
+            .tempdir()
+            .map_err(|source| DevError::Io {
+                path: std::env::temp_dir(),
+                op: "creating a mount point",
+                source,
+            })?;
+        let mut m = KernelMount::mount(image, dir.path(), opts)?;
+        m.temp_dir = Some(dir);
+        Ok(m)
     }
 
     /// Where it is mounted.

@@ -85,3 +85,46 @@ fn file_device_on_a_loop_device() {
     direct.read(30, &mut back, BlockClass::Data).unwrap();
     assert_eq!(back, data[..4096]);
 }
+
+/// `KernelMount::mount_temp`: the kernel mounts the image on a directory
+/// of its own, which goes with the mount (unmounted explicitly or
+/// dropped); a refused mount leaves neither a directory nor a device.
+#[test]
+fn kernel_mount_on_a_temporary_directory() {
+    use ordo_dev::KernelMount;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ext4.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    // A loop device is needed for what follows; without one, say so.
+    let Some(probe) = attach(&img) else { return };
+    drop(probe);
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+
+    let m = KernelMount::mount_temp(&img, "").unwrap();
+    let mnt = m.mountpoint().to_path_buf();
+    assert!(mnt.starts_with(std::env::temp_dir()), "{}", mnt.display());
+    std::fs::write(mnt.join("f"), b"kept").unwrap();
+    m.unmount().unwrap();
+    assert!(!mnt.exists(), "{} outlived its unmount", mnt.display());
+
+    let m = KernelMount::mount_temp(&img, "ro").unwrap();
+    let mnt = m.mountpoint().to_path_buf();
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"kept");
+    drop(m);
+    assert!(!mnt.exists(), "{} outlived its drop", mnt.display());
+
+    // Not an ext4 image: a clear error naming the image.
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, vec![0x5a; 1 << 20]).unwrap();
+    let e = KernelMount::mount_temp(&junk, "ro").unwrap_err();
+    assert!(matches!(e, DevError::Command { .. }), "{e}");
+    assert!(e.to_string().contains("junk.img"), "{e}");
+}

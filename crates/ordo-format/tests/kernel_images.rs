@@ -189,25 +189,15 @@ fn kernel_written_tree_decodes_as_stat_sees_it() {
         "this test loop-mounts an image with the kernel and must run as root"
     );
     let t = mkfs("kernel", "256M", &["-b", "4096"]);
-    let mnt = t.path.with_extension("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let out = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&t.path)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mount: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A loop device of its own, never mount(8)'s `-o loop` (ordo_dev's
+    // loopdev module says why).
+    let m = ordo_dev::KernelMount::mount_temp(&t.path, "").unwrap_or_else(|e| panic!("{e}"));
+    let mnt = m.mountpoint().to_path_buf();
     let populated = std::panic::catch_unwind(|| {
         populate(&mnt);
         stat_tree(&mnt)
     });
-    run(Command::new("umount").arg(&mnt));
-    let _ = std::fs::remove_dir(&mnt);
+    m.unmount().unwrap_or_else(|e| panic!("{e}"));
     let seen = populated.expect("populating the mounted image");
     let fsck = Command::new("e2fsck")
         .arg("-fn")

@@ -70,8 +70,8 @@ fn kernel_images_get_their_owner_records_rebuilt_and_read_back_exactly() {
         .arg(&img));
     let mut want = BTreeMap::new();
     {
-        let m = Mounted::new(&img, "");
-        let root = m.path();
+        let m = kernel_mount(&img, "");
+        let root = m.mountpoint();
         std::fs::create_dir_all(root.join("a/b")).unwrap();
         for (k, (name, len)) in [
             ("small", 100usize),
@@ -140,8 +140,8 @@ fn kernel_images_get_their_owner_records_rebuilt_and_read_back_exactly() {
     // The kernel mounts it read-write and changes a file: ordo's records
     // of it are now stale, and the mount stamp says so.
     {
-        let m = Mounted::new(&img, "");
-        let root = m.path();
+        let m = kernel_mount(&img, "");
+        let root = m.mountpoint();
         for (name, data) in &want {
             assert_eq!(
                 &std::fs::read(root.join(name)).unwrap(),

@@ -21,8 +21,8 @@ fn content(i: u32, len: usize) -> Vec<u8> {
 
 /// Build a tree with the kernel.
 fn kernel_writes(img: &Path) {
-    let m = KernelMount::new(img, "rw");
-    let root = m.path();
+    let m = kernel_mount(img, "rw");
+    let root = m.mountpoint();
     std::fs::create_dir_all(root.join("a/b/c")).unwrap();
     std::fs::write(root.join("a/small"), b"hello").unwrap();
     std::fs::write(root.join("a/b/big"), content(1, 3 << 20)).unwrap();
@@ -165,8 +165,8 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     mkfs(&img, 128, block_size, "");
     kernel_writes(&img);
     let want = {
-        let m = KernelMount::new(&img, "ro");
-        kernel_view(m.path())
+        let m = kernel_mount(&img, "ro");
+        kernel_view(m.mountpoint())
     };
     // The kernel indexed the big directory.
     let fs = mount(&img, mode);
@@ -242,19 +242,19 @@ fn kernel_tree_then_ordo(block_size: u32, mode: ProtocolKind) {
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
     let got = {
-        let m = KernelMount::new(&img, "ro");
-        kernel_view(m.path())
+        let m = kernel_mount(&img, "ro");
+        kernel_view(m.mountpoint())
     };
     compare(&expect, &got);
     assert_eq!(got["/big/moved-small"].4, b"hello");
     {
-        let m = KernelMount::new(&img, "ro");
+        let m = kernel_mount(&img, "ro");
         assert_eq!(
-            kernel_xattr::get(&m.path().join("big/moved-small"), "user.small"),
+            kernel_xattr::get(&m.mountpoint().join("big/moved-small"), "user.small"),
             b"tiny"
         );
         assert_eq!(
-            kernel_xattr::get(&m.path().join("xbig3"), "user.big"),
+            kernel_xattr::get(&m.mountpoint().join("xbig3"), "user.big"),
             vec![b'v'; 700]
         );
     }

@@ -978,10 +978,10 @@ impl Runner {
 
 /// Compare the model with the image as the Linux kernel reads it.
 fn check_with_kernel(img: &Path, m: &Model) {
-    let mnt = KernelMount::new(img, "ro");
+    let mnt = kernel_mount(img, "ro");
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut seen_links: HashMap<Ino, u32> = HashMap::new();
-        walk_kernel(mnt.path(), ROOT_INO, m, &mut seen_links);
+        walk_kernel(mnt.mountpoint(), ROOT_INO, m, &mut seen_links);
     }));
     drop(mnt);
     if let Err(e) = result {

@@ -70,8 +70,8 @@ fn big_content(i: usize) -> Vec<u8> {
 fn image_with_big_dir(img: &Path, block_size: u32) {
     mkfs_fc(img, "64M", block_size);
     {
-        let m = Mounted::new(img, "rw");
-        let big = m.path().join("big");
+        let m = kernel_mount(img, "rw");
+        let big = m.mountpoint().join("big");
         std::fs::create_dir(&big).unwrap();
         for i in 0..BIG_ENTRIES {
             std::fs::write(big.join(big_name(i)), big_content(i)).unwrap();
@@ -142,9 +142,9 @@ fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, Node>) {
 
 /// The tree of an image through a read-only kernel mount.
 fn kernel_tree(img: &Path) -> BTreeMap<String, Node> {
-    let m = Mounted::new(img, "ro,noload");
+    let m = kernel_mount(img, "ro,noload");
     let mut out = BTreeMap::new();
-    walk(&m.path(), Path::new(""), &mut out);
+    walk(m.mountpoint(), Path::new(""), &mut out);
     out
 }
 

@@ -10,7 +10,7 @@ mod fast_commit_common;
 use std::path::Path;
 use std::sync::Arc;
 
-use fast_commit_common::{can_loop_mount, e2fsck_fn, env_of, have, Mounted};
+use fast_commit_common::{can_loop_mount, e2fsck_fn, env_of, have, kernel_mount};
 use ordo_dev::{BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_format::jbd2::{self, JournalSuperblock};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
@@ -237,7 +237,7 @@ fn a_live_log_is_refused_by_others_and_recovered_by_ordo() {
             "e2fsck names the feature: {out}"
         );
     }
-    if can_loop_mount() && Mounted::try_new(&img, "").is_some() {
+    if can_loop_mount() && ordo_dev::KernelMount::mount_temp(&img, "").is_ok() {
         panic!("the kernel mounted a journal with ordo's data-tag feature");
     }
     // ordo's recovery replays both, clears the feature: plain ext4.
@@ -280,8 +280,8 @@ fn a_clean_unmount_leaves_plain_ext4_the_kernel_mounts() {
         assert_eq!(code, 0, "{out}");
     }
     if can_loop_mount() {
-        let m = Mounted::new(&img, "ro");
-        let data = std::fs::read(m.path().join("f"));
+        let m = kernel_mount(&img, "ro");
+        let data = std::fs::read(m.mountpoint().join("f"));
         drop(m);
         let data = data.unwrap();
         let mut want = vec![5; 70000];

@@ -215,10 +215,10 @@ fn ordo_writes(block_size: u32, features: &str, mode: &str, files: usize) {
     )
     .unwrap();
     assert!(report.is_clean(), "{mode}: ordo fsck: {report:?}");
-    let m = KernelMount::new(&img, "rw");
+    let m = kernel_mount(&img, "rw");
     for (path, a) in &want {
         assert_eq!(
-            &kernel_attrs(&m.path().join(path)),
+            &kernel_attrs(&m.mountpoint().join(path)),
             a,
             "{mode}: the kernel reads {path} as ordo wrote it"
         );
@@ -265,8 +265,8 @@ fn kernel_writes_attributes_and_ordo_reads_and_changes_them() {
     mkfs(&img, 128, 4096, "");
     let mut want: BTreeMap<String, Attrs> = BTreeMap::new();
     {
-        let m = KernelMount::new(&img, "rw");
-        let root = m.path();
+        let m = kernel_mount(&img, "rw");
+        let root = m.mountpoint();
         std::fs::create_dir(root.join("d")).unwrap();
         for i in 0..200usize {
             let p = root.join(format!("d/k{i:03}"));
@@ -312,10 +312,10 @@ fn kernel_writes_attributes_and_ordo_reads_and_changes_them() {
     }
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
-    let m = KernelMount::new(&img, "rw");
+    let m = kernel_mount(&img, "rw");
     for (name, a) in &want {
         assert_eq!(
-            &kernel_attrs(&m.path().join("d").join(name)),
+            &kernel_attrs(&m.mountpoint().join("d").join(name)),
             a,
             "the kernel reads ordo's changes of {name}"
         );

@@ -549,10 +549,9 @@ impl Server {
 
 /// A recovered image mounted read-only by the kernel, unmounted on drop.
 struct KernelRo {
-    // In drop order: unmounted (and its loop device detached) before the
-    // mount point and the image go.
+    // In drop order: unmounted (its loop device detached, its mount point
+    // removed) before the image goes.
     mount: ordo_dev::KernelMount,
-    _mnt: tempfile::TempDir,
     _img: tempfile::NamedTempFile,
 }
 
@@ -569,17 +568,9 @@ impl KernelRo {
             .tempfile_in(dir)
             .map_err(|e| format!("temporary image: {e}"))?;
         backend::write_image(image, img.path()).map_err(|e| format!("writing the image: {e}"))?;
-        let mnt = tempfile::Builder::new()
-            .prefix("ordo-app-serve-mnt-")
-            .tempdir()
-            .map_err(|e| format!("mount point: {e}"))?;
-        let mount = ordo_dev::KernelMount::mount(img.path(), mnt.path(), "ro,noload")
+        let mount = ordo_dev::KernelMount::mount_temp(img.path(), "ro,noload")
             .map_err(|e| e.to_string())?;
-        Ok(KernelRo {
-            mount,
-            _mnt: mnt,
-            _img: img,
-        })
+        Ok(KernelRo { mount, _img: img })
     }
 }
 

@@ -101,25 +101,9 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-/// An image mounted by the Linux kernel on a loop device of its own
-/// ([`ordo_dev::KernelMount`]) at a temporary directory, unmounted and
-/// detached when dropped.
-pub struct KernelMount {
-    // Declared first: unmounted before its directory goes.
-    mount: ordo_dev::KernelMount,
-    dir: tempfile::TempDir,
-}
-
-impl KernelMount {
-    /// Mount `img` (`opts` as for mount's `-o`, e.g. "ro").
-    pub fn new(img: &Path, opts: &str) -> KernelMount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mount = ordo_dev::KernelMount::mount(img, dir.path(), opts)
-            .unwrap_or_else(|e| panic!("kernel mount: {e}"));
-        KernelMount { mount, dir }
-    }
-    /// Where it is mounted.
-    pub fn path(&self) -> &Path {
-        self.mount.mountpoint()
-    }
+/// `img` mounted by the Linux kernel on a loop device and a temporary
+/// directory of its own (`opts` as for mount's `-o`, e.g. "ro"); unmounted,
+/// detached and removed when dropped.
+pub fn kernel_mount(img: &Path, opts: &str) -> ordo_dev::KernelMount {
+    ordo_dev::KernelMount::mount_temp(img, opts).unwrap_or_else(|e| panic!("kernel mount: {e}"))
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
@@ -85,39 +85,11 @@ pub fn mkfs_fc(img: &Path, size: &str, block_size: u32) {
         .arg(img));
 }
 
-/// An image mounted by the kernel on a loop device of its own
-/// ([`ordo_dev::KernelMount`]) at a temporary directory; unmounted and
-/// detached when dropped.
-pub struct Mounted {
-    // Declared first: unmounted before its directory goes.
-    mount: ordo_dev::KernelMount,
-    dir: tempfile::TempDir,
-}
-
-impl Mounted {
-    /// `losetup` + `mount -t ext4 -o OPTS`.
-    pub fn new(img: &Path, opts: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        match ordo_dev::KernelMount::mount(img, dir.path(), opts) {
-            Ok(mount) => Mounted { mount, dir },
-            Err(e) => panic!("{e}"),
-        }
-    }
-    /// The same, `None` (the loop device detached) when the kernel
-    /// refuses the mount.
-    pub fn try_new(img: &Path, opts: &str) -> Option<Self> {
-        let dir = tempfile::tempdir().unwrap();
-        let mount = ordo_dev::KernelMount::mount(img, dir.path(), opts).ok()?;
-        Some(Mounted { mount, dir })
-    }
-    /// The mount point.
-    pub fn path(&self) -> PathBuf {
-        self.mount.mountpoint().to_path_buf()
-    }
-    /// The loop device.
-    pub fn dev(&self) -> &str {
-        self.mount.device().to_str().expect("a /dev path")
-    }
+/// `img` mounted by the kernel on a loop device and a temporary directory
+/// of its own (`losetup` + `mount -t ext4 -o OPTS`); unmounted, detached
+/// and removed when dropped.
+pub fn kernel_mount(img: &Path, opts: &str) -> ordo_dev::KernelMount {
+    ordo_dev::KernelMount::mount_temp(img, opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Mount `img` with `-o commit=600` (no timer commit during the test),
@@ -126,13 +98,13 @@ impl Mounted {
 /// is still mounted: the copy holds the fast-commit log and nothing the
 /// next full commit or checkpoint would write.
 pub fn capture_fast_commits(img: &Path, captured: &Path, work: impl FnOnce(&Path)) {
-    let m = Mounted::new(img, "commit=600");
+    let m = kernel_mount(img, "commit=600");
     // Something to commit, so that the sync below is a real full commit.
-    write_fsync(&m.path().join("seed"), b"seed\n");
-    run(Command::new("sync").arg("-f").arg(m.path()));
-    work(&m.path());
+    write_fsync(&m.mountpoint().join("seed"), b"seed\n");
+    run(Command::new("sync").arg("-f").arg(m.mountpoint()));
+    work(m.mountpoint());
     run(Command::new("dd")
-        .arg(format!("if={}", m.dev()))
+        .arg(format!("if={}", m.device().display()))
         .arg(format!("of={}", captured.display()))
         .args(["bs=1M", "iflag=direct", "status=none"]));
 }
@@ -144,13 +116,13 @@ pub fn kernel_can_replay(img: &Path) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.img");
     std::fs::copy(img, &probe).unwrap();
-    Mounted::try_new(&probe, "rw").is_some()
+    ordo_dev::KernelMount::mount_temp(&probe, "rw").is_ok()
 }
 
 /// Mount read-write (the kernel replays the JBD2 log and the fast
 /// commits), then unmount.
 pub fn kernel_replay(img: &Path) {
-    drop(Mounted::new(img, "rw"));
+    drop(kernel_mount(img, "rw"));
 }
 
 /// Make directories in an image before it is mounted (debugfs), so that
@@ -348,9 +320,9 @@ pub fn full_tree_of(img: &Path) -> BTreeMap<String, Obj> {
 }
 
 fn tree_of_with(img: &Path, lost_found: bool) -> BTreeMap<String, Obj> {
-    let m = Mounted::new(img, "ro,noload");
+    let m = kernel_mount(img, "ro,noload");
     let mut out = BTreeMap::new();
-    walk(&m.path(), Path::new(""), &mut out, lost_found);
+    walk(m.mountpoint(), Path::new(""), &mut out, lost_found);
     out
 }
 
