@@ -252,65 +252,48 @@ pub fn write_joined<D: BlockDevice + ?Sized>(
     }
 }
 
-impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
-    fn block_size(&self) -> u32 {
-        (**self).block_size()
-    }
-    fn block_count(&self) -> u64 {
-        (**self).block_count()
-    }
-    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
-        (**self).read(block, buf, class)
-    }
-    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
-        (**self).write(block, data, flags)
-    }
-    fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
-        (**self).write_vectored(block, parts, flags)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn durable(&self) -> Ticket {
-        (**self).durable()
-    }
-    fn counters(&self) -> Counters {
-        (**self).counters()
-    }
-    fn timing(&self) -> Option<&dyn Timing> {
-        (**self).timing()
-    }
+/// A pointer to a device is that device: every call goes through.
+macro_rules! forward_block_device {
+    ($($ptr:ident)::+) => {
+        impl<T: BlockDevice + ?Sized> BlockDevice for $($ptr)::+<T> {
+            fn block_size(&self) -> u32 {
+                (**self).block_size()
+            }
+            fn block_count(&self) -> u64 {
+                (**self).block_count()
+            }
+            fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
+                (**self).read(block, buf, class)
+            }
+            fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
+                (**self).write(block, data, flags)
+            }
+            fn write_vectored(
+                &self,
+                block: u64,
+                parts: &[&[u8]],
+                flags: WriteFlags,
+            ) -> io::Result<Ticket> {
+                (**self).write_vectored(block, parts, flags)
+            }
+            fn flush(&self) -> io::Result<()> {
+                (**self).flush()
+            }
+            fn durable(&self) -> Ticket {
+                (**self).durable()
+            }
+            fn counters(&self) -> Counters {
+                (**self).counters()
+            }
+            fn timing(&self) -> Option<&dyn Timing> {
+                (**self).timing()
+            }
+        }
+    };
 }
 
-impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
-    fn block_size(&self) -> u32 {
-        (**self).block_size()
-    }
-    fn block_count(&self) -> u64 {
-        (**self).block_count()
-    }
-    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
-        (**self).read(block, buf, class)
-    }
-    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
-        (**self).write(block, data, flags)
-    }
-    fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
-        (**self).write_vectored(block, parts, flags)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn durable(&self) -> Ticket {
-        (**self).durable()
-    }
-    fn counters(&self) -> Counters {
-        (**self).counters()
-    }
-    fn timing(&self) -> Option<&dyn Timing> {
-        (**self).timing()
-    }
-}
+forward_block_device!(std::sync::Arc);
+forward_block_device!(Box);
 
 /// Errors of opening or creating a device. Once a device is open, its I/O
 /// methods return plain [`io::Error`]s (what the kernel said), because every
