@@ -363,7 +363,7 @@ def table8(run_dir, out):
     p("ccfs Figure 8: standard workloads in one stream, normalised to data journaling.")
     p("ccfs's baseline is ext4 data=journal (ext4-dj); ordo's is its own JBD2 journal with")
     p("data=journal (journal dj). streams is ordo's ccfs (selective data journaling,")
-    p("allocation at write time). ops/s as a ratio to journal dj, then MB written per")
+    p("order-preserving delayed allocation). ops/s as a ratio to journal dj, then MB written per")
     p("operation as a ratio to journal dj (the paper's panel c shows the total writes).")
     for env, title in [("loop", "Through FUSE and the kernel on a loop device (real time)"),
                        ("hdd", "On the HDD model (virtual time, in-process)")]:

@@ -888,7 +888,7 @@ pub fn seq1_with(params: &WorkloadParams) -> Vec<Sequence> {
 /// - `three-streams`: three streams appending to one file and creating
 ///   names beside it, ended by one streamsync each.
 pub fn stream_scenarios() -> Vec<Sequence> {
-    let cases: [(&str, &str); 6] = [
+    let cases: [(&str, &str); 7] = [
         (
             "same-file",
             "setstream s1\nwrite /A/foo 0 8192\nsetstream s2\nwrite /A/foo 4096 8192\n\
@@ -922,6 +922,19 @@ pub fn stream_scenarios() -> Vec<Sequence> {
             "setstream s1\nappend /A/foo 3000\ncreat /A/n1\nsetstream s2\nappend /A/foo 3000\n\
              creat /A/n2\nsetstream s3\ncreat /A/n3\nappend /A/foo 3000\nsetstream s2\n\
              streamsync\nsetstream s1\nstreamsync\nsetstream s3\nstreamsync\n",
+        ),
+        (
+            // An append whose block is delayed, then overwrites that are
+            // journaled until the stream's transaction outgrows its bound
+            // and commits at a handle's end: that commit must carry the
+            // append's block with its size (order-preserving delayed
+            // allocation).
+            "delalloc-over-bound",
+            "setstream s1\ncreat /A/big\nwrite /A/big 0 900000\nwrite /A/big 900000 900000\n\
+             fsync /A/big\nappend /A/foo 9000\nwrite /A/big 0 900000\nsetstream s2\n\
+             creat /B/sub/n2\nwrite /B/sub/n2 0 4096\nsetstream s1\n\
+             write /A/big 900000 900000\nsetstream s2\nfsync /B/sub/n2\nsetstream s1\n\
+             streamsync\n",
         ),
     ];
     cases

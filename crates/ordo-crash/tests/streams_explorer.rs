@@ -4,7 +4,7 @@
 //! promise, no foreign data and no state off every stream's prefixes on
 //! seq-1 (e2fsck on every state), seq-2 (each pair also split across two
 //! streams), random, mix and the related-operation scenarios; and the
-//! three deliberately broken variants are caught. The faults are read when
+//! four deliberately broken variants are caught. The faults are read when
 //! the protocol is built, so everything runs in this file's one test,
 //! which sets and clears the variable for the whole process.
 
@@ -42,13 +42,16 @@ fn streams_keep_each_prefix_and_the_broken_variants_are_caught() {
     // Related changes never merged: a later operation commits without the
     // earlier one it depends on. Whole blocks: a stream's commit carries
     // another stream's uncommitted bytes. Early reuse: a block freed by an
-    // uncommitted stream holds another file's data.
+    // uncommitted stream holds another file's data. Delalloc late: a
+    // commit at a handle's end carries an append's size without its
+    // delayed block.
     for (fault, workload) in [
         ("streams_no_merge", "streams"),
         ("streams_no_merge", "random"),
         ("streams_whole_blocks", "streams"),
         ("streams_whole_blocks", "random"),
         ("streams_early_reuse", "random"),
+        ("streams_delalloc_late", "streams"),
     ] {
         std::env::set_var("ORDO_FAULT", fault);
         let r = run(workload, Some(8_000), E2fsckPolicy::Never);

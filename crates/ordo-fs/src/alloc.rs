@@ -202,9 +202,16 @@ impl Core {
     pub fn alloc_blocks(&mut self, goal: u64, max: u32) -> Result<(u64, u32)> {
         assert!(max > 0);
         let mut max = max;
-        if !self.use_reserve && self.sbi.r_blocks_count > 0 {
+        // Root's reserve (for callers without the right) and the blocks
+        // promised to delayed allocations (for all but their settling).
+        let hold = if self.use_reserve {
+            0
+        } else {
+            self.sbi.r_blocks_count
+        } + self.promised_blocks();
+        if hold > 0 {
             let (free, _) = self.free_totals()?;
-            let avail = free.saturating_sub(self.sbi.r_blocks_count);
+            let avail = free.saturating_sub(hold);
             if avail == 0 {
                 return Err(errno(libc::ENOSPC));
             }

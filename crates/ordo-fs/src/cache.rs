@@ -248,6 +248,24 @@ impl BufferCache {
         }
     }
 
+    /// Move the image cached at `from` to block `to` (a delayed block
+    /// given its place, or taken back): dirty there, at a new generation;
+    /// `from` is no longer cached. Panics if `from` is not cached.
+    pub fn rename(&mut self, from: u64, to: u64) {
+        let mut e = self
+            .map
+            .remove(&from)
+            .unwrap_or_else(|| panic!("rename of uncached block {from}"));
+        self.dirty.remove(&from);
+        e.generation = self.next_generation;
+        self.next_generation += 1;
+        e.dirty = true;
+        e.tick = self.next_tick();
+        e.pins = self.map.remove(&to).map_or(0, |old| old.pins);
+        self.map.insert(to, e);
+        self.dirty.insert(to);
+    }
+
     /// Drop a block (it was freed): its image, dirty or not, belongs to
     /// nobody. Plans that already hold a snapshot still write it.
     pub fn forget(&mut self, block: u64) {

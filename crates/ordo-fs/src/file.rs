@@ -15,6 +15,7 @@
 
 use ordo_dev::BlockClass;
 
+use crate::delalloc::Delayed;
 use crate::dir::InodeTree;
 use crate::error::{errno, Result};
 use crate::extent::{self, ExtentStore, Mapping, LBLK_END, ROOT_SIZE_BYTES};
@@ -156,7 +157,10 @@ impl Core {
             img[at..at + bytes.len()].copy_from_slice(bytes);
             self.cache.insert_new(pblk, BlockClass::Data, img);
         } else {
-            if !(at == 0 && bytes.len() == bs) {
+            if Delayed::is_delayed(pblk) {
+                // Cached, dirty, until it gets its place.
+                assert!(self.cache.contains(pblk), "delayed block {pblk} not cached");
+            } else if !(at == 0 && bytes.len() == bs) {
                 let was_cached = self.cache.contains(pblk);
                 self.ensure(pblk, BlockClass::Data)?;
                 if !was_cached && self.backlinks {
@@ -179,6 +183,10 @@ impl Core {
                     .insert_new(pblk, BlockClass::Data, bytes.to_vec());
             }
             self.cache.modify(pblk, at, bytes);
+        }
+        if Delayed::is_delayed(pblk) {
+            // Reported when it gets its place (`delalloc.rs`).
+            return Ok(());
         }
         self.proto.on_data_write(
             &DataWrite {
@@ -214,7 +222,7 @@ impl Core {
         let bs = self.bs as u64;
         let first = off / bs;
         let last = (off + len as u64 - 1) / bs;
-        let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        let mut maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
         let mut written = 0usize;
         let mut goal = maps
             .iter()
@@ -229,6 +237,9 @@ impl Core {
                 }
             }
         }
+        // Delayed blocks are mapped too (after the goal is chosen: their
+        // numbers are no places).
+        maps.extend(self.delayed.mappings(ino, first..last + 1));
         let mut l = first;
         let mut err = None;
         // Each run is all or nothing: a run that cannot get its blocks, or
@@ -255,32 +266,49 @@ impl Core {
                         .unwrap_or(last + 1)
                         .min(last + 1);
                     let want = (next - l).min(exc::MAX_INIT_LEN as u64) as u32;
-                    match self.alloc_blocks(goal, want) {
-                        Ok((p, n)) => {
-                            if let Err(e) = self.unpoison(ino, l, l + u64::from(n)) {
-                                self.rollback_to(sp);
-                                err = Some(e);
-                                break;
-                            }
-                            let r = self
-                                .tree(ino)
-                                .and_then(|mut t| extent::insert(&mut t, l as u32, p, n, false))
-                                .and_then(|()| self.add_iblocks(ino, n as i64));
-                            if let Err(e) = r {
-                                self.rollback_to(sp);
-                                err = Some(e);
-                                break;
-                            }
-                            (p, n as u64, true, false)
-                        }
+                    let delayed = match self.try_delay(ino, l, want) {
+                        Ok(d) => d,
                         Err(e) => {
                             self.rollback_to(sp);
                             err = Some(e);
                             break;
                         }
+                    };
+                    if let Some(v) = delayed {
+                        (v, want as u64, true, false)
+                    } else {
+                        match self.alloc_blocks(goal, want) {
+                            Ok((p, n)) => {
+                                if let Err(e) = self.unpoison(ino, l, l + u64::from(n)) {
+                                    self.rollback_to(sp);
+                                    err = Some(e);
+                                    break;
+                                }
+                                let r = self
+                                    .tree(ino)
+                                    .and_then(|mut t| extent::insert(&mut t, l as u32, p, n, false))
+                                    .and_then(|()| self.add_iblocks(ino, n as i64));
+                                if let Err(e) = r {
+                                    self.rollback_to(sp);
+                                    err = Some(e);
+                                    break;
+                                }
+                                (p, n as u64, true, false)
+                            }
+                            Err(e) => {
+                                self.rollback_to(sp);
+                                err = Some(e);
+                                break;
+                            }
+                        }
                     }
                 }
             };
+            if !fresh && Delayed::is_delayed(pblk) {
+                for k in 0..run {
+                    self.rewrite_delayed(ino, (l + k) as u32);
+                }
+            }
             let mut run_written = written;
             for k in 0..run {
                 let lb = l + k;
@@ -311,7 +339,9 @@ impl Core {
                 }
             }
             written = run_written;
-            goal = pblk + run;
+            if !Delayed::is_delayed(pblk) {
+                goal = pblk + run;
+            }
             l += run;
         }
         if written == 0 {
@@ -374,7 +404,8 @@ impl Core {
         let bs = self.bs as u64;
         let first = off / bs;
         let last = (off + len as u64 - 1) / bs;
-        let maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        let mut maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        maps.extend(self.delayed.mappings(ino, first..last + 1));
         // Under backlinks every block read from the device is checked
         // against its owner record, under the lock.
         let check = self.backlinks.then_some((ino, i.generation));
@@ -425,7 +456,7 @@ impl Core {
                 break;
             }
             let pblk = m.pblk + k;
-            if pblk >= self.sbi.blocks_count {
+            if pblk >= self.sbi.blocks_count && !Delayed::is_delayed(pblk) {
                 return Err(crate::error::FsError::corrupt(
                     pblk,
                     "extent physical block",
@@ -552,6 +583,8 @@ impl Core {
             return Err(errno(libc::EFBIG));
         }
         self.touch_inode(ino);
+        // The blocks to unmap or zero get their places first.
+        self.settle_inode(ino)?;
         let bs = self.bs as u64;
         if size <= i.size {
             let keep = size.div_ceil(bs);
@@ -609,6 +642,8 @@ impl Core {
         }
         let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
         let bs = self.bs as u64;
+        // The blocks to map, unmap or move get their places first.
+        self.settle_inode(ino)?;
         if shift {
             return self.file_shift_range(ino, &i, off, len, flags.collapse_range);
         }
@@ -846,7 +881,8 @@ impl Core {
             return Err(errno(libc::EOPNOTSUPP));
         }
         let maps = extent::extents(&mut self.tree(ino)?, 0..LBLK_END)?;
-        Ok(maps.iter().map(|m| u64::from(m.len)).sum())
+        let mapped: u64 = maps.iter().map(|m| u64::from(m.len)).sum();
+        Ok(mapped + self.delayed.blocks_of(ino))
     }
 
     /// SEEK_DATA / SEEK_HOLE (unwritten extents count as holes).
@@ -859,6 +895,7 @@ impl Core {
         let first = off / bs;
         let last = (i.size - 1) / bs;
         let mut maps = extent::extents(&mut self.tree(ino)?, first..last + 1)?;
+        maps.extend(self.delayed.mappings(ino, first..last + 1));
         maps.retain(|m| !m.unwritten);
         maps.sort_by_key(|m| m.lblk);
         match whence {
@@ -892,6 +929,13 @@ impl Core {
 
     /// Free every block of inode `ino` (before releasing it).
     pub fn free_all_blocks(&mut self, ino: Ino) -> Result<()> {
+        if self.undo_enabled() {
+            // A free that may still be rolled back: the delayed blocks get
+            // their places, to be freed (and taken back) as any.
+            self.settle_inode(ino)?;
+        } else {
+            self.drop_delayed(ino);
+        }
         let i = self.read_inode(ino)?;
         if i.uses_extents() {
             self.unmap(ino, 0, LBLK_END)?;

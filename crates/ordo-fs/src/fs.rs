@@ -732,6 +732,9 @@ impl Fs {
     pub fn statfs(&self) -> Result<StatFs> {
         self.shared.read(|c| {
             let (free_blocks, free_inodes) = c.free_totals()?;
+            // Blocks written and not placed yet are used (ext4 counts its
+            // delayed blocks so too).
+            let free_blocks = free_blocks.saturating_sub(c.delayed.blocks());
             let s = &c.sbi;
             let mut overhead = s.first_data_block as u64;
             for g in 0..s.groups_count() {
@@ -830,6 +833,10 @@ impl Fs {
             stats.push(("nofs_scan_next_inode".into(), u64::from(c.meta_scan_next())));
             stats.push(("nofs_scan_last_inode".into(), u64::from(c.sbi.inodes_count)));
         }
+        if c.delalloc_on {
+            stats.push(("delayed_blocks".into(), c.delayed.blocks()));
+            stats.push(("delayed_blocks_placed".into(), c.delayed.settled_blocks));
+        }
         (c.proto.name().to_string(), stats)
     }
 
@@ -924,6 +931,16 @@ impl Fs {
     pub fn dir_index_stats(&self) -> (usize, usize, u64) {
         let c = self.shared.lock();
         (c.dir_names, c.dir_names_bound, c.dir_index_evictions)
+    }
+    /// Delayed allocation (`delalloc.rs`): blocks delayed now, blocks
+    /// given their places since mount, and the settlings that placed any.
+    pub fn delalloc_stats(&self) -> (u64, u64, u64) {
+        let c = self.shared.lock();
+        (
+            c.delayed.blocks(),
+            c.delayed.settled_blocks,
+            c.delayed.settles,
+        )
     }
     /// Block size of the file system in bytes.
     /// Data blocks mapped by regular file `ino` (written and unwritten

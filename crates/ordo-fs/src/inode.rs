@@ -185,7 +185,8 @@ impl Core {
             uid: i.uid,
             gid: i.gid,
             size: i.size,
-            blocks: i.sectors,
+            // With its delayed blocks, as ext4's stat counts them.
+            blocks: i.sectors + self.delayed.blocks_of(i.ino) * u64::from(self.bs / 512),
             atime: i.atime,
             mtime: i.mtime,
             ctime: i.ctime,

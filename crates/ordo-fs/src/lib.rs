@@ -12,6 +12,7 @@ mod alloc;
 pub mod backlinks;
 pub mod cache;
 pub mod clock;
+mod delalloc;
 mod dir;
 pub mod error;
 mod exec;

@@ -319,6 +319,15 @@ enum Undo {
     /// `block` entered the cache as a fresh image (`init_block`): nothing
     /// cached before it was valid, so undoing drops it again.
     Init { block: u64 },
+    /// Block `lblk` of `ino` was delayed (`delalloc.rs`).
+    Delayed { ino: Ino, lblk: u32 },
+    /// Delayed block `lblk` of `ino` was given its place `pblk`.
+    Settled {
+        ino: Ino,
+        lblk: u32,
+        delayed: crate::delalloc::DelayedBlock,
+        pblk: u64,
+    },
 }
 
 /// A point in the current handle to roll back to ([`Core::savepoint`],
@@ -471,6 +480,14 @@ pub(crate) struct Core {
     pub backlinks_frozen: bool,
     /// What the backlink checks and the scanners found.
     pub nofs: crate::scan::NofsStats,
+    /// Blocks written into holes and not allocated yet
+    /// ([`crate::protocol::Protocol::delays_allocation`], `delalloc.rs`).
+    pub(crate) delayed: crate::delalloc::Delayed,
+    /// The protocol delays allocation.
+    pub delalloc_on: bool,
+    /// Delayed blocks are being given their places: the allocations may
+    /// use the blocks promised to them.
+    pub(crate) settling: bool,
 }
 
 impl Core {
@@ -487,6 +504,7 @@ impl Core {
         seed: u64,
     ) -> Core {
         let bs = sbi.block_size();
+        let delalloc_on = proto.delays_allocation();
         Core {
             dev,
             sbi,
@@ -532,6 +550,9 @@ impl Core {
             meta_scan: None,
             backlinks_frozen: false,
             nofs: Default::default(),
+            delayed: Default::default(),
+            delalloc_on,
+            settling: false,
         }
     }
 
@@ -682,6 +703,13 @@ impl Core {
                 Undo::Init { block } => {
                     self.cache.forget(block);
                 }
+                Undo::Delayed { ino, lblk } => self.undo_delayed(ino, lblk),
+                Undo::Settled {
+                    ino,
+                    lblk,
+                    delayed,
+                    pblk,
+                } => self.undo_settled(ino, lblk, delayed, pblk),
                 Undo::Bytes {
                     block,
                     offset,
@@ -742,6 +770,36 @@ impl Core {
         }
     }
 
+    /// Whether the current handle keeps an undo log (it may roll back).
+    pub(crate) fn undo_enabled(&self) -> bool {
+        self.undo_on
+    }
+
+    /// Note a delayed block in the undo log.
+    pub(crate) fn note_delayed(&mut self, ino: Ino, lblk: u32) {
+        if self.undo_on {
+            self.undo.push(Undo::Delayed { ino, lblk });
+        }
+    }
+
+    /// Note a delayed block's settling in the undo log.
+    pub(crate) fn note_settled(
+        &mut self,
+        ino: Ino,
+        lblk: u32,
+        delayed: crate::delalloc::DelayedBlock,
+        pblk: u64,
+    ) {
+        if self.undo_on {
+            self.undo.push(Undo::Settled {
+                ino,
+                lblk,
+                delayed,
+                pblk,
+            });
+        }
+    }
+
     /// Note that the handle freed `block` (see `freed_in_handle`).
     pub fn note_block_freed(&mut self, block: u64) {
         self.freed_in_handle.push(block);
@@ -797,6 +855,15 @@ impl Core {
     /// queue its plan.
     pub fn end(&mut self) -> Result<()> {
         assert!(self.in_handle);
+        // A commit at this handle's end carries every allocation the
+        // sizes in its transaction name: place the delayed blocks first
+        // (before the handle's frees leave the cache and its checksums
+        // are sealed).
+        let settled = if !self.delayed.is_empty() && self.proto.commit_due(&self.handle) {
+            self.settle_all()
+        } else {
+            Ok(())
+        };
         if self.undo.capacity() > 1 << 12 {
             // A large handle (a rename over a big file) does not keep its
             // log's memory for the next one.
@@ -830,7 +897,7 @@ impl Core {
         };
         self.in_handle = false;
         self.queue_plan(plan);
-        r
+        settled.and(r)
     }
 
     /// Queue a plan the protocol made: every image it writes passes the
@@ -883,6 +950,15 @@ impl Core {
         f: impl FnOnce(&mut dyn Protocol, &mut Io) -> Result<()>,
     ) -> Result<()> {
         assert!(!self.in_handle);
+        if !self.delayed.is_empty() {
+            // Whatever the protocol plans may commit: every delayed block
+            // gets its place first, in a handle of its own.
+            self.begin(OpKind::Internal, 0);
+            let settled = self.settle_all();
+            let ended = self.end();
+            settled?;
+            ended?;
+        }
         let mut plan = IoPlan::numbered(self.next_plan_serial);
         let r = {
             let Core {

@@ -475,3 +475,194 @@ fn random_streams_replay_clean() {
     }
     assert_eq!(checked, 24);
 }
+
+/// The extents `debugfs` lists for `path` of image `img` (leaf extents).
+fn extents_of(img: &std::path::Path, path: &str) -> usize {
+    fast_commit_common::require("debugfs");
+    let out = std::process::Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("ex {path}"))
+        .arg(img)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "Level Entries Logical Physical Length Flags", then one line per
+    // extent-tree entry; leaves are at the deepest level.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| !r.is_empty())
+        .collect();
+    assert!(!rows.is_empty(), "debugfs ex {path}: {text}");
+    let depth = |r: &Vec<&str>| r[0].split('/').next().unwrap().to_string();
+    let leaf = rows.iter().map(depth).max().unwrap();
+    rows.iter().filter(|r| depth(r) == leaf).count()
+}
+
+/// Four files appended 4 KiB at a time in turn, then fsynced, on a fresh
+/// image; returns the image and the figures of delayed allocation.
+fn interleaved_appends(
+    mode: ProtocolKind,
+) -> (tempfile::TempDir, std::path::PathBuf, (u64, u64, u64)) {
+    let dev = image();
+    let fs = Fs::mount(
+        dev.clone(),
+        MountOptions {
+            mode,
+            ..MountOptions::default()
+        },
+    )
+    .unwrap();
+    let inos: Vec<Ino> = (0..4)
+        .map(|k| create_in(&fs, ROOT_INO, format!("f{k}").as_bytes()))
+        .collect();
+    for round in 0..50u64 {
+        for (k, &ino) in inos.iter().enumerate() {
+            let data = vec![(round as u8) ^ (k as u8); 4096];
+            fs.write(ino, round * 4096, &data).unwrap();
+        }
+    }
+    let before = fs.delalloc_stats();
+    for &ino in &inos {
+        fs.fsync(ino, false).unwrap();
+        // Every byte reads back, from its place now.
+        let back = fs.read(ino, 0, 50 * 4096).unwrap();
+        assert_eq!(back.len(), 50 * 4096);
+    }
+    fs.unmount().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img");
+    std::fs::write(&path, dev.to_image()).unwrap();
+    let (code, out) = e2fsck_fn(&path);
+    assert_eq!(code, 0, "{out}");
+    (dir, path, before)
+}
+
+/// Order-preserving delayed allocation: appends of four files interleaved
+/// in time are each placed in one run when a commit is about to be made
+/// (ext4 with delalloc does the same); with `nodelalloc` every 4 KiB append
+/// is allocated when written, so the files interleave block by block.
+#[test]
+fn interleaved_appends_are_placed_one_run_per_file() {
+    let (_d, img, (delayed, settled, _)) = interleaved_appends(mode());
+    assert_eq!(
+        (delayed, settled),
+        (200, 0),
+        "every block delayed until the fsync"
+    );
+    for k in 0..4 {
+        assert_eq!(extents_of(&img, &format!("/f{k}")), 1, "f{k}");
+    }
+    let now = mode().with_variant("nodelalloc").unwrap();
+    let (_d, img, (delayed, settled, _)) = interleaved_appends(now);
+    assert_eq!((delayed, settled), (0, 0));
+    for k in 0..4 {
+        assert_eq!(
+            extents_of(&img, &format!("/f{k}")),
+            50,
+            "f{k} under nodelalloc"
+        );
+    }
+}
+
+/// Delayed blocks before their commit: they read back, count in `stat`
+/// and `statfs`, are seen by SEEK_DATA, are placed before a truncate cuts
+/// them, and a file unlinked before its commit never gets any.
+#[test]
+fn delayed_blocks_read_count_truncate_and_vanish() {
+    let dev = image();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let a = create_in(&fs, ROOT_INO, b"a");
+    let b = create_in(&fs, ROOT_INO, b"b");
+    fs.sync().unwrap();
+    let free0 = fs.statfs().unwrap().blocks_free;
+    let data: Vec<u8> = (0..5 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+    fs.write(a, 0, &data).unwrap();
+    fs.write(b, 8192, &data[..4096]).unwrap();
+    assert_eq!(fs.delalloc_stats().0, 6 + 1);
+    assert_eq!(fs.read(a, 0, data.len() as u32).unwrap(), data);
+    assert_eq!(
+        fs.getattr(a).unwrap().blocks,
+        6 * 8,
+        "st_blocks counts delayed blocks"
+    );
+    assert_eq!(fs.statfs().unwrap().blocks_free, free0 - 7);
+    assert_eq!(
+        fs.seek(b, 0, ordo_fs::SeekWhence::Data).unwrap(),
+        8192,
+        "SEEK_DATA finds the delayed block"
+    );
+    // A partial overwrite of a delayed block stays delayed.
+    fs.write(a, 4096 + 10, b"xyz").unwrap();
+    assert_eq!(fs.delalloc_stats().0, 7);
+    // Truncating into the file places its blocks, then cuts them.
+    let set = ordo_fs::SetAttr {
+        size: Some(4096 + 12),
+        ..Default::default()
+    };
+    fs.setattr(a, &set).unwrap();
+    let (delayed, settled, _) = fs.delalloc_stats();
+    assert_eq!((delayed, settled), (1, 6));
+    let back = fs.read(a, 0, 2 * 4096).unwrap();
+    assert_eq!(back.len(), 4096 + 12);
+    assert_eq!(&back[..4096], &data[..4096]);
+    assert_eq!(&back[4096 + 10..], b"xy");
+    // b is unlinked before any commit: its delayed block was never placed.
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    assert_eq!(fs.delalloc_stats(), (0, 6, 1));
+    fs.unmount().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img");
+    std::fs::write(&path, dev.to_image()).unwrap();
+    let (code, out) = e2fsck_fn(&path);
+    assert_eq!(code, 0, "{out}");
+    let fs = Fs::mount(dev, opts()).unwrap();
+    let back = fs.read(a, 0, 2 * 4096).unwrap();
+    assert_eq!(&back[..4096], &data[..4096]);
+    assert_eq!(fs.getattr(a).unwrap().blocks, 2 * 8);
+}
+
+/// A full file system: writes are delayed only while the space for them
+/// (and their extent-tree blocks) can be promised, so giving the delayed
+/// blocks their places never fails for space. Fill the image with files
+/// written in turn until ENOSPC, then sync: every byte a write returned is
+/// there after a remount, and e2fsck is clean.
+#[test]
+fn a_full_file_system_places_every_delayed_block() {
+    let dev = image();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let inos: Vec<Ino> = (0..8)
+        .map(|k| create_in(&fs, ROOT_INO, format!("fill{k}").as_bytes()))
+        .collect();
+    let mut sizes = vec![0u64; inos.len()];
+    let chunk = vec![0x5au8; 64 * 1024];
+    'fill: for _ in 0..100_000 {
+        for (k, &ino) in inos.iter().enumerate() {
+            match fs.write(ino, sizes[k], &chunk) {
+                Ok(n) => sizes[k] += u64::from(n),
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                    break 'fill;
+                }
+            }
+        }
+    }
+    let total: u64 = sizes.iter().sum();
+    assert!(total > 40 << 20, "only {total} bytes written");
+    fs.sync().unwrap();
+    assert_eq!(fs.delalloc_stats().0, 0);
+    fs.unmount().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img");
+    std::fs::write(&path, dev.to_image()).unwrap();
+    let (code, out) = e2fsck_fn(&path);
+    assert_eq!(code, 0, "{out}");
+    let fs = Fs::mount(dev, opts()).unwrap();
+    for (k, &ino) in inos.iter().enumerate() {
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!(a.size, sizes[k]);
+        let tail = fs.read(ino, sizes[k].saturating_sub(4096), 4096).unwrap();
+        assert!(tail.iter().all(|&x| x == 0x5a), "fill{k} ends in its bytes");
+    }
+}

@@ -1243,6 +1243,35 @@ pub trait Protocol: Send {
         false
     }
 
+    /// How many free blocks are held back from reuse now
+    /// ([`Protocol::can_allocate`] refuses them): the core keeps what it
+    /// has promised to delayed allocations within what can really be
+    /// allocated. Default: none.
+    fn held_back_blocks(&self) -> u64 {
+        0
+    }
+
+    /// Whether the core delays the allocation of new file blocks until
+    /// the next commit (ccfs's order-preserving delayed allocation,
+    /// `delalloc.rs`): a block written into a hole gets its physical place
+    /// only when a commit is about to be made (before every plan the core asks for, and
+    /// [`Protocol::commit_due`] at a handle's end), so that every commit
+    /// carries every allocation its transaction's sizes name, and appends
+    /// of several files interleaved in time are laid out each in one run.
+    /// Default: no (blocks are allocated when written).
+    fn delays_allocation(&self) -> bool {
+        false
+    }
+
+    /// With [`Protocol::delays_allocation`]: whether
+    /// [`Protocol::on_handle_end`] of handle `h` is going to commit (a
+    /// transaction outgrew its bound); the core then places every delayed
+    /// block first. Default: no.
+    fn commit_due(&self, h: &HandleInfo) -> bool {
+        let _ = h;
+        false
+    }
+
     /// Handle `h` ended (the system call is about to return). Synchronous
     /// protocols plan their writes here.
     fn on_handle_end(&mut self, h: &HandleInfo, io: &mut Io) -> Result<()> {

@@ -1036,6 +1036,11 @@ impl JournalProtocol {
         !self.freed_pending.contains_key(&block)
     }
 
+    /// Freed blocks not reusable yet ([`JournalProtocol::reusable`]).
+    pub(crate) fn held_back_blocks(&self) -> usize {
+        self.freed_pending.len()
+    }
+
     /// Whether a copy of `block` is in the live log (a free of it needs a
     /// revoke record).
     pub(crate) fn in_live_log(&self, block: u64) -> bool {

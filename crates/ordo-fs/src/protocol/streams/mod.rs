@@ -86,10 +86,20 @@
 //! allocated and has not committed goes home before the commit (nothing
 //! names it until the commit does); an overwrite of data a commit already
 //! names is journaled, so it reaches home only by a checkpoint after its
-//! commit. Allocation happens at write time (ordo has no delayed
-//! allocation), so allocations keep program order by construction. A
-//! handle never straddles two commits: directory operations are atomic,
-//! and an append's size and data commit together.
+//! commit.
+//!
+//! Order-preserving delayed allocation (variant `delalloc`, the default;
+//! the core's `delalloc.rs`): a block written into a hole gets its place
+//! only when a commit is about to be made, every stream's delayed blocks
+//! at once, each reported as the stream's that wrote it, so it joins that
+//! stream's running transaction. A commit of a stream's group thus carries
+//! the allocations under every size it carries; allocations are delayed
+//! until the next commit, never across one, and keep program order. A
+//! commit this protocol makes on its own, when a group outgrows its bound
+//! at a handle's end, is announced to the core first
+//! ([`Protocol::commit_due`]). With `nodelalloc` blocks are allocated when
+//! written. A handle never straddles two commits: directory operations
+//! are atomic, and an append's size and data commit together.
 //!
 //! # What a crash leaves
 //!
@@ -106,7 +116,10 @@
 //!   uncommitted bytes included (block-granular journaling);
 //! - `streams_early_reuse`: a block, an inode or a directory slot freed by
 //!   a stream is reusable by another before its freeing commit, and the
-//!   reuse does not merge them.
+//!   reuse does not merge them;
+//! - `streams_delalloc_late`: a commit at a handle's end is not announced
+//!   ([`Protocol::commit_due`]), so it may carry a size without the delayed
+//!   blocks under it.
 //!
 //! Each must make the crash explorer fail.
 
@@ -128,7 +141,9 @@ use crate::update::{
 pub static SPEC: ProtocolSpec = ProtocolSpec {
     name: "streams",
     summary: "ccfs streams: a JBD2 transaction per stream, ordered within it, free across",
-    variants: &[],
+    // `delalloc` (the default): order-preserving delayed allocation;
+    // `nodelalloc`: blocks are allocated when written.
+    variants: &["delalloc", "nodelalloc"],
     mkfs_features: "has_journal",
     caps: Capabilities {
         group_commit: true,
@@ -153,6 +168,7 @@ enum Fault {
     NoMerge,
     WholeBlocks,
     EarlyReuse,
+    DelallocLate,
 }
 
 impl Fault {
@@ -161,6 +177,7 @@ impl Fault {
             Some("streams_no_merge") => Some(Fault::NoMerge),
             Some("streams_whole_blocks") => Some(Fault::WholeBlocks),
             Some("streams_early_reuse") => Some(Fault::EarlyReuse),
+            Some("streams_delalloc_late") => Some(Fault::DelallocLate),
             _ => None,
         }
     }
@@ -357,6 +374,8 @@ struct Stats {
 pub struct StreamsProtocol {
     j: JournalProtocol,
     fault: Option<Fault>,
+    /// Order-preserving delayed allocation (the `delalloc` variant).
+    delalloc: bool,
     /// Union-find parent of each stream (index = stream id).
     parent: Vec<u32>,
     /// Running transactions by the root stream of their group.
@@ -407,6 +426,7 @@ impl StreamsProtocol {
             dirs: Default::default(),
             block_size: env.block_size as usize,
             fault: Fault::from_env(),
+            delalloc: env.variant != "nodelalloc",
             parent: Vec::new(),
             groups: BTreeMap::new(),
             tracked: HashMap::new(),
@@ -857,8 +877,8 @@ impl StreamsProtocol {
         self.commit_group(first, io, durable)
     }
 
-    fn group_over_bound(&mut self, s: u32) -> bool {
-        let r = self.find(s);
+    fn group_over_bound(&self, s: u32) -> bool {
+        let r = self.root(s);
         let Some(g) = self.groups.get(&r) else {
             return false;
         };
@@ -1086,6 +1106,18 @@ impl Protocol for StreamsProtocol {
     fn write_back(&mut self, reason: WriteBackReason, io: &mut Io) -> Result<()> {
         self.commit_all(io, reason != WriteBackReason::Timer)?;
         self.j.write_back(reason, io)
+    }
+
+    fn delays_allocation(&self) -> bool {
+        self.delalloc
+    }
+
+    fn commit_due(&self, h: &HandleInfo) -> bool {
+        self.fault != Some(Fault::DelallocLate) && self.group_over_bound(h.stream)
+    }
+
+    fn held_back_blocks(&self) -> u64 {
+        (self.freed.len() + self.j.held_back_blocks()) as u64
     }
 
     fn can_allocate(&self, block: u64) -> bool {

@@ -1,0 +1,346 @@
+//! Order-preserving delayed allocation (ccfs, Pillai et al., §4.3), for
+//! the protocols that ask for it ([`crate::protocol::Protocol::delays_allocation`]).
+//!
+//! A write into a hole of a regular file does not allocate: its block is
+//! cached under a *delayed number* (at or above [`DELAYED_BASE`], never a
+//! block of the device) and remembered in [`Delayed`]. The file's size,
+//! times and every other change of the write are made as usual, in the
+//! caller's running transaction. Just before a commit, every delayed block
+//! gets its physical place ([`Core::settle_all`]): the blocks of one file
+//! that follow each other are allocated as one run, mapped by one extent,
+//! and their cached images move to their homes. That settling is reported
+//! to the protocol as updates of the stream that wrote each block, so it
+//! joins that stream's running transaction; it always happens before a
+//! commit is planned, so every commit that carries a size also carries the
+//! allocations under it, and a stream's program order is kept:
+//! allocations are delayed until the next commit, never across one.
+//!
+//! When settling happens:
+//! - before every plan the core asks of the protocol ([`Core::plan_with`]:
+//!   fsync, sync, streamsync, the commit timer, write-back under memory
+//!   pressure, a commit for space, unmount);
+//! - at the end of a handle whose end the protocol says will commit
+//!   ([`crate::protocol::Protocol::commit_due`]);
+//! - for one file, before anything else maps or unmaps its blocks
+//!   (truncate, fallocate and its shifts, and the free of a file that may
+//!   still be rolled back). The free of a file that cannot be rolled back
+//!   (unlink, the last close) drops its delayed blocks instead: nothing
+//!   was ever allocated for them.
+//!
+//! Reads, `SEEK_DATA`/`SEEK_HOLE` and `st_blocks` see delayed blocks as
+//! mapped (their images are cached, dirty, and never evicted).
+//!
+//! Space is reserved when a block is delayed: delaying needs its blocks,
+//! plus a margin for the extent-tree blocks its settling may add, free
+//! beyond what is already promised, what the protocol holds back from
+//! reuse ([`crate::protocol::Protocol::held_back_blocks`]) and, for callers without the
+//! right, root's reserve. Every other allocation leaves the promised
+//! blocks alone, so settling does not fail for space. When the space is
+//! not there, the write allocates at once, as without delaying.
+
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+use crate::extent::{self, Mapping};
+use crate::state::Core;
+use crate::update::{DataWrite, Ino};
+
+/// Delayed blocks are cached under numbers from here on: far above any
+/// device's last block (2^62 blocks of 1 KiB is 4 ZiB).
+pub const DELAYED_BASE: u64 = 1 << 62;
+
+/// Extent-tree blocks reserved for the settling of one file's delayed
+/// blocks, plus one per `TREE_MARGIN_PER` delayed blocks: a run of
+/// consecutive logical blocks needs one extent, and a leaf holds 340.
+const TREE_MARGIN_FILE: u64 = 4;
+const TREE_MARGIN_PER: u64 = 64;
+
+/// One delayed block: its number in the cache and the stream that last
+/// wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DelayedBlock {
+    pub virt: u64,
+    pub stream: u32,
+}
+
+/// Every delayed block, by file and logical block.
+#[derive(Debug, Default)]
+pub(crate) struct Delayed {
+    files: BTreeMap<Ino, BTreeMap<u32, DelayedBlock>>,
+    next: u64,
+    blocks: u64,
+    /// Blocks placed by settling since mount, and the settlings that
+    /// placed any.
+    pub settled_blocks: u64,
+    pub settles: u64,
+}
+
+impl Delayed {
+    /// Whether no block is delayed.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+    /// Delayed blocks now.
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    /// Delayed blocks of `ino`.
+    pub fn blocks_of(&self, ino: Ino) -> u64 {
+        self.files.get(&ino).map_or(0, |m| m.len() as u64)
+    }
+    /// Free blocks promised to the delayed ones: the blocks themselves and
+    /// a margin for the extent-tree blocks their settling may add.
+    pub fn promised(&self) -> u64 {
+        self.blocks
+            + self
+                .files
+                .values()
+                .map(|m| TREE_MARGIN_FILE + m.len() as u64 / TREE_MARGIN_PER)
+                .sum::<u64>()
+    }
+    /// The promise that delaying `n` more blocks of `ino` adds.
+    fn promise_of(&self, ino: Ino, n: u64) -> u64 {
+        let had = self.blocks_of(ino);
+        let margin = |b: u64| TREE_MARGIN_FILE + b / TREE_MARGIN_PER;
+        let before = if had == 0 { 0 } else { margin(had) };
+        n + margin(had + n) - before
+    }
+    /// Delayed blocks of `ino` in logical blocks `range`, as mappings of
+    /// runs that are consecutive in both numberings.
+    pub fn mappings(&self, ino: Ino, range: std::ops::Range<u64>) -> Vec<Mapping> {
+        let Some(m) = self.files.get(&ino) else {
+            return Vec::new();
+        };
+        let lo = range.start.min(u64::from(u32::MAX)) as u32;
+        let hi = range.end.min(u64::from(u32::MAX)) as u32;
+        let mut out: Vec<Mapping> = Vec::new();
+        for (&l, d) in m.range(lo..hi) {
+            if let Some(last) = out.last_mut() {
+                if last.lblk + last.len == l && last.pblk + u64::from(last.len) == d.virt {
+                    last.len += 1;
+                    continue;
+                }
+            }
+            out.push(Mapping {
+                lblk: l,
+                pblk: d.virt,
+                len: 1,
+                unwritten: false,
+            });
+        }
+        out
+    }
+    fn insert(&mut self, ino: Ino, lblk: u32, d: DelayedBlock) {
+        let prev = self.files.entry(ino).or_default().insert(lblk, d);
+        assert!(prev.is_none(), "inode {ino} block {lblk} delayed twice");
+        self.blocks += 1;
+    }
+    fn remove(&mut self, ino: Ino, lblk: u32) -> Option<DelayedBlock> {
+        let m = self.files.get_mut(&ino)?;
+        let d = m.remove(&lblk)?;
+        if m.is_empty() {
+            self.files.remove(&ino);
+        }
+        self.blocks -= 1;
+        Some(d)
+    }
+    fn take_file(&mut self, ino: Ino) -> Vec<(u32, DelayedBlock)> {
+        let m = self.files.remove(&ino).unwrap_or_default();
+        self.blocks -= m.len() as u64;
+        m.into_iter().collect()
+    }
+    fn inodes(&self) -> Vec<Ino> {
+        self.files.keys().copied().collect()
+    }
+    /// Whether `block` is a delayed number.
+    pub fn is_delayed(block: u64) -> bool {
+        block >= DELAYED_BASE
+    }
+}
+
+impl Core {
+    /// Whether the blocks of a write into a hole of `ino` are delayed.
+    pub(crate) fn delays_allocation(&self) -> bool {
+        self.delalloc_on && !self.read_only
+    }
+
+    /// Delay `n` blocks of `ino` from logical block `lblk` on (a hole),
+    /// when the space for them can be promised: their first delayed
+    /// number, or `None` (allocate them now).
+    pub(crate) fn try_delay(&mut self, ino: Ino, lblk: u64, n: u32) -> Result<Option<u64>> {
+        if !self.delays_allocation() || lblk + u64::from(n) > u64::from(u32::MAX) {
+            return Ok(None);
+        }
+        let (free, _) = self.free_totals()?;
+        let reserve = if self.use_reserve {
+            0
+        } else {
+            self.sbi.r_blocks_count
+        };
+        let held = self.proto.held_back_blocks();
+        let want = self.delayed.promised() + self.delayed.promise_of(ino, u64::from(n));
+        if free.saturating_sub(reserve + held) < want {
+            return Ok(None);
+        }
+        let first = DELAYED_BASE + self.delayed.next;
+        self.delayed.next += u64::from(n);
+        let stream = self.handle.stream;
+        for k in 0..n {
+            let l = (lblk + u64::from(k)) as u32;
+            self.delayed.insert(
+                ino,
+                l,
+                DelayedBlock {
+                    virt: first + u64::from(k),
+                    stream,
+                },
+            );
+            self.note_delayed(ino, l);
+        }
+        Ok(Some(first))
+    }
+
+    /// A delayed block was written again by the current handle: it is
+    /// now the handle's stream's.
+    pub(crate) fn rewrite_delayed(&mut self, ino: Ino, lblk: u32) {
+        let stream = self.handle.stream;
+        if let Some(m) = self.delayed.files.get_mut(&ino) {
+            if let Some(d) = m.get_mut(&lblk) {
+                d.stream = stream;
+            }
+        }
+    }
+
+    /// Free blocks that ordinary allocations must leave alone: those
+    /// promised to delayed blocks (and, while any are, what the protocol
+    /// holds back), unless the allocation is a settling.
+    pub(crate) fn promised_blocks(&self) -> u64 {
+        if self.settling || self.delayed.is_empty() {
+            0
+        } else {
+            self.delayed.promised() + self.proto.held_back_blocks()
+        }
+    }
+
+    /// Give every delayed block its place (inside a handle).
+    pub(crate) fn settle_all(&mut self) -> Result<()> {
+        for ino in self.delayed.inodes() {
+            self.settle_inode(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Give the delayed blocks of `ino` their places (inside a handle):
+    /// each run of consecutive logical blocks written by one stream is
+    /// allocated, mapped and reported as that stream's. On an error the
+    /// blocks not yet placed stay delayed.
+    pub(crate) fn settle_inode(&mut self, ino: Ino) -> Result<()> {
+        assert!(self.in_handle, "settling outside a handle");
+        let blocks = self.delayed.take_file(ino);
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        self.delayed.settles += 1;
+        self.touch_inode(ino);
+        let saved = self.handle.stream;
+        let was_settling = std::mem::replace(&mut self.settling, true);
+        let mut placed = 0usize;
+        let r = self.place(ino, &blocks, &mut placed, saved);
+        self.settling = was_settling;
+        self.handle.stream = saved;
+        for &(l, d) in &blocks[placed..] {
+            self.delayed.insert(ino, l, d);
+        }
+        r
+    }
+
+    fn place(
+        &mut self,
+        ino: Ino,
+        blocks: &[(u32, DelayedBlock)],
+        placed: &mut usize,
+        saved: u32,
+    ) -> Result<()> {
+        let generation = self.read_inode(ino)?.generation;
+        while *placed < blocks.len() {
+            let (l0, d0) = blocks[*placed];
+            let mut run = 1usize;
+            while *placed + run < blocks.len()
+                && run < crate::layout::ext::MAX_INIT_LEN as usize
+                && blocks[*placed + run].0 == l0 + run as u32
+                && blocks[*placed + run].1.stream == d0.stream
+            {
+                run += 1;
+            }
+            // Each run's changes, their checksums included, are the
+            // writing stream's: what is pending is sealed as the handle's
+            // before, and the run's as the writer's after.
+            self.handle.stream = saved;
+            self.seal();
+            self.handle.stream = d0.stream;
+            let goal = match l0
+                .checked_sub(1)
+                .map(|prev| extent::lookup(&mut self.tree(ino)?, prev))
+                .transpose()?
+                .flatten()
+            {
+                Some(m) if m.lblk < l0 => m.pblk + u64::from(l0 - m.lblk),
+                _ => self.inode_goal(ino),
+            };
+            let (p, n) = self.alloc_blocks(goal, run as u32)?;
+            let r = self
+                .tree(ino)
+                .and_then(|mut t| extent::insert(&mut t, l0, p, n, false))
+                .and_then(|()| self.add_iblocks(ino, i64::from(n)));
+            if let Err(e) = r {
+                // The run stays delayed; its blocks go back.
+                let _ = self.free_blocks(p, u64::from(n));
+                return Err(e);
+            }
+            for k in 0..n {
+                let (l, d) = blocks[*placed + k as usize];
+                let pblk = p + u64::from(k);
+                self.cache.rename(d.virt, pblk);
+                self.note_settled(ino, l, d, pblk);
+                self.proto.on_data_write(
+                    &DataWrite {
+                        ino,
+                        lblk: l,
+                        pblk,
+                        generation,
+                        fresh: true,
+                    },
+                    &self.handle,
+                );
+            }
+            *placed += n as usize;
+            self.delayed.settled_blocks += u64::from(n);
+            self.seal();
+        }
+        self.handle.stream = saved;
+        Ok(())
+    }
+
+    /// Drop the delayed blocks of `ino` (a file being freed by a handle
+    /// that cannot roll back): nothing was allocated for them.
+    pub(crate) fn drop_delayed(&mut self, ino: Ino) {
+        for (_, d) in self.delayed.take_file(ino) {
+            self.cache.forget(d.virt);
+        }
+    }
+
+    /// Undo of [`Core::try_delay`] (a rollback).
+    pub(crate) fn undo_delayed(&mut self, ino: Ino, lblk: u32) {
+        if let Some(d) = self.delayed.remove(ino, lblk) {
+            self.cache.forget(d.virt);
+        }
+    }
+
+    /// Undo of a settling (a rollback): the block is delayed again.
+    pub(crate) fn undo_settled(&mut self, ino: Ino, lblk: u32, d: DelayedBlock, pblk: u64) {
+        if self.cache.contains(pblk) {
+            self.cache.rename(pblk, d.virt);
+        }
+        self.delayed.insert(ino, lblk, d);
+    }
+}
