@@ -476,6 +476,17 @@ fn random_streams_replay_clean() {
     assert_eq!(checked, 24);
 }
 
+/// `dev`'s image in a file of a temporary directory, which `e2fsck -fn`
+/// must find clean.
+fn clean_image_file(dev: &MemDevice) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img");
+    std::fs::write(&path, dev.to_image()).unwrap();
+    let (code, out) = e2fsck_fn(&path);
+    assert_eq!(code, 0, "{out}");
+    (dir, path)
+}
+
 /// The extents `debugfs` lists for `path` of image `img` (leaf extents).
 fn extents_of(img: &std::path::Path, path: &str) -> usize {
     fast_commit_common::require("debugfs");
@@ -531,11 +542,7 @@ fn interleaved_appends(
         assert_eq!(back.len(), 50 * 4096);
     }
     fs.unmount().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("img");
-    std::fs::write(&path, dev.to_image()).unwrap();
-    let (code, out) = e2fsck_fn(&path);
-    assert_eq!(code, 0, "{out}");
+    let (dir, path) = clean_image_file(&dev);
     (dir, path, before)
 }
 
@@ -612,11 +619,7 @@ fn delayed_blocks_read_count_truncate_and_vanish() {
     fs.unlink(ROOT_INO, b"b").unwrap();
     assert_eq!(fs.delalloc_stats(), (0, 6, 1));
     fs.unmount().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("img");
-    std::fs::write(&path, dev.to_image()).unwrap();
-    let (code, out) = e2fsck_fn(&path);
-    assert_eq!(code, 0, "{out}");
+    let _img = clean_image_file(&dev);
     let fs = Fs::mount(dev, opts()).unwrap();
     let back = fs.read(a, 0, 2 * 4096).unwrap();
     assert_eq!(&back[..4096], &data[..4096]);
@@ -653,11 +656,7 @@ fn a_full_file_system_places_every_delayed_block() {
     fs.sync().unwrap();
     assert_eq!(fs.delalloc_stats().0, 0);
     fs.unmount().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("img");
-    std::fs::write(&path, dev.to_image()).unwrap();
-    let (code, out) = e2fsck_fn(&path);
-    assert_eq!(code, 0, "{out}");
+    let _img = clean_image_file(&dev);
     let fs = Fs::mount(dev, opts()).unwrap();
     for (k, &ino) in inos.iter().enumerate() {
         let a = fs.getattr(ino).unwrap();
