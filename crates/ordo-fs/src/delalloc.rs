@@ -243,9 +243,14 @@ impl Core {
         self.delayed.settles += 1;
         self.touch_inode(ino);
         let saved = self.handle.stream;
+        // The places were promised when the blocks were delayed, root's
+        // reserve included for a writer with the right: whoever's handle
+        // places them may use it.
         let was_settling = std::mem::replace(&mut self.settling, true);
+        let had_reserve = std::mem::replace(&mut self.use_reserve, true);
         let mut placed = 0usize;
         let r = self.place(ino, &blocks, &mut placed, saved);
+        self.use_reserve = had_reserve;
         self.settling = was_settling;
         self.handle.stream = saved;
         for &(l, d) in &blocks[placed..] {
