@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::error::{BenchError, Result};
 use crate::runner::{run_plan, Plan};
-use crate::target::{DeviceKind, DiskSpec, TargetConfig, TargetSpec};
+use crate::target::{DeviceKind, DiskSpec, ImageKind, TargetConfig, TargetSpec};
 use crate::workload::{fcmicro::SWEEP, Overrides, Scale, WorkloadName};
 
 /// Default seed: any fixed number; printed with every result.
@@ -29,6 +29,12 @@ pub struct BenchArgs {
     /// plain file. The kernel's ext4 always runs on a loop device.
     #[arg(long, value_enum, default_value_t = DeviceKind::Loop)]
     pub device: DeviceKind,
+    /// Image files written whole before `mkfs` (the default: the host has
+    /// allocated every block, as a disk has all of its blocks) or sparse
+    /// (quicker to make; the first write to each host block then costs a
+    /// host journal commit at the next flush).
+    #[arg(long, value_enum, default_value_t = ImageKind::Written)]
+    pub image: ImageKind,
     /// Size of each workload (smoke, small, medium, paper).
     #[arg(long, value_enum, default_value_t = Scale::Small)]
     pub scale: Scale,
@@ -171,6 +177,7 @@ impl BenchArgs {
                 workdir: self.workdir.clone(),
                 size_bytes: self.size.unwrap_or(default_size),
                 device: self.device,
+                image: self.image,
                 disk: self.disk,
                 ordo_bin: self.ordo_bin.clone(),
             },
@@ -202,6 +209,9 @@ impl BenchArgs {
         );
         if self.device != DeviceKind::Loop {
             s.push_str(" --device file");
+        }
+        if self.image != ImageKind::Written {
+            s.push_str(" --image sparse");
         }
         if let Some(size) = self.size {
             s.push_str(&format!(" --size {}M", size >> 20));
@@ -488,6 +498,14 @@ mod tests {
             cmd.contains("--fsync-every sweep") && cmd.contains("--seed 7"),
             "{cmd}"
         );
+        // Written images are the default, and only the other kind is
+        // spelled out in the reproducing command.
+        assert_eq!(plan.config.image, ImageKind::Written);
+        assert!(!cmd.contains("--image"), "{cmd}");
+        let sparse = Cli::try_parse_from(["bench", "fcmicro", "--image", "sparse"]).unwrap();
+        assert_eq!(sparse.args.plan().unwrap().config.image, ImageKind::Sparse);
+        let cmd = sparse.args.command_line();
+        assert!(cmd.contains("--image sparse"), "{cmd}");
     }
 
     #[test]

@@ -234,6 +234,22 @@ pub enum DeviceKind {
     File,
 }
 
+/// How a case's image file is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    /// Every byte written (zeros) and synced before `mkfs`, so the host's
+    /// file system has allocated the whole file: a write to the image then
+    /// changes no host metadata, and a flush of the loop device costs what
+    /// it costs a disk that is all there, not a host journal commit for
+    /// the blocks first written since the last flush.
+    Written,
+    /// A sparse file of `--size`: quick to make, but the first write to each
+    /// host block allocates it, and the next flush commits that allocation
+    /// in the host's journal.
+    Sparse,
+}
+
 /// A timing model for in-process targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -351,6 +367,9 @@ pub struct TargetConfig {
     pub size_bytes: u64,
     /// Loop device or plain file, for ordo targets.
     pub device: DeviceKind,
+    /// Written or sparse image files (the timing models' virtual time does
+    /// not depend on it, so `ordo-lib` targets on a `disk` stay sparse).
+    pub image: ImageKind,
     /// Timing model for `ordo-lib` targets.
     pub disk: Option<DiskSpec>,
     /// The `ordo` binary (found automatically when `None`).
@@ -596,6 +615,23 @@ fn ordo_mkfs_features(kind: &TargetKind) -> Option<&'static str> {
     Some(mode.spec().mkfs_features).filter(|f| !f.is_empty())
 }
 
+/// Writes `len` zero bytes over `f` from its start and syncs it, so that
+/// the host's file system has allocated every block (and written it: an
+/// fallocated, unwritten extent would still be converted, in the host's
+/// journal, by the first write to it).
+fn write_zeros(f: &File, len: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK as usize];
+    let mut off = 0;
+    while off < len {
+        let n = CHUNK.min(len - off) as usize;
+        f.write_all_at(&zeros[..n], off)?;
+        off += n as u64;
+    }
+    f.sync_all()
+}
+
 fn unique_dir(workdir: &Path, target: &str) -> Result<PathBuf> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -662,6 +698,11 @@ impl Instance {
         let f = File::create(&self.image).map_err(|e| BenchError::io("create", &self.image, e))?;
         f.set_len(self.cfg.size_bytes)
             .map_err(|e| BenchError::io("truncate", &self.image, e))?;
+        let timed = self.cfg.disk.is_some() && matches!(self.spec.kind, TargetKind::OrdoLib { .. });
+        if self.cfg.image == ImageKind::Written && !timed {
+            write_zeros(&f, self.cfg.size_bytes)
+                .map_err(|e| BenchError::io("write zeros to", &self.image, e))?;
+        }
         drop(f);
         if let TargetKind::Ext4(mode) = self.spec.kind {
             // Inode tables and the journal are written now rather than by
@@ -1131,6 +1172,34 @@ impl Drop for Instance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_written_image_has_every_block_allocated_and_zero() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("image");
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        // Not a whole number of chunks: the tail is written too.
+        let len = (3 << 20) + 4096 * 3;
+        f.set_len(len).unwrap();
+        assert_eq!(f.metadata().unwrap().blocks(), 0, "set_len alone is sparse");
+        write_zeros(&f, len).unwrap();
+        let m = f.metadata().unwrap();
+        assert_eq!(m.len(), len);
+        assert!(
+            m.blocks() * 512 >= len,
+            "{} of {len} bytes allocated",
+            m.blocks() * 512
+        );
+        let mut tail = vec![1u8; 4096];
+        f.read_exact_at(&mut tail, len - 4096).unwrap();
+        assert!(tail.iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn disks_parse_with_their_write_cache_switch() {

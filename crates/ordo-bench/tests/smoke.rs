@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use ordo_bench::report::Row;
 use ordo_bench::runner::{run_plan, Plan};
-use ordo_bench::target::{DeviceKind, DiskName, DiskSpec, TargetConfig, TargetSpec};
+use ordo_bench::target::{DeviceKind, DiskName, DiskSpec, ImageKind, TargetConfig, TargetSpec};
 use ordo_bench::workload::{self, Overrides, Scale, WorkloadName};
 
 /// Workloads that run a program and so need a mounted target.
@@ -62,6 +62,7 @@ fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskSpec>) ->
             workdir: PathBuf::from("/var/tmp/ordo-bench-test"),
             size_bytes: 256 << 20,
             device: DeviceKind::Loop,
+            image: ImageKind::Sparse,
             disk,
             ordo_bin: None,
         },
