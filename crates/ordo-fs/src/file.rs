@@ -153,8 +153,14 @@ impl Core {
     ) -> Result<()> {
         let bs = self.bs as usize;
         if fresh {
-            let mut img = vec![0u8; bs];
-            img[at..at + bytes.len()].copy_from_slice(bytes);
+            let img = if at == 0 && bytes.len() == bs {
+                // A whole block: no zeros to write first.
+                bytes.to_vec()
+            } else {
+                let mut img = vec![0u8; bs];
+                img[at..at + bytes.len()].copy_from_slice(bytes);
+                img
+            };
             self.cache.insert_new(pblk, BlockClass::Data, img);
         } else {
             if Delayed::is_delayed(pblk) {

@@ -1074,21 +1074,32 @@ impl Core {
                 let Some(img) = self.cache.snapshot(block) else {
                     continue;
                 };
-                let mut copy = img.to_vec();
+                // The checksum is computed over the cached image in place
+                // (no copy of the block) and written as one update of its
+                // four bytes.
+                let n = img.len();
+                let patch = match self.seal.owners.get(&block) {
+                    Some(&Owner::Dir { ino, generation }) => {
+                        let tail = n - layout::dirent::TAIL_LEN;
+                        let v = if le16(&img, tail + 4) == layout::dirent::TAIL_LEN as u16
+                            && img[tail + 7] == layout::dirent::TAIL_FT
+                        {
+                            self.seal.dir_csum(ino, generation, &img).to_le_bytes()
+                        } else {
+                            // No tail (an htree node): its bytes stay.
+                            img[n - 4..].try_into().expect("four bytes")
+                        };
+                        Some((n - 4, v))
+                    }
+                    Some(&Owner::Extent { ino, generation }) => self
+                        .seal
+                        .extent_csum(ino, generation, &img)
+                        .map(|(at, c)| (at, c.to_le_bytes())),
+                    Some(Owner::Xattr) | None => None,
+                };
                 drop(img);
-                self.seal.reseal(block, &mut copy);
-                let n = copy.len();
-                match self.seal.owners.get(&block) {
-                    Some(Owner::Dir { .. }) => {
-                        self.modify(block, n - 4, &copy[n - 4..], UpdateKind::Checksum)
-                    }
-                    Some(Owner::Extent { .. }) => {
-                        if let Some((at, _)) = self.seal.extent_csum(0, 0, &copy) {
-                            let v = copy[at..at + 4].to_vec();
-                            self.modify(block, at, &v, UpdateKind::Checksum);
-                        }
-                    }
-                    Some(Owner::Xattr) | None => {}
+                if let Some((at, v)) = patch {
+                    self.modify(block, at, &v, UpdateKind::Checksum);
                 }
             }
             for g in p.block_bitmaps {
