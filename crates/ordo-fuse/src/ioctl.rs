@@ -18,6 +18,7 @@
 //! | `ORDO_IOC_STREAMSYNC`| `_IOW('o', 5, char[256])` | in: a stream's name; empty: the caller's |
 //! | `ORDO_IOC_SETSTREAMFLAGS`| `_IOW('o', 6, struct ordo_stream_flags)` | in: a stream's name (empty: the caller's) and its flags |
 //! | `ORDO_IOC_GETSTREAMFLAGS`| `_IOR('o', 7, struct ordo_stream_flags)` | out: the caller's stream's name and flags |
+//! | `ORDO_IOC_SYNC`     | `_IO('o', 8)`  | none: the whole file system made durable (sync) |
 //!
 //! `struct ordo_stream_flags { char name[256]; uint32_t flags; }` is
 //! [`STREAM_FLAGS_BUF_BYTES`] bytes (no padding), the flags in the host's
@@ -72,6 +73,12 @@ pub const ORDO_IOC_SETSTREAMFLAGS: u32 = ioc(IOC_WRITE, MAGIC, 6, STREAM_FLAGS_B
 /// `_IOR('o', 7, struct ordo_stream_flags)`: the name and flags of the
 /// calling process's stream.
 pub const ORDO_IOC_GETSTREAMFLAGS: u32 = ioc(IOC_READ, MAGIC, 7, STREAM_FLAGS_BUF_BYTES);
+
+/// `_IO('o', 8)`: make the whole file system durable, as `sync` does on
+/// a kernel file system. sync(1) and syncfs(2) do not reach a FUSE
+/// server (the kernel sends FUSE_SYNCFS only to virtiofs), so this is
+/// how a program asks an ordo mount for it.
+pub const ORDO_IOC_SYNC: u32 = ioc(IOC_NONE, MAGIC, 8, 0);
 
 /// A name in its ioctl buffer; ENAMETOOLONG when it does not fit with its
 /// NUL, EINVAL when it holds a NUL.
@@ -154,6 +161,7 @@ mod tests {
         assert_eq!(STREAM_FLAGS_BUF_BYTES, 260);
         assert_eq!(ORDO_IOC_SETSTREAMFLAGS, 0x4104_6f06);
         assert_eq!(ORDO_IOC_GETSTREAMFLAGS, 0x8104_6f07);
+        assert_eq!(ORDO_IOC_SYNC, 0x0000_6f08);
         assert_eq!(IGNORE_FSYNC, 1);
     }
 
@@ -173,6 +181,7 @@ mod tests {
         let enotty = Some(libc::ENOTTY);
         assert_eq!(err(call(&f, ORDO_IOC_SETSTREAM, Some(&mut name))), enotty);
         assert_eq!(err(call(&f, ORDO_IOC_OSYNC, None)), enotty);
+        assert_eq!(err(call(&f, ORDO_IOC_SYNC, None)), enotty);
     }
 
     #[test]

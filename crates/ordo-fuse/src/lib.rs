@@ -613,6 +613,7 @@ impl OrdoFuse {
         match cmd {
             ioctl::ORDO_IOC_OSYNC => self.fs.osync(ino).map_err(fs_err)?,
             ioctl::ORDO_IOC_DSYNC => self.fs.dsync(ino).map_err(fs_err)?,
+            ioctl::ORDO_IOC_SYNC => self.fs.sync().map_err(fs_err)?,
             ioctl::ORDO_IOC_SETSTREAM => {
                 let id = self.fs.stream_id(name_in()?).map_err(fs_err)?;
                 self.streams.set(req.pid(), id).map_err(Errno::from_i32)?;

@@ -141,6 +141,20 @@ pub fn sync_file(a: &SyncFileArgs, dsync: bool) -> u8 {
     }
 }
 
+/// `ordo sync PATH`: the file system PATH is on, made durable.
+pub fn sync_all(a: &SyncFileArgs) -> u8 {
+    let r = open(&a.file).and_then(|f| {
+        ioctl::call(&f, ioctl::ORDO_IOC_SYNC, None).map_err(|e| explain("sync", &a.file, &e))
+    });
+    match r {
+        Ok(()) => 0,
+        Err(m) => {
+            eprintln!("ordo sync: {m}");
+            1
+        }
+    }
+}
+
 /// `ordo streamsync [--stream NAME] PATH`.
 pub fn streamsync(a: &StreamSyncArgs) -> u8 {
     let name = a.stream.as_ref().map_or(&[][..], |s| s.as_bytes());

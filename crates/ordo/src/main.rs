@@ -76,6 +76,9 @@ enum Cmd {
     /// Make a stream of an ordo mount durable (the caller's stream unless
     /// --stream names one).
     Streamsync(cmd_streams::StreamSyncArgs),
+    /// Make the whole file system of an ordo mount durable. sync(1) does
+    /// not reach a FUSE file system: the kernel does not pass syncfs on.
+    Sync(cmd_streams::SyncFileArgs),
     /// Serve a FUSE file system that stores nothing, with ordo's session
     /// (threads, mount options, capabilities, TTLs), in the foreground
     /// until unmounted: the FUSE floor of `ordo bench` (target
@@ -215,6 +218,7 @@ fn main() -> ExitCode {
         Cmd::Osync(a) => cmd_streams::sync_file(&a, false),
         Cmd::Dsync(a) => cmd_streams::sync_file(&a, true),
         Cmd::Streamsync(a) => cmd_streams::streamsync(&a),
+        Cmd::Sync(a) => cmd_streams::sync_all(&a),
         Cmd::FuseFloor(a) => cmd_floor::run(&a),
     };
     ExitCode::from(code)

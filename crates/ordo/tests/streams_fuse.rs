@@ -258,6 +258,28 @@ fn ioctls_and_ordo_run_on_every_protocol() {
         assert_ok(&ordo_in(&mp, &["streamsync", "."]), "ordo streamsync");
         let got = files_of_copy(&image, &s.path("copy3"), &["h"]);
         assert_eq!(got[0].as_deref(), Some(&b"by the cli\n"[..]), "{mode:?}");
+        // ordo sync: everything written so far, in every stream and file,
+        // without an fsync of any of them.
+        std::fs::write(mp.join("k1"), b"synced by ordo sync\n").unwrap();
+        std::fs::write(mp.join("k2"), b"and this one\n").unwrap();
+        let before = files_of_copy(&image, &s.path("copy4"), &["k1", "k2"]);
+        if mode != ProtocolKind::named("sync") {
+            assert_eq!(
+                before,
+                vec![None, None],
+                "{mode:?}: nothing synced k1, k2 yet"
+            );
+        }
+        assert_ok(&ordo_in(&mp, &["sync", "."]), "ordo sync");
+        let got = files_of_copy(&image, &s.path("copy5"), &["k1", "k2"]);
+        assert_eq!(
+            got,
+            vec![
+                Some(b"synced by ordo sync\n".to_vec()),
+                Some(b"and this one\n".to_vec())
+            ],
+            "{mode:?}: ordo sync"
+        );
         let out = ordo_in(&mp, &["streamsync", "--stream", "nope", "."]);
         assert!(!out.status.success());
         assert!(
@@ -299,6 +321,7 @@ fn commands_off_an_ordo_mount_say_so() {
         vec!["osync", f.to_str().unwrap()],
         vec!["dsync", f.to_str().unwrap()],
         vec!["streamsync", f.to_str().unwrap()],
+        vec!["sync", f.to_str().unwrap()],
         vec!["run", "--stream", "a", "--", "true"],
     ] {
         let out = ordo_in(s.dir.path(), &args);
