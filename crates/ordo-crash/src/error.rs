@@ -45,6 +45,11 @@ pub enum CrashError {
         /// What went wrong.
         detail: String,
     },
+    /// SIGINT or SIGTERM ([`crate::stop`]): the workers stopped between
+    /// crash states and released what they held; nothing half-checked is
+    /// reported.
+    #[error("interrupted: stopped between crash states (a soak resumes from its last finished seed when run again)")]
+    Interrupted,
     /// Host I/O (temporary files, e2fsck, --keep directory).
     #[error("{what}: {source}")]
     Io {

@@ -90,6 +90,10 @@ pub enum JudgePolicy {
     Sample(usize),
 }
 
+/// What checking one state found: its failures, whether `e2fsck -fn` ran,
+/// and the oracle's notes.
+type Outcome = (Vec<Failure>, bool, Vec<oracle::Note>);
+
 /// The default sample of the second judge: every 50th state.
 pub const JUDGE_SAMPLE_DEFAULT: usize = 50;
 
@@ -540,9 +544,12 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
         ProgressBar::hidden()
     };
     let started = Instant::now();
-    let outcomes: Vec<(Vec<Failure>, bool, Vec<oracle::Note>)> = jobs_list
+    let outcomes: Vec<Option<Outcome>> = jobs_list
         .par_iter()
         .map(|job| {
+            if crate::stop::requested() {
+                return None;
+            }
             let rec = &recs[job.rec];
             let params = CheckParams {
                 mode: p.mode,
@@ -552,10 +559,13 @@ fn explore_in_pool(p: &ExploreParams, jobs: usize) -> Result<Report, CrashError>
             };
             let (failures, notes, _) = oracle::check_state_noted(rec, &job.spec, &params, &hooks);
             bar.inc(1);
-            (failures, job.e2fsck, notes)
+            Some((failures, job.e2fsck, notes))
         })
         .collect();
     bar.finish_and_clear();
+    let Some(outcomes) = outcomes.into_iter().collect::<Option<Vec<_>>>() else {
+        return Err(CrashError::Interrupted);
+    };
     let elapsed = started.elapsed();
     report.elapsed_ms = elapsed.as_millis() as u64;
     report.states_per_sec = if elapsed.as_secs_f64() > 0.0 {

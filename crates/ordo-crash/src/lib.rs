@@ -34,6 +34,7 @@ pub mod record;
 pub mod report;
 pub mod soak;
 pub mod states;
+pub mod stop;
 pub mod streams;
 pub mod workload;
 

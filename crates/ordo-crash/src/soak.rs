@@ -281,6 +281,9 @@ pub fn soak(p: &SoakParams) -> Result<SoakSummary, CrashError> {
     tmpl.max_states = None;
     tmpl.keep = None;
     while sum.states < shard_target {
+        if crate::stop::requested() {
+            return Err(CrashError::Interrupted);
+        }
         let report = match done.get(&seed) {
             Some(r) => {
                 let want = tmpl.state_options();

@@ -177,9 +177,8 @@ impl Core {
         } else {
             self.sbi.r_blocks_count
         };
-        let held = self.proto.held_back_blocks();
-        let want = self.delayed.promised() + self.delayed.promise_of(ino, u64::from(n));
-        if free.saturating_sub(reserve + held) < want {
+        let want = self.delayed.promise_of(ino, u64::from(n));
+        if free.saturating_sub(reserve + self.spoken_for()) < want {
             return Ok(None);
         }
         let first = DELAYED_BASE + self.delayed.next;
@@ -216,10 +215,18 @@ impl Core {
     /// holds back), unless the allocation is a settling.
     pub(crate) fn promised_blocks(&self) -> u64 {
         if self.settling || self.delayed.is_empty() {
+            // Nothing promised: other protocols' (and a settling's) room
+            // is as it was before delayed allocation.
             0
         } else {
-            self.delayed.promised() + self.proto.held_back_blocks()
+            self.spoken_for()
         }
+    }
+
+    /// Free blocks already spoken for: promised to the delayed blocks, and
+    /// held back by the protocol (frees it has not committed yet).
+    fn spoken_for(&self) -> u64 {
+        self.delayed.promised() + self.proto.held_back_blocks()
     }
 
     /// Give every delayed block its place (inside a handle).

@@ -56,7 +56,8 @@ enum Cmd {
     Info(InfoArgs),
     /// Explore the disk states a crash can leave, recover and check each
     /// one (`ordo crash --help` for its options). Exit codes: 0 every state
-    /// passed, 1 some failed, 2 the exploration could not run.
+    /// passed, 1 some failed, 2 the exploration could not run, 130 stopped
+    /// by SIGINT or SIGTERM (between states, nothing left behind).
     #[command(disable_help_flag = true)]
     Crash(CrashArgs),
     /// Run the papers' workloads on ordo and on the kernel's ext4 and print
@@ -445,6 +446,20 @@ fn bench(a: &ordo_bench::cli::BenchArgs) -> u8 {
 
 /// `ordo crash ...`: the crash explorer parses its own arguments.
 fn crash(args: &[String]) -> u8 {
+    // SIGINT/SIGTERM: the workers finish the states they are checking and
+    // release their loop devices, mounts and images; a second one exits at
+    // once.
+    if let Err(e) = ctrlc::set_handler(|| {
+        if ordo_crash::stop::request() {
+            eprintln!("ordo crash: interrupted again, exiting now");
+            std::process::exit(130);
+        }
+        eprintln!(
+            "ordo crash: stopping after the states being checked (interrupt again to exit at once)"
+        );
+    }) {
+        eprintln!("ordo crash: cannot handle Ctrl-C/SIGTERM: {e}");
+    }
     match ordo_crash::cli::run(args) {
         Ok(code) => u8::try_from(code).unwrap_or(1),
         Err(message) => {
@@ -452,7 +467,11 @@ fn crash(args: &[String]) -> u8 {
             if !message.ends_with('\n') {
                 eprintln!();
             }
-            2
+            if ordo_crash::stop::requested() {
+                130
+            } else {
+                2
+            }
         }
     }
 }

@@ -1134,12 +1134,18 @@ fn explore_in_pool(p: &AppParams) -> Result<AppReport, CrashError> {
     let verdicts: Vec<Result<StateVerdict, CrashError>> = all
         .par_iter()
         .map(|spec| {
+            if crate::stop::requested() {
+                return Err(CrashError::Interrupted);
+            }
             let v = check_state(p, &rec, spec, &cache, keep);
             bar.inc(1);
             v
         })
         .collect();
     bar.finish_and_clear();
+    if crate::stop::requested() {
+        return Err(CrashError::Interrupted);
+    }
     let mut vulns: BTreeMap<String, Vulnerability> = BTreeMap::new();
     for (spec, v) in all.iter().zip(verdicts) {
         let v = v?;
