@@ -142,6 +142,15 @@ impl SealCtx {
         layout::ext4_crc(self.ino_seed(ino, generation), &image[..n])
     }
 
+    /// The checksum a directory block's tail must hold, or `None` for a
+    /// block without a tail (an htree node, which keeps its own).
+    pub fn dir_tail_csum(&self, ino: Ino, generation: u32, image: &[u8]) -> Option<u32> {
+        let t = image.len() - layout::dirent::TAIL_LEN;
+        (le16(image, t + 4) == layout::dirent::TAIL_LEN as u16
+            && image[t + 7] == layout::dirent::TAIL_FT)
+            .then(|| self.dir_csum(ino, generation, image))
+    }
+
     /// Checksum of an extent block: over the header and `eh_max` entries.
     pub fn extent_csum(&self, ino: Ino, generation: u32, image: &[u8]) -> Option<(usize, u32)> {
         let max = le16(image, 4) as usize;
@@ -275,9 +284,8 @@ impl Sealer for SealCtx {
         }
         match self.owners.get(&block) {
             Some(Owner::Dir { ino, generation }) => {
-                let n = image.len();
-                if le16(image, n - 12 + 4) == 12 && image[n - 12 + 7] == layout::dirent::TAIL_FT {
-                    let c = self.dir_csum(*ino, *generation, image);
+                if let Some(c) = self.dir_tail_csum(*ino, *generation, image) {
+                    let n = image.len();
                     put32(image, n - 4, c);
                 }
             }
@@ -1080,14 +1088,10 @@ impl Core {
                 let n = img.len();
                 let patch = match self.seal.owners.get(&block) {
                     Some(&Owner::Dir { ino, generation }) => {
-                        let tail = n - layout::dirent::TAIL_LEN;
-                        let v = if le16(&img, tail + 4) == layout::dirent::TAIL_LEN as u16
-                            && img[tail + 7] == layout::dirent::TAIL_FT
-                        {
-                            self.seal.dir_csum(ino, generation, &img).to_le_bytes()
-                        } else {
+                        let v = match self.seal.dir_tail_csum(ino, generation, &img) {
+                            Some(c) => c.to_le_bytes(),
                             // No tail (an htree node): its bytes stay.
-                            img[n - 4..].try_into().expect("four bytes")
+                            None => img[n - 4..].try_into().expect("four bytes"),
                         };
                         Some((n - 4, v))
                     }
