@@ -92,6 +92,12 @@ pub struct BenchArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Run each case on each target N times, the targets taking turns going
+    /// first; each row is the median run, and every run's figure is printed
+    /// below the table (for comparisons on a shared, noisy machine).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub repeat: u32,
 }
 
 fn workload_names() -> String {
@@ -194,6 +200,7 @@ impl BenchArgs {
                 streams: self.streams,
             },
             progress: !self.quiet,
+            repeat: self.repeat as usize,
         })
     }
 
@@ -234,6 +241,9 @@ impl BenchArgs {
         if let Some(d) = self.disk {
             s.push_str(&format!(" --disk {d}"));
         }
+        if self.repeat > 1 {
+            s.push_str(&format!(" --repeat {}", self.repeat));
+        }
         s
     }
 }
@@ -241,6 +251,12 @@ impl BenchArgs {
 /// Runs `ordo bench`: prints the table (and writes JSON and the chart when
 /// asked). Returns the exit code: 0 when every row ran, 1 when some failed.
 pub fn run(args: &BenchArgs) -> Result<i32> {
+    if args.repeat > 1 && matches!(args.workloads.as_str(), "ganger" | "nofs-scan") {
+        return Err(BenchError::Usage(format!(
+            "--repeat: {} runs once (it has its own runs and report)",
+            args.workloads
+        )));
+    }
     if args.workloads == "ganger" {
         return run_ganger(args);
     }
@@ -506,6 +522,11 @@ mod tests {
         assert_eq!(sparse.args.plan().unwrap().config.image, ImageKind::Sparse);
         let cmd = sparse.args.command_line();
         assert!(cmd.contains("--image sparse"), "{cmd}");
+        assert!(!cmd.contains("--repeat"), "{cmd}");
+        let again = Cli::try_parse_from(["bench", "read", "--repeat", "5"]).unwrap();
+        assert_eq!(again.args.plan().unwrap().repeat, 5);
+        assert!(again.args.command_line().ends_with(" --repeat 5"));
+        assert!(Cli::try_parse_from(["bench", "read", "--repeat", "0"]).is_err());
     }
 
     #[test]

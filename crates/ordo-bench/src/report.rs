@@ -234,6 +234,59 @@ pub struct Row {
     pub sched: Option<SchedFigures>,
     /// Workload-specific figures.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// With `--repeat N`: every run's figure; the row's own figures are the
+    /// median run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<RepeatFigures>,
+}
+
+/// The runs behind a row of a repeated plan (`--repeat N`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RepeatFigures {
+    /// How many times the case ran on this target.
+    pub runs: usize,
+    /// Operations per second of each run, in the order they ran.
+    pub ops_per_sec: Vec<f64>,
+    /// Which run (0-based, in that order) the row's figures are from.
+    pub median_run: usize,
+    /// Slowest and fastest run.
+    pub min: f64,
+    /// See `min`.
+    pub max: f64,
+}
+
+/// One row from the `runs` of a case on a target, in the order they ran:
+/// the median run's row (by operations per second; of an even count, the
+/// slower of the middle two, so that the row is a run that happened), with
+/// every run's figure beside it. A run that failed fails the row: its
+/// error, said with which run it was, since a case that fails now and
+/// then is a finding, not noise to take a median over.
+pub fn combine_runs(mut runs: Vec<Row>) -> Row {
+    assert!(!runs.is_empty(), "a row needs at least one run");
+    let n = runs.len();
+    if n == 1 {
+        return runs.pop().expect("one run");
+    }
+    if let Some(k) = runs.iter().position(|r| r.error.is_some()) {
+        let mut row = runs.swap_remove(k);
+        let e = row.error.take().unwrap_or_default();
+        row.error = Some(format!("run {} of {n}: {e}", k + 1));
+        return row;
+    }
+    let ops: Vec<f64> = runs.iter().map(|r| r.ops_per_sec).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| ops[a].total_cmp(&ops[b]));
+    let median_run = order[(n - 1) / 2];
+    let (min, max) = (ops[order[0]], ops[order[n - 1]]);
+    let mut row = runs.swap_remove(median_run);
+    row.repeat = Some(RepeatFigures {
+        runs: n,
+        ops_per_sec: ops,
+        median_run,
+        min,
+        max,
+    });
+    row
 }
 
 impl Row {
@@ -427,6 +480,26 @@ pub fn table(rows: &[Row]) -> String {
             );
         }
     }
+    let repeated: Vec<&Row> = rows.iter().filter(|r| r.repeat.is_some()).collect();
+    if !repeated.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nevery run, ops/s in the order they ran (the row above is the median run; targets took turns going first):"
+        );
+        for r in repeated {
+            let p = r.repeat.as_ref().expect("filtered");
+            let each: Vec<String> = p.ops_per_sec.iter().map(|&x| num(Some(x))).collect();
+            let _ = writeln!(
+                out,
+                "  {} on {}: {} (median run {}; spread {:.0}%)",
+                r.title(),
+                r.target,
+                each.join(", "),
+                p.median_run + 1,
+                (p.max - p.min) / r.ops_per_sec.max(f64::MIN_POSITIVE) * 100.0
+            );
+        }
+    }
     let sched_rows: Vec<&Row> = rows.iter().filter(|r| r.sched.is_some()).collect();
     if !sched_rows.is_empty() {
         let _ = writeln!(
@@ -584,6 +657,39 @@ pub fn write_json(path: &Path, rows: &[Row], command: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_of(ops_per_sec: f64) -> Row {
+        Row {
+            target: "t".into(),
+            workload: "w".into(),
+            ops_per_sec,
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn a_repeated_row_is_its_median_run() {
+        let row = combine_runs(vec![run_of(30.0), run_of(10.0), run_of(20.0)]);
+        assert_eq!(row.ops_per_sec, 20.0);
+        let rep = row.repeat.expect("repeat figures");
+        assert_eq!(rep.ops_per_sec, vec![30.0, 10.0, 20.0]);
+        assert_eq!((rep.median_run, rep.min, rep.max), (2, 10.0, 30.0));
+        // Of an even count, the slower middle run: a run that happened.
+        let row = combine_runs(vec![run_of(40.0), run_of(10.0), run_of(30.0), run_of(20.0)]);
+        assert_eq!(row.ops_per_sec, 20.0);
+        assert_eq!(row.repeat.unwrap().median_run, 3);
+        // One run is no repeat.
+        assert!(combine_runs(vec![run_of(5.0)]).repeat.is_none());
+    }
+
+    #[test]
+    fn a_failed_run_fails_the_repeated_row() {
+        let mut bad = run_of(0.0);
+        bad.error = Some("mount refused".into());
+        let row = combine_runs(vec![run_of(10.0), bad, run_of(12.0)]);
+        assert_eq!(row.error.as_deref(), Some("run 2 of 3: mount refused"));
+        assert!(row.repeat.is_none());
+    }
 
     fn ordo_counters(bytes: u64, flushes: u64, fua: u64) -> OrdoCounters {
         let mut c = OrdoCounters {

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::commits::CommitFigures;
 use crate::error::{BenchError, Result};
-use crate::report::{counters_agree, OrdoFigures, Row};
+use crate::report::{combine_runs, counters_agree, OrdoFigures, Row};
 use crate::stats::LatencySummary;
 use crate::sys;
 use crate::target::{Instance, TargetConfig, TargetKind, TargetSpec};
@@ -36,6 +36,9 @@ pub struct Plan {
     pub overrides: Overrides,
     /// Draw progress bars (on a terminal).
     pub progress: bool,
+    /// Runs of each case on each target (`--repeat`, at least 1): the
+    /// targets take turns going first, and each row is the median run.
+    pub repeat: usize,
 }
 
 /// Runs the plan; `on_row` sees each row as it is made.
@@ -50,30 +53,44 @@ pub fn run_plan(plan: &Plan, mut on_row: impl FnMut(&Row)) -> Result<Vec<Row>> {
     }
     std::fs::create_dir_all(&plan.config.workdir)
         .map_err(|e| BenchError::io("mkdir", &plan.config.workdir, e))?;
+    assert!(plan.repeat >= 1, "a plan runs each case at least once");
     let mut rows = Vec::new();
     for &w in &plan.workloads {
         let cases = workload::cases(w, plan.scale, &plan.overrides)?;
         for case in &cases {
-            for t in &plan.targets {
-                let row = match run_one(plan, case.as_ref(), t) {
-                    Ok(r) => r,
-                    Err(e) => Row {
-                        target: t.name.clone(),
-                        workload: case.workload().to_string(),
-                        case: case.label(),
-                        params: case.params(),
-                        scale: plan.scale.name().to_string(),
-                        seed: plan.seed,
-                        error: Some(error_text(t, &e)),
-                        ..Row::default()
-                    },
-                };
-                on_row(&row);
-                rows.push(row);
+            let mut runs: Vec<Vec<Row>> = vec![Vec::new(); plan.targets.len()];
+            for pass in 0..plan.repeat {
+                for i in turn_order(plan.targets.len(), pass) {
+                    let t = &plan.targets[i];
+                    let row = match run_one(plan, case.as_ref(), t) {
+                        Ok(r) => r,
+                        Err(e) => Row {
+                            target: t.name.clone(),
+                            workload: case.workload().to_string(),
+                            case: case.label(),
+                            params: case.params(),
+                            scale: plan.scale.name().to_string(),
+                            seed: plan.seed,
+                            error: Some(error_text(t, &e)),
+                            ..Row::default()
+                        },
+                    };
+                    on_row(&row);
+                    runs[i].push(row);
+                }
             }
+            rows.extend(runs.into_iter().map(combine_runs));
         }
     }
     Ok(rows)
+}
+
+/// The order the `n` targets run in on pass `pass` of a repeated plan:
+/// each pass starts one target later, so that no target always runs first
+/// (just after the case before it, with the host's memory and the disk's
+/// state that left) or last.
+pub fn turn_order(n: usize, pass: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (k + pass) % n)
 }
 
 /// The error of a failed row. The FUSE floor discards file data, so a
@@ -240,4 +257,18 @@ fn run_one(plan: &Plan, case: &dyn Case, spec: &TargetSpec) -> Result<Row> {
     row.cpu_us_per_op = (cpu_us + fs_cpu_us) as f64 / row.ops.max(1) as f64;
     row.fs_peak_mib = m.fs_peak_kib.map(|k| k as f64 / 1024.0);
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_order;
+
+    #[test]
+    fn each_pass_starts_with_the_next_target() {
+        let order = |pass| turn_order(3, pass).collect::<Vec<_>>();
+        assert_eq!(order(0), [0, 1, 2]);
+        assert_eq!(order(1), [1, 2, 0]);
+        assert_eq!(order(2), [2, 0, 1]);
+        assert_eq!(order(3), [0, 1, 2]);
+    }
 }

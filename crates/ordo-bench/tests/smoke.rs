@@ -70,6 +70,7 @@ fn plan(targets: &[&str], workloads: &[WorkloadName], disk: Option<DiskSpec>) ->
         seed: 42,
         overrides: Overrides::default(),
         progress: false,
+        repeat: 1,
     }
 }
 
@@ -378,6 +379,52 @@ fn nofs_benchmarks_run_on_the_hdd_model() {
     let c = &jn.ordo.as_ref().unwrap().counters;
     let fua: u64 = c.by_class.iter().map(|k| k.fua_writes).sum();
     assert!(fua >= jn.fsyncs, "journal commits with FUA: {fua}");
+}
+
+#[test]
+fn a_repeated_plan_gives_the_median_run_of_each_case_and_target() {
+    let mut p = plan(&["tmpfs", "ordo-lib:async"], &[WorkloadName::Fcmicro], None);
+    p.repeat = 3;
+    require_root();
+    let mut ran: Vec<String> = Vec::new();
+    let rows = run_plan(&p, |r| ran.push(r.target.clone())).unwrap();
+    let cases = workload::cases(WorkloadName::Fcmicro, p.scale, &p.overrides)
+        .unwrap()
+        .len();
+    assert_eq!(rows.len(), cases * 2, "one row per case and target");
+    assert_eq!(ran.len(), cases * 2 * 3, "every run reported as it ends");
+    // The targets take turns going first.
+    assert_eq!(
+        &ran[..6],
+        [
+            "tmpfs",
+            "ordo-lib:async",
+            "ordo-lib:async",
+            "tmpfs",
+            "tmpfs",
+            "ordo-lib:async"
+        ]
+    );
+    for r in &rows {
+        check_ok(r, r.target != "tmpfs");
+        let rep = r.repeat.as_ref().expect("a repeated row says so");
+        assert_eq!((rep.runs, rep.ops_per_sec.len()), (3, 3));
+        assert_eq!(r.ops_per_sec, rep.ops_per_sec[rep.median_run]);
+        let below = rep
+            .ops_per_sec
+            .iter()
+            .filter(|&&x| x < r.ops_per_sec)
+            .count();
+        let above = rep
+            .ops_per_sec
+            .iter()
+            .filter(|&&x| x > r.ops_per_sec)
+            .count();
+        assert!(below <= 1 && above <= 1, "{rep:?}");
+        assert!(rep.min <= r.ops_per_sec && r.ops_per_sec <= rep.max);
+    }
+    let table = ordo_bench::report::table(&rows);
+    assert!(table.contains("every run, ops/s"), "{table}");
 }
 
 #[test]
