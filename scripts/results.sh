@@ -13,7 +13,7 @@
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
 #   WORKLOADS=ccfs scripts/results.sh        # ccfs: Tables 3 and 4, Figures 7 and 8, Table 5 (CCFS_SCALE=medium, CCFS_RUNS=3)
 #   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5, 6(a) and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
-#   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium)
+#   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium, FUSE_REPEAT=5 runs a row)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
@@ -159,13 +159,17 @@ for w in $WORKLOADS; do
         # that does nothing (the floor any FUSE file system pays) and the
         # kernel's ext4, on request-bound workloads (no fsync), the
         # fsync-bound one, reads, cold and warm, and stat.
+        # Each row is the median of FUSE_REPEAT runs (the targets taking
+        # turns going first): single runs of these moved by more than the
+        # gaps the goals are about.
         FT="ext4:ordered,fuse-floor,ordo:async,ordo:journal"
-        SCALE=${FUSE_SCALE:-medium} bench fuse-create fcmicro --fsync-every 1024 --targets "$FT"
-        SCALE=${FUSE_SCALE:-medium} bench fuse-createfiles createfiles --targets "$FT"
+        FR=${FUSE_REPEAT:-5}
+        SCALE=${FUSE_SCALE:-medium} bench fuse-create fcmicro --fsync-every 1024 --targets "$FT" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-createfiles createfiles --targets "$FT" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-fsync fcmicro \
-            --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic"
-        bench fuse-read read --targets "ext4:ordered,ordo:journal"
-        SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT"
+            --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-read read --targets "ext4:ordered,ordo:journal" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT" --repeat "$FR"
         ;;
     ccfs)
         # ccfs (Pillai et al., FAST '17 / TOS '17) for mode=streams: the raw
