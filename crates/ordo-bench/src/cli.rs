@@ -71,8 +71,10 @@ pub struct BenchArgs {
     pub threads: Option<u32>,
     /// In-process ordo targets (ordo-lib:MODE) on a disk timing model,
     /// reporting virtual time: hdd, hp-c2447, ssd or cloud, and for the
-    /// rotating disks `,wce=on|off` (write cache on or off).
-    #[arg(long, value_name = "DISK[,wce=on|off]")]
+    /// rotating disks `,wce=on|off` (write cache on or off) and
+    /// `,rot=on|off` (the platter's position and each command's turnaround
+    /// modeled; off by default).
+    #[arg(long, value_name = "DISK[,wce=on|off][,rot=on|off]")]
     pub disk: Option<DiskSpec>,
     /// `ganger` only: the tables and figures to run (table1, table2,
     /// table3, fig1 ... fig5), comma-separated; default all.

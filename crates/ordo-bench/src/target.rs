@@ -299,22 +299,33 @@ pub struct DiskSpec {
     pub name: DiskName,
     /// `wce=`: the write cache on or off; `None`, the model's own setting.
     pub wce: Option<bool>,
+    /// `rot=`: rotational position and command turnaround modeled
+    /// (`DiskModel::Hdd`'s `rotation`); `None`, the model's own setting
+    /// (off).
+    pub rot: Option<bool>,
 }
 
 impl From<DiskName> for DiskSpec {
     fn from(name: DiskName) -> Self {
-        DiskSpec { name, wce: None }
+        DiskSpec {
+            name,
+            wce: None,
+            rot: None,
+        }
     }
 }
 
 impl DiskSpec {
     /// The model's parameters.
     pub fn model(self) -> DiskModel {
-        let m = self.name.model();
-        match self.wce {
-            Some(on) => m.with_write_cache(on).unwrap_or(m),
-            None => m,
+        let mut m = self.name.model();
+        if let Some(on) = self.wce {
+            m = m.with_write_cache(on).unwrap_or(m);
         }
+        if let Some(on) = self.rot {
+            m = m.with_rotation(on).unwrap_or(m);
+        }
+        m
     }
 }
 
@@ -322,8 +333,13 @@ impl std::fmt::Display for DiskSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name.name())?;
         match self.wce {
-            Some(true) => f.write_str(",wce=on"),
-            Some(false) => f.write_str(",wce=off"),
+            Some(true) => f.write_str(",wce=on")?,
+            Some(false) => f.write_str(",wce=off")?,
+            None => {}
+        }
+        match self.rot {
+            Some(true) => f.write_str(",rot=on"),
+            Some(false) => f.write_str(",rot=off"),
             None => Ok(()),
         }
     }
@@ -338,21 +354,27 @@ impl std::str::FromStr for DiskSpec {
             .map_err(|_| format!("unknown disk '{first}' (known: hdd, hp-c2447, ssd, cloud)"))?;
         let mut spec = DiskSpec::from(name);
         for opt in parts {
-            let on = match opt {
-                "wce=on" => true,
-                "wce=off" => false,
+            let (rot, on) = match opt {
+                "wce=on" => (false, true),
+                "wce=off" => (false, false),
+                "rot=on" => (true, true),
+                "rot=off" => (true, false),
                 _ => {
                     return Err(format!(
-                        "unknown disk option '{opt}' (known: wce=on, wce=off)"
+                        "unknown disk option '{opt}' (known: wce=on, wce=off, rot=on, rot=off)"
                     ))
                 }
             };
             if name.model().with_write_cache(on).is_none() {
                 return Err(format!(
-                    "{opt}: only the rotating disks (hdd, hp-c2447) have a write-cache switch"
+                    "{opt}: only the rotating disks (hdd, hp-c2447) have a write cache and a platter"
                 ));
             }
-            spec.wce = Some(on);
+            if rot {
+                spec.rot = Some(on);
+            } else {
+                spec.wce = Some(on);
+            }
         }
         Ok(spec)
     }
@@ -1233,6 +1255,24 @@ mod tests {
             .parse::<DiskSpec>()
             .unwrap_err()
             .contains("rotating"));
+        let d: DiskSpec = "hdd,rot=on".parse().unwrap();
+        assert!(matches!(
+            d.model(),
+            DiskModel::Hdd {
+                cache: true,
+                rotation: true,
+                ..
+            }
+        ));
+        assert_eq!(d.to_string(), "hdd,rot=on");
+        assert!("ssd,rot=on".parse::<DiskSpec>().is_err());
+        assert!(matches!(
+            "hdd".parse::<DiskSpec>().unwrap().model(),
+            DiskModel::Hdd {
+                rotation: false,
+                ..
+            }
+        ));
         assert!("hdd,wce=maybe".parse::<DiskSpec>().is_err());
         assert!("floppy"
             .parse::<DiskSpec>()

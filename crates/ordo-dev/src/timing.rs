@@ -31,6 +31,13 @@ const MEAN_SQRT_DISTANCE: f64 = 8.0 / 15.0;
 /// single flush can cost).
 const HDD_CACHE_REQUESTS_MAX: usize = 4096;
 
+/// With `rotation`: the time from a command's completion to the next
+/// command reaching the disk (the host's interrupt, completion and
+/// submission), nanoseconds. Long enough that the sector after the one
+/// just written has passed under the head when the next command asks for
+/// it.
+pub const HDD_TURNAROUND_NS: f64 = 50_000.0;
+
 /// Parameters of a modeled disk.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DiskModel {
@@ -46,6 +53,17 @@ pub enum DiskModel {
     /// are written back in block order, as a disk's elevator would); a FUA
     /// write is a medium access. Without `cache`, every write is a medium
     /// access and a flush is free.
+    ///
+    /// With `rotation`, the platter turns while the host is not using the
+    /// disk: an access to the block after the previous access waits for
+    /// that block to come round again (the time since the previous access
+    /// ended, modulo a revolution), and every command starts
+    /// [`HDD_TURNAROUND_NS`] after the previous one ended. A run of
+    /// back-to-back sequential transfers inside one command (a flush
+    /// writing its cache back) waits for nothing; a log write issued after
+    /// a flush completes waits most of a revolution, as on a real disk.
+    /// Without it (the default, and every table made before the switch),
+    /// the next block is always under the head at no cost.
     Hdd {
         /// Average seek time, milliseconds (8.5 for a 7200-rpm desktop disk).
         seek_ms: f64,
@@ -59,6 +77,8 @@ pub enum DiskModel {
         /// ([`TimedDevice`] then reports every write it acknowledged as
         /// durable).
         cache: bool,
+        /// Rotational position and command turnaround (see above).
+        rotation: bool,
     },
     /// A flash disk with a volatile (DRAM) write cache.
     ///
@@ -98,6 +118,7 @@ impl DiskModel {
             rpm: 7200,
             transfer_mb_s: 150.0,
             cache: true,
+            rotation: false,
         }
     }
 
@@ -120,6 +141,7 @@ impl DiskModel {
             rpm: 5400,
             transfer_mb_s: 3.5,
             cache: false,
+            rotation: false,
         }
     }
 
@@ -131,12 +153,35 @@ impl DiskModel {
                 seek_ms,
                 rpm,
                 transfer_mb_s,
+                rotation,
                 ..
             } => Some(DiskModel::Hdd {
                 seek_ms,
                 rpm,
                 transfer_mb_s,
                 cache: on,
+                rotation,
+            }),
+            _ => None,
+        }
+    }
+
+    /// This model with its rotational position and command turnaround
+    /// modeled or not (`rot=on|off`); `None` for models without a platter.
+    pub fn with_rotation(self, on: bool) -> Option<Self> {
+        match self {
+            DiskModel::Hdd {
+                seek_ms,
+                rpm,
+                transfer_mb_s,
+                cache,
+                ..
+            } => Some(DiskModel::Hdd {
+                seek_ms,
+                rpm,
+                transfer_mb_s,
+                cache,
+                rotation: on,
             }),
             _ => None,
         }
@@ -212,6 +257,8 @@ struct TimeState {
     now_ns: f64,
     /// HDD: the block after the previous medium access.
     head_block: u64,
+    /// HDD: when that access ended (the block was then under the head).
+    head_ns: f64,
     /// HDD with cache: cached write requests (block, blocks, ticket),
     /// oldest first.
     hdd_cached: Vec<(u64, u64, Ticket)>,
@@ -254,6 +301,7 @@ impl<D: BlockDevice> TimedDevice<D> {
             state: Mutex::new(TimeState {
                 now_ns: 0.0,
                 head_block: 0,
+                head_ns: 0.0,
                 hdd_cached: Vec::new(),
                 destaged: 0,
                 ssd_dirty: false,
@@ -283,16 +331,37 @@ impl<D: BlockDevice> TimedDevice<D> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Seek plus rotation from `head` to `block` on an HDD model (`None`
-    /// on another model): nothing for the next block, otherwise the
-    /// square-root seek curve and half a revolution.
-    fn hdd_positioning_ns(&self, head: u64, block: u64) -> Option<f64> {
-        let DiskModel::Hdd { seek_ms, rpm, .. } = self.model else {
+    /// Seek plus rotation to `block`, for an access starting at `at_ns`,
+    /// on an HDD model (`None` on another model): for the block after the
+    /// previous access nothing, or with `rotation` the wait for it to come
+    /// round again; otherwise the square-root seek curve and half a
+    /// revolution.
+    fn hdd_positioning_ns(&self, s: &TimeState, block: u64, at_ns: f64) -> Option<f64> {
+        let DiskModel::Hdd {
+            seek_ms,
+            rpm,
+            rotation,
+            ..
+        } = self.model
+        else {
             return None;
         };
-        if block == head {
-            return Some(0.0);
+        if block == s.head_block {
+            if !rotation {
+                return Some(0.0);
+            }
+            let rev = ms_to_ns(60_000.0 / rpm as f64);
+            // Back to back (within a nanosecond: the clock adds up
+            // fractions, so "the same instant" may differ in its last bits)
+            // the block is still under the head.
+            let since = (at_ns - s.head_ns).max(0.0) % rev;
+            return Some(if since < 1.0 || rev - since < 1.0 {
+                0.0
+            } else {
+                rev - since
+            });
         }
+        let head = s.head_block;
         let distance = block.abs_diff(head) as f64 / self.inner.block_count().max(1) as f64;
         Some(
             ms_to_ns(seek_ms) * distance.min(1.0).sqrt() / MEAN_SQRT_DISTANCE
@@ -300,32 +369,50 @@ impl<D: BlockDevice> TimedDevice<D> {
         )
     }
 
-    /// Cost of one HDD medium access, moving the head.
-    fn hdd_access_ns(&self, s: &mut TimeState, block: u64, blocks: u64) -> f64 {
+    /// Cost of one HDD medium access starting at `at_ns`, moving the head.
+    fn hdd_access_ns(&self, s: &mut TimeState, block: u64, blocks: u64, at_ns: f64) -> f64 {
         let DiskModel::Hdd { transfer_mb_s, .. } = self.model else {
             unreachable!("HDD cost asked of another model")
         };
         let mut ns = self
-            .hdd_positioning_ns(s.head_block, block)
+            .hdd_positioning_ns(s, block, at_ns)
             .expect("an HDD model");
         ns += transfer_ns(blocks * self.inner.block_size() as u64, transfer_mb_s);
         s.head_block = block + blocks;
+        s.head_ns = at_ns + ns;
         ns
     }
 
-    /// Writes back `requests` from an HDD cache, in block order.
-    fn hdd_write_back_ns(&self, s: &mut TimeState, mut requests: Vec<(u64, u64, Ticket)>) -> f64 {
+    /// Writes back `requests` from an HDD cache, in block order, back to
+    /// back from `at_ns`.
+    fn hdd_write_back_ns(
+        &self,
+        s: &mut TimeState,
+        mut requests: Vec<(u64, u64, Ticket)>,
+        at_ns: f64,
+    ) -> f64 {
         requests.sort_unstable();
-        requests
-            .into_iter()
-            .map(|(b, n, _)| self.hdd_access_ns(s, b, n))
-            .sum()
+        let mut ns = 0.0;
+        for (b, n, _) in requests {
+            ns += self.hdd_access_ns(s, b, n, at_ns + ns);
+        }
+        ns
+    }
+
+    /// With `rotation`, the command's turnaround before it reaches the
+    /// disk, added to the clock; nothing otherwise.
+    fn turnaround(&self, s: &mut TimeState) {
+        if matches!(self.model, DiskModel::Hdd { rotation: true, .. }) {
+            s.now_ns += HDD_TURNAROUND_NS;
+        }
     }
 
     fn charge_read(&self, s: &mut TimeState, block: u64, blocks: u64) {
         let bytes = blocks * self.inner.block_size() as u64;
+        self.turnaround(s);
+        let at = s.now_ns;
         s.now_ns += match self.model {
-            DiskModel::Hdd { .. } => self.hdd_access_ns(s, block, blocks),
+            DiskModel::Hdd { .. } => self.hdd_access_ns(s, block, blocks, at),
             DiskModel::Ssd {
                 read_us,
                 bandwidth_mb_s,
@@ -337,6 +424,8 @@ impl<D: BlockDevice> TimedDevice<D> {
 
     fn charge_write(&self, s: &mut TimeState, block: u64, blocks: u64, fua: bool, ticket: Ticket) {
         let bytes = blocks * self.inner.block_size() as u64;
+        self.turnaround(s);
+        let at = s.now_ns;
         s.now_ns += match self.model {
             DiskModel::Hdd {
                 cache,
@@ -349,7 +438,7 @@ impl<D: BlockDevice> TimedDevice<D> {
                     if s.hdd_cached.len() > HDD_CACHE_REQUESTS_MAX {
                         let oldest: Vec<_> =
                             s.hdd_cached.drain(..HDD_CACHE_REQUESTS_MAX / 2).collect();
-                        ns += self.hdd_write_back_ns(s, oldest);
+                        ns += self.hdd_write_back_ns(s, oldest, at + ns);
                         // A durability notification without a flush: every
                         // write older than the oldest still cached is on
                         // the medium (FUA writes went there directly).
@@ -357,7 +446,7 @@ impl<D: BlockDevice> TimedDevice<D> {
                     }
                     ns
                 } else {
-                    self.hdd_access_ns(s, block, blocks)
+                    self.hdd_access_ns(s, block, blocks, at)
                 }
             }
             DiskModel::Ssd {
@@ -379,10 +468,12 @@ impl<D: BlockDevice> TimedDevice<D> {
     }
 
     fn charge_flush(&self, s: &mut TimeState) {
+        self.turnaround(s);
+        let at = s.now_ns;
         s.now_ns += match self.model {
             DiskModel::Hdd { .. } => {
                 let cached = std::mem::take(&mut s.hdd_cached);
-                self.hdd_write_back_ns(s, cached)
+                self.hdd_write_back_ns(s, cached, at)
             }
             DiskModel::Ssd { flush_us, .. } => {
                 if std::mem::take(&mut s.ssd_dirty) {
@@ -453,8 +544,8 @@ impl<D: BlockDevice> Timing for TimedDevice<D> {
     }
 
     fn positioning_ns(&self, block: u64) -> Option<f64> {
-        let head = self.lock().head_block;
-        self.hdd_positioning_ns(head, block)
+        let s = self.lock();
+        self.hdd_positioning_ns(&s, block, s.now_ns)
     }
 
     fn head_block(&self) -> Option<u64> {
@@ -496,6 +587,7 @@ mod tests {
             rpm: 7200,
             transfer_mb_s: 150.0,
             cache: false,
+            rotation: false,
         };
         let seq = timed(nocache);
         let rnd = timed(nocache);
@@ -599,7 +691,8 @@ mod tests {
                 seek_ms: 10.0,
                 rpm: 5400,
                 transfer_mb_s: 3.5,
-                cache: false
+                cache: false,
+                rotation: false,
             }
         );
         assert_eq!(m.with_write_cache(false), Some(m));
@@ -656,6 +749,60 @@ mod tests {
         assert_eq!(d.durable(), tickets[half - 1]);
         assert!(d.durable() < tickets[half]);
         assert_eq!(d.counters().flushes, 0);
+    }
+
+    #[test]
+    fn with_rotation_the_next_block_waits_for_the_platter() {
+        let rot = DiskModel::hdd_7200().with_rotation(true).unwrap();
+        assert!(DiskModel::ssd_sata().with_rotation(true).is_none());
+        let rev = 60_000_000_000.0 / 7200.0; // 8.33 ms
+                                             // A log write after a flush: cached, then written back by the
+                                             // flush, then the commit block with FUA at the next block.
+        let fsync = |d: &TimedDevice<MemDevice>, log: u64| {
+            w(d, log, false);
+            d.flush().unwrap();
+            w(d, log + 1, true);
+        };
+        let plain = timed(DiskModel::hdd_7200());
+        let turning = timed(rot);
+        // The first commit seeks to the log; the next 20 find the head
+        // there.
+        fsync(&plain, 998);
+        fsync(&turning, 998);
+        let (p0, t0) = (plain.virtual_time_ns(), turning.virtual_time_ns());
+        for i in 0..20 {
+            fsync(&plain, 1000 + 2 * i);
+            fsync(&turning, 1000 + 2 * i);
+        }
+        // Without rotation the log costs its transfer once the head is
+        // there; with it each of the two writes after a command's
+        // turnaround misses its sector and waits nearly a revolution.
+        let per_plain = (plain.virtual_time_ns() - p0) as f64 / 20.0;
+        let per_turning = (turning.virtual_time_ns() - t0) as f64 / 20.0;
+        assert!(per_plain < 0.2e6, "{per_plain}");
+        assert!(
+            per_turning > 1.9 * rev && per_turning < 2.1 * rev,
+            "{per_turning} against {rev} per revolution"
+        );
+        // A run written back by one flush streams: no wait between the
+        // requests of one command.
+        let d = timed(rot);
+        for b in 0..64 {
+            w(&d, 5000 + b, false);
+        }
+        let before = d.virtual_time_ns();
+        d.flush().unwrap();
+        let flush = (d.virtual_time_ns() - before) as f64;
+        // One positioning (seek and half a revolution) and 256 KiB of
+        // transfer (1.75 ms), no revolution per block.
+        assert!(flush < 12.0e6, "{flush}");
+        // Deterministic, and reading the clock does not move it.
+        let again = timed(rot);
+        fsync(&again, 998);
+        for i in 0..20 {
+            fsync(&again, 1000 + 2 * i);
+        }
+        assert_eq!(again.virtual_time_ns(), turning.virtual_time_ns());
     }
 
     #[test]
