@@ -55,10 +55,12 @@ pub enum DiskModel {
     /// access and a flush is free.
     ///
     /// With `rotation`, the platter turns while the host is not using the
-    /// disk: an access to the block after the previous access waits for
+    /// disk: a write to the block after the previous access waits for
     /// that block to come round again (the time since the previous access
     /// ended, modulo a revolution), and every command starts
-    /// [`HDD_TURNAROUND_NS`] after the previous one ended. A run of
+    /// [`HDD_TURNAROUND_NS`] after the previous one ended. A read of that
+    /// block does not wait: the disk reads ahead into its buffer after a
+    /// read, as disks do, so sequential reads stream. A run of
     /// back-to-back sequential transfers inside one command (a flush
     /// writing its cache back) waits for nothing; a log write issued after
     /// a flush completes waits most of a revolution, as on a real disk.
@@ -336,7 +338,7 @@ impl<D: BlockDevice> TimedDevice<D> {
     /// previous access nothing, or with `rotation` the wait for it to come
     /// round again; otherwise the square-root seek curve and half a
     /// revolution.
-    fn hdd_positioning_ns(&self, s: &TimeState, block: u64, at_ns: f64) -> Option<f64> {
+    fn hdd_positioning_ns(&self, s: &TimeState, block: u64, at_ns: f64, read: bool) -> Option<f64> {
         let DiskModel::Hdd {
             seek_ms,
             rpm,
@@ -347,7 +349,7 @@ impl<D: BlockDevice> TimedDevice<D> {
             return None;
         };
         if block == s.head_block {
-            if !rotation {
+            if !rotation || read {
                 return Some(0.0);
             }
             let rev = ms_to_ns(60_000.0 / rpm as f64);
@@ -370,12 +372,19 @@ impl<D: BlockDevice> TimedDevice<D> {
     }
 
     /// Cost of one HDD medium access starting at `at_ns`, moving the head.
-    fn hdd_access_ns(&self, s: &mut TimeState, block: u64, blocks: u64, at_ns: f64) -> f64 {
+    fn hdd_access_ns(
+        &self,
+        s: &mut TimeState,
+        block: u64,
+        blocks: u64,
+        at_ns: f64,
+        read: bool,
+    ) -> f64 {
         let DiskModel::Hdd { transfer_mb_s, .. } = self.model else {
             unreachable!("HDD cost asked of another model")
         };
         let mut ns = self
-            .hdd_positioning_ns(s, block, at_ns)
+            .hdd_positioning_ns(s, block, at_ns, read)
             .expect("an HDD model");
         ns += transfer_ns(blocks * self.inner.block_size() as u64, transfer_mb_s);
         s.head_block = block + blocks;
@@ -394,7 +403,7 @@ impl<D: BlockDevice> TimedDevice<D> {
         requests.sort_unstable();
         let mut ns = 0.0;
         for (b, n, _) in requests {
-            ns += self.hdd_access_ns(s, b, n, at_ns + ns);
+            ns += self.hdd_access_ns(s, b, n, at_ns + ns, false);
         }
         ns
     }
@@ -412,7 +421,7 @@ impl<D: BlockDevice> TimedDevice<D> {
         self.turnaround(s);
         let at = s.now_ns;
         s.now_ns += match self.model {
-            DiskModel::Hdd { .. } => self.hdd_access_ns(s, block, blocks, at),
+            DiskModel::Hdd { .. } => self.hdd_access_ns(s, block, blocks, at, true),
             DiskModel::Ssd {
                 read_us,
                 bandwidth_mb_s,
@@ -446,7 +455,7 @@ impl<D: BlockDevice> TimedDevice<D> {
                     }
                     ns
                 } else {
-                    self.hdd_access_ns(s, block, blocks, at)
+                    self.hdd_access_ns(s, block, blocks, at, false)
                 }
             }
             DiskModel::Ssd {
@@ -545,7 +554,9 @@ impl<D: BlockDevice> Timing for TimedDevice<D> {
 
     fn positioning_ns(&self, block: u64) -> Option<f64> {
         let s = self.lock();
-        self.hdd_positioning_ns(&s, block, s.now_ns)
+        // The scheduler orders writes and reads alike; a write's cost is
+        // the one that depends on the platter.
+        self.hdd_positioning_ns(&s, block, s.now_ns, false)
     }
 
     fn head_block(&self) -> Option<u64> {
@@ -796,6 +807,18 @@ mod tests {
         // One positioning (seek and half a revolution) and 256 KiB of
         // transfer (1.75 ms), no revolution per block.
         assert!(flush < 12.0e6, "{flush}");
+        // Sequential reads stream from the disk's read-ahead: 64 reads of
+        // one block each cost their turnarounds and transfers, not a
+        // revolution each.
+        let r = timed(rot);
+        let mut buf = vec![0u8; 4096];
+        r.read(7000, &mut buf, BlockClass::Data).unwrap();
+        let t = r.virtual_time_ns();
+        for b in 1..65 {
+            r.read(7000 + b, &mut buf, BlockClass::Data).unwrap();
+        }
+        let reads = (r.virtual_time_ns() - t) as f64;
+        assert!(reads < 64.0 * 0.1e6, "{reads}");
         // Deterministic, and reading the clock does not move it.
         let again = timed(rot);
         fsync(&again, 998);
