@@ -53,7 +53,11 @@ pub fn run_plan(plan: &Plan, mut on_row: impl FnMut(&Row)) -> Result<Vec<Row>> {
     }
     std::fs::create_dir_all(&plan.config.workdir)
         .map_err(|e| BenchError::io("mkdir", &plan.config.workdir, e))?;
-    assert!(plan.repeat >= 1, "a plan runs each case at least once");
+    if plan.repeat == 0 {
+        return Err(BenchError::Usage(
+            "a plan runs each case at least once (repeat 0)".into(),
+        ));
+    }
     let mut rows = Vec::new();
     for &w in &plan.workloads {
         let cases = workload::cases(w, plan.scale, &plan.overrides)?;
