@@ -23,6 +23,9 @@ import sys
 from benchjson import load
 
 HDD = {"NoFS": "ordo-lib:backpointers", "ext3": "ordo-lib:journal"}
+# The paper's configuration on the HDD model: no flush and no FUA on
+# either side (`nobarrier`), as its ext3 (barrier=0) and NoFS (ext2) ran.
+HDDNB = {"NoFS": "ordo-lib:backpointers,nobarrier", "ext3": "ordo-lib:journal,nobarrier"}
 LOOP = {"NoFS": "ordo:backpointers", "ext3": "ordo:journal", "ext4": "ext4:ordered"}
 
 FIG4 = [("seq-write", "~1x ext3 (ext3 slower: it journals)"),
@@ -39,9 +42,16 @@ GOALS = [("nofs-micro", "create", 2.0), ("nofs-micro", "delete", 1.7),
 # The HDD model with the platter's position (`--disk hdd,rot=on`).
 HDDROT_TITLE = ("The same HDD model with rot=on (the platter's position and a 50 us command "
                 "turnaround: a sequential write after a wait waits for its sector), virtual time, in-process")
+HDDNB_TITLE = ("The same HDD model, both sides with nobarrier (no flush, no FUA: the paper's "
+               "ext3 ran with barrier=0 and its NoFS on ext2; an fsync is then not durable), virtual time, in-process")
 # The fsync-heavy workloads, for the per-fsync figures.
 FSYNC_HEAVY = [("nofs-micro", "create"), ("nofs-micro", "delete"),
                ("nofs-micro", "rand-write"), ("varmail", "")]
+
+
+def configs(env):
+    """The targets standing for NoFS, ext3 (and ext4) in one environment."""
+    return {"loop": LOOP, "hddnb": HDDNB}.get(env, HDD)
 
 
 class Runs:
@@ -95,7 +105,7 @@ def failed(r):
 def figure_table(out, runs, env, items, workload_of, paper_of):
     """ops/s of each configuration and NoFS's ratios to the others."""
     p = lambda *a: print(*a, file=out)
-    cfgs = LOOP if env == "loop" else HDD
+    cfgs = configs(env)
     names = list(cfgs)
     head = f"{'benchmark':<12}" + "".join(f"{n + ' ops/s':>14}" for n in names)
     head += f"{'NoFS/ext3':>11}"
@@ -161,13 +171,14 @@ def fig4(run_dir, out):
     for env, runs in each_env(run_dir, out, "fig4", [
             ("hdd", "On the HDD model (7200 rpm, 8.5 ms seek, 150 MB/s, write cache on), virtual time, in-process"),
             ("hddrot", HDDROT_TITLE),
+            ("hddnb", HDDNB_TITLE),
             ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
             ("ssd", "For reference, on the SSD model (30 us write, 1 ms flush, 500 MB/s), virtual time, in-process")]):
         params = {}
         for r in runs.rows:
             params.setdefault(r.get("case"), r.get("params", {}))
         figure_table(out, runs, env, FIG4, lambda c: ("nofs-micro", c), lambda c, x: x)
-        cfgs = LOOP if env == "loop" else HDD
+        cfgs = configs(env)
         seq = []
         for c in ("seq-write", "seq-read"):
             cells = [f"{n} {mib_s(runs.row(t, 'nofs-micro', c))}" for n, t in cfgs.items()]
@@ -192,10 +203,11 @@ def fig5(run_dir, out):
     for env, runs in each_env(run_dir, out, "fig5", [
             ("hdd", "On the HDD model, virtual time, in-process (sort's CPU time is not modeled)"),
             ("hddrot", HDDROT_TITLE),
+            ("hddnb", HDDNB_TITLE),
             ("loop", "Through FUSE (ordo) and the kernel (ext4) on a loop device, real time"),
             ("ssd", "For reference, on the SSD model, virtual time, in-process")]):
         figure_table(out, runs, env, FIG5, lambda c: (c, ""), lambda c, x: x)
-        cfgs = LOOP if env == "loop" else HDD
+        cfgs = configs(env)
         s = runs.row(cfgs["NoFS"], "sort")
         if s and not s.get("error"):
             mb = s.get("params", {}).get("input_bytes", 0) / 1e6
@@ -304,14 +316,18 @@ def goals(run_dir, out):
     rot = Runs(run_dir, "hddrot", ["fig4", "fig5"])
     loop = Runs(run_dir, "loop", ["fig4", "fig5"])
     ssd = Runs(run_dir, "ssd", ["fig4", "fig5"])
+    nb = Runs(run_dir, "hddnb", ["fig4", "fig5"])
     p("The goals (the issue's, not tests): on the HDD model, in the same run, NoFS")
     p("(backpointers) against ext3 (journal) at least 2x on creates, 1.7x on deletes,")
     p("1.18x on varmail; on the model as it is (no rotational position: the block after")
-    p("the last one written is always under the head) and with rot=on. For reference")
+    p("the last one written is always under the head) and with rot=on. Then the paper's")
+    p("configuration on the model as it is: neither side flushes (`nobarrier`; its ext3")
+    p("ran with barrier=0, its NoFS on ext2), so no fsync is durable. For reference")
     p("beside them: the loop device's ratios, and the SSD model's (where a flush, not a")
     p("seek, is what an fsync costs).")
     p()
     head = (f"{'goal':<22}{'HDD ratio':>11}{'verdict':>9}{'rot=on':>9}{'verdict':>9}"
+            f"{'nobarrier':>11}{'verdict':>9}"
             f"{'loop /ext3':>12}{'loop /ext4':>12}{'SSD /ext3':>11}")
     p(head)
     p("-" * len(head))
@@ -327,8 +343,10 @@ def goals(run_dir, out):
         rb, rj = ops(rot.row(HDD["NoFS"], w, c)), ops(rot.row(HDD["ext3"], w, c))
         lb, lj, lk = (ops(loop.row(LOOP[n], w, c)) for n in ("NoFS", "ext3", "ext4"))
         sb, sj = (ops(ssd.row(HDD[n], w, c)) for n in ("NoFS", "ext3"))
+        nbb, nbj = (ops(nb.row(HDDNB[n], w, c)) for n in ("NoFS", "ext3"))
         p(f"{label:<22}{fmt_ratio(b, j):>11}{verdict(b, j, want):>9}{fmt_ratio(rb, rj):>9}"
-          f"{verdict(rb, rj, want):>9}{fmt_ratio(lb, lj):>12}{fmt_ratio(lb, lk):>12}{fmt_ratio(sb, sj):>11}")
+          f"{verdict(rb, rj, want):>9}{fmt_ratio(nbb, nbj):>11}{verdict(nbb, nbj, want):>9}"
+          f"{fmt_ratio(lb, lj):>12}{fmt_ratio(lb, lk):>12}{fmt_ratio(sb, sj):>11}")
     scan = load(os.path.join(run_dir, "fig6.json"))
     if scan:
         bp = [r for r in scan.get("runs", []) if r.get("mode") == "backpointers" and not r.get("error")]
@@ -339,7 +357,10 @@ def goals(run_dir, out):
               f"   ({full['image_mib']} MiB image, {full['data_mib']} MiB of data, mount + scan, virtual)")
     p()
     p("Per fsync on the HDD model (ordo's counters: writes / KiB / flushes + FUA), and the")
-    p("virtual time of an fsync (median; with rot=on after the slash):")
+    p("virtual time of an fsync (median; with rot=on after the slash); then the same with")
+    p("nobarrier, and the mean virtual time per operation there (no flush: the disk's")
+    p("cache takes the writes and destages them when it fills, in block order, a block")
+    p("rewritten in it written once):")
     for w, c, _ in GOALS:
         for n, t in HDD.items():
             r = hdd.row(t, w, c)
@@ -349,6 +370,12 @@ def goals(run_dir, out):
                       if rr and not rr.get("error") else "")
                 p(f"  {c or w:<8} {n:<5} {fmt3(per_fsync(r, True)):>22}   fsync p50 "
                   f"{(r.get('fsync_us_p50') or 0) / 1000:.2f} ms{on}   [{by_class(r)}]")
+    for w, c, _ in GOALS:
+        for n, t in HDDNB.items():
+            r = nb.row(t, w, c)
+            if r and not r.get("error") and ops(r):
+                p(f"  {c or w:<8} {n:<5} nobarrier {fmt3(per_fsync(r, True)):>22}   "
+                  f"{1000 / ops(r):.2f} ms per operation   [{by_class(r)}]")
 
 
 # Table 3: the paper's rows (blocks dropped, the error, ext2's and NoFS's

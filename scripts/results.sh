@@ -278,6 +278,15 @@ for w in $WORKLOADS; do
         # and varmail (the goals' rows).
         nofs_bench fig4-hddrot nofs-micro --targets ordo-lib:backpointers,ordo-lib:journal --disk hdd,rot=on
         nofs_bench fig5-hddrot varmail --targets ordo-lib:backpointers,ordo-lib:journal --disk hdd,rot=on
+        # The paper's configuration: neither side flushes (its ext3 ran
+        # with barrier=0, its NoFS on ext2, which never flushed), the
+        # disk's write cache on: `nobarrier` on both. On the image file,
+        # not a loop device: with no flush, what the kernel counts on
+        # /dev/loopN is what its page cache happened to write out.
+        nofs_bench fig4-hddnb nofs-micro \
+            --targets ordo-lib:backpointers,nobarrier,ordo-lib:journal,nobarrier --disk hdd --device file
+        nofs_bench fig5-hddnb varmail \
+            --targets ordo-lib:backpointers,nobarrier,ordo-lib:journal,nobarrier --disk hdd --device file
         nofs_bench fig5-loop sort,fileserver,webserver,varmail \
             --targets ordo:backpointers,ordo:journal,ext4:ordered
         # For reference: the same in-process runs on the SSD model, where an

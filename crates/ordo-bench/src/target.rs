@@ -6,7 +6,7 @@
 //! | `tmpfs` | the memory-speed bound (no device) |
 //! | `fuse-floor[,open_requests=off]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
-//! | `ordo-lib:MODE[,data=D][,sched=P][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
+//! | `ordo-lib:MODE[,data=D][,sched=P][,nobarrier][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`), with `nobarrier` issuing no flush and no FUA (`-o nobarrier`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
 //!
 //! Every case gets a fresh image of the same size. The measurement window is
 //! the same for every target with a device: setup runs in one mount; the
@@ -99,6 +99,9 @@ pub enum TargetKind {
         fsync: ordo_fs::FsyncMeaning,
         /// Also served through FUSE by this process (`fuse`).
         fuse: bool,
+        /// Flushes and FUA reach the device; `nobarrier` drops them
+        /// ([`MountOptions::barrier`]), as the papers' file systems ran.
+        barrier: bool,
     },
 }
 
@@ -117,7 +120,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off], \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,fuse] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,nobarrier][,fuse] (MODE: {})",
         modes.join(", ")
     )
 }
@@ -163,9 +166,14 @@ impl std::str::FromStr for TargetSpec {
                 let mut sched = None;
                 let mut fsync = ordo_fs::FsyncMeaning::default();
                 let mut fuse = false;
+                let mut barrier = true;
                 for opt in parts {
                     if opt == "fuse" {
                         fuse = true;
+                        continue;
+                    }
+                    if opt == "nobarrier" {
+                        barrier = false;
                         continue;
                     }
                     match opt.split_once('=') {
@@ -182,7 +190,7 @@ impl std::str::FromStr for TargetSpec {
                         Some(("fsync", f)) => fsync = f.parse().map_err(bad)?,
                         _ => {
                             return Err(bad(format!(
-                                "unknown option '{opt}' (ordo-lib takes data=, commit=, sched=, fsync= and fuse)"
+                                "unknown option '{opt}' (ordo-lib takes data=, commit=, sched=, fsync=, nobarrier and fuse)"
                             )))
                         }
                     }
@@ -194,6 +202,7 @@ impl std::str::FromStr for TargetSpec {
                     sched,
                     fsync,
                     fuse,
+                    barrier,
                 }
             }
             _ => return Err(bad("unknown target".into())),
@@ -813,6 +822,7 @@ impl Instance {
                 sched,
                 fsync,
                 fuse,
+                barrier,
             } => {
                 let path = self.device_path().to_path_buf();
                 let bs = ext4_block_size(&path)?;
@@ -837,6 +847,7 @@ impl Instance {
                     background: timed.is_none(),
                     sched: *sched,
                     fsync: *fsync,
+                    barrier: *barrier,
                     ..defaults
                 };
                 let commit_ms = opts.commit_interval_ms;
@@ -1322,6 +1333,7 @@ mod tests {
                 sched: None,
                 fsync: ordo_fs::FsyncMeaning::Dsync,
                 fuse: false,
+                barrier: true,
             }
         );
         let t: TargetSpec = "ordo-lib:streams,fuse".parse().unwrap();
@@ -1336,8 +1348,11 @@ mod tests {
                 sched: None,
                 fsync: ordo_fs::FsyncMeaning::Dsync,
                 fuse: false,
+                barrier: true,
             }
         );
+        let t: TargetSpec = "ordo-lib:journal,nobarrier".parse().unwrap();
+        assert!(matches!(t.kind, TargetKind::OrdoLib { barrier: false, .. }));
         let t: TargetSpec = "ordo-lib:sync,sched=sptf".parse().unwrap();
         assert!(matches!(
             t.kind,
@@ -1354,6 +1369,7 @@ mod tests {
             "ordo-lib:async,commit=0",
             "ordo-lib:async,commit=x",
             "ordo-lib:async,sched=elevator",
+            "ordo-lib:async,nobarrier=1",
             "fuse-floor:x",
             "",
         ] {

@@ -20,6 +20,7 @@
 //! | [`WriteCacheDevice`] | a volatile write cache: unflushed writes can be lost, torn or kept by seed |
 //! | [`OverlayDevice`] | copy-on-write view of a shared base: crash states without copies |
 //! | [`TimedDevice`] | charges deterministic virtual time (HDD, SSD, cloud volume) |
+//! | [`NoBarrierDevice`] | drops flushes and FUA, reports every write durable (`-o nobarrier`) |
 //!
 //! [`KernelMount`] and [`LoopDevice`] hand an image to the kernel's ext4
 //! (interoperability checks, the crash explorer's kernel judge).
@@ -41,6 +42,7 @@ pub mod counting;
 pub mod file;
 pub mod loopdev;
 pub mod mem;
+pub mod nobarrier;
 pub mod overlay;
 pub mod record;
 pub mod sched;
@@ -52,6 +54,7 @@ pub use counting::{AtomicCounters, Bookkeeping, TicketTracker};
 pub use file::{FileDevice, OpenOptions};
 pub use loopdev::{KernelMount, LoopDevice};
 pub use mem::MemDevice;
+pub use nobarrier::NoBarrierDevice;
 pub use overlay::OverlayDevice;
 pub use record::{Event, EventKind, RecordingDevice};
 pub use sched::{Policy, SchedConfig, SchedStats, Scheduler};

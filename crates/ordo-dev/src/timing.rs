@@ -393,7 +393,9 @@ impl<D: BlockDevice> TimedDevice<D> {
     }
 
     /// Writes back `requests` from an HDD cache, in block order, back to
-    /// back from `at_ns`.
+    /// back from `at_ns`. A request rewritten by a later one of the same
+    /// blocks is not written: the disk's cache holds a block's newest data
+    /// once, and the later write replaced it there.
     fn hdd_write_back_ns(
         &self,
         s: &mut TimeState,
@@ -401,6 +403,15 @@ impl<D: BlockDevice> TimedDevice<D> {
         at_ns: f64,
     ) -> f64 {
         requests.sort_unstable();
+        requests.dedup_by(|later, earlier| {
+            // Sorted by (block, blocks, ticket): keep the last of a run of
+            // equal ranges, the newest.
+            let same = (later.0, later.1) == (earlier.0, earlier.1);
+            if same {
+                *earlier = *later;
+            }
+            same
+        });
         let mut ns = 0.0;
         for (b, n, _) in requests {
             ns += self.hdd_access_ns(s, b, n, at_ns + ns, false);
@@ -637,6 +648,27 @@ mod tests {
             d.virtual_time_ns() - after > 4_000_000,
             "FUA is a medium access"
         );
+    }
+
+    #[test]
+    fn a_block_rewritten_in_the_cache_is_written_back_once() {
+        let once = timed(DiskModel::hdd_7200());
+        let thrice = timed(DiskModel::hdd_7200());
+        for i in 0..20 {
+            w(&once, scattered(i), false);
+            for _ in 0..3 {
+                w(&thrice, scattered(i), false);
+            }
+        }
+        let (o, t) = (once.virtual_time_ns(), thrice.virtual_time_ns());
+        once.flush().unwrap();
+        thrice.flush().unwrap();
+        let (fo, ft) = (once.virtual_time_ns() - o, thrice.virtual_time_ns() - t);
+        assert!(
+            fo > 20 * 4_000_000,
+            "20 scattered blocks written back: {fo}"
+        );
+        assert_eq!(fo, ft, "three writes of a block in the cache cost one");
     }
 
     #[test]

@@ -378,6 +378,8 @@ impl Fs {
         let seed = opts.seed.unwrap_or_else(crate::random::entropy_seed);
         let dev = if opts.read_only {
             recovered_view_with(dev, clock.clone())?.0
+        } else if !opts.barrier {
+            Arc::new(ordo_dev::NoBarrierDevice::new(dev))
         } else {
             dev
         };

@@ -240,6 +240,13 @@ pub struct MountOptions {
     /// every batch). An operation that may allocate does not wait for the
     /// rate: it finishes the scan at full speed.
     pub scan_rate: u64,
+    /// Flushes and FUA reach the device (`barrier=1`, the default). With
+    /// `nobarrier` (`barrier=0`, ext4's option of the same name) the mount
+    /// runs on [`ordo_dev::NoBarrierDevice`]: no flush is issued, FUA
+    /// writes go down plain, and every durability promise holds only on a
+    /// disk without a volatile write cache (or one backed by a battery).
+    /// For reproducing the papers, whose file systems ran so.
+    pub barrier: bool,
 }
 
 /// What a plain fsync means on a mount (`-o fsync=`).
@@ -285,6 +292,7 @@ impl Default for MountOptions {
             sched: None,
             fsync: FsyncMeaning::Dsync,
             scan_rate: 0,
+            barrier: true,
         }
     }
 }

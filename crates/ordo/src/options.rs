@@ -86,7 +86,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, readahead=SIZE",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, readahead=SIZE, barrier=0|1, nobarrier",
         modes.join("|")
     )
 }
@@ -219,6 +219,18 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     "on" => true,
                     "off" => false,
                     v => return Err(format!("direct_create={v}: must be on or off")),
+                };
+            }
+            "barrier" | "nobarrier" => {
+                fs.barrier = match (key, value) {
+                    ("nobarrier", None) => false,
+                    ("barrier", None | Some("1")) => true,
+                    ("barrier", Some("0")) => false,
+                    ("nobarrier", Some(_)) => {
+                        return Err("option 'nobarrier' takes no value".into())
+                    }
+                    (_, Some(v)) => return Err(format!("barrier={v}: must be 0 or 1")),
+                    _ => unreachable!(),
                 };
             }
             "open_requests" => {
@@ -367,6 +379,20 @@ mod tests {
             "flush_interval=99999",
         ] {
             assert!(parse(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn barrier_parses_as_ext4_spells_it() {
+        assert!(parse("mode=journal").unwrap().fs.barrier);
+        for on in ["barrier", "barrier=1", "nobarrier,barrier"] {
+            assert!(parse(on).unwrap().fs.barrier, "{on}");
+        }
+        for off in ["nobarrier", "barrier=0", "barrier,nobarrier"] {
+            assert!(!parse(off).unwrap().fs.barrier, "{off}");
+        }
+        for bad in ["barrier=2", "barrier=yes", "nobarrier=1", "barrier="] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 
