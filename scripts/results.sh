@@ -13,6 +13,7 @@
 #   WORKLOADS=apps scripts/results.sh        # application crash checking: SQLite, git, LevelDB, editor
 #   WORKLOADS=ccfs scripts/results.sh        # ccfs: Tables 3 and 4, Figures 7 and 8, Table 5 (CCFS_SCALE=medium, CCFS_RUNS=3)
 #   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5, 6(a) and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
+#   WORKLOADS=protocols scripts/results.sh   # every protocol beside the kernel's ext4, fsync-bound (PROTO_REPEAT=5 runs a row)
 #   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium, FUSE_REPEAT=5 runs a row)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
@@ -170,6 +171,17 @@ for w in $WORKLOADS; do
             --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-read read --targets "ext4:ordered,ordo:journal" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT" --repeat "$FR"
+        ;;
+    protocols)
+        # Every protocol of the registry side by side (`ordo:all`) through
+        # FUSE on a loop device, beside the kernel's ext4 with and without
+        # fast commits, on the fsync-bound workloads: fcmicro at one fsync
+        # per file (per-fsync writes, KiB and flushes) and varmail. Each row
+        # the median of PROTO_REPEAT runs.
+        PT="ext4:ordered,ext4:fast_commit,ordo:all"
+        PR=${PROTO_REPEAT:-5}
+        SCALE=${PROTO_SCALE:-small} bench protocols-fsync fcmicro --targets "$PT" --repeat "$PR"
+        SCALE=${PROTO_SCALE:-small} bench protocols-varmail varmail --targets "$PT" --repeat "$PR"
         ;;
     ccfs)
         # ccfs (Pillai et al., FAST '17 / TOS '17) for mode=streams: the raw

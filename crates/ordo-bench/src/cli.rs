@@ -22,7 +22,8 @@ pub struct BenchArgs {
     /// Workloads, comma-separated (or `all`).
     #[arg(value_name = "WORKLOAD")]
     pub workloads: String,
-    /// Targets, comma-separated, e.g. ext4:ordered,ext4:fast_commit,tmpfs,ordo:journal.
+    /// Targets, comma-separated, e.g. ext4:ordered,ext4:fast_commit,tmpfs,ordo:journal
+    /// (`ordo:all`: every protocol).
     #[arg(long, value_name = "T1,T2,...", default_value = "ext4:ordered,tmpfs")]
     pub targets: String,
     /// Where ordo's image lives: a loop device (counted by the kernel) or a
@@ -148,7 +149,9 @@ fn parse_fsync_every(s: &str) -> Result<Vec<u64>> {
 /// with it: `ordo:journal,data=writeback,ext4:ordered` is two targets, since
 /// an `OPT=V` item (an `=` and no `:`) belongs to the target before it, as
 /// does a bare option such as `fuse` (no `:`, and not `tmpfs` or
-/// `fuse-floor`, the targets without one).
+/// `fuse-floor`, the targets without one). `ordo:all` and `ordo-lib:all`
+/// (with any options after them) stand for one target per protocol of the
+/// registry, in its order, each with those options.
 fn split_targets(list: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for item in list.split(',').filter(|t| !t.is_empty()) {
@@ -160,7 +163,23 @@ fn split_targets(list: &str) -> Vec<String> {
             _ => out.push(item.to_string()),
         }
     }
-    out
+    out.into_iter()
+        .flat_map(|t| {
+            let (head, opts) = match t.split_once(',') {
+                Some((h, o)) => (h.to_string(), format!(",{o}")),
+                None => (t.clone(), String::new()),
+            };
+            match head.as_str() {
+                "ordo:all" | "ordo-lib:all" => {
+                    let kind = head.trim_end_matches(":all").to_string();
+                    ordo_fs::ProtocolKind::all()
+                        .map(|k| format!("{kind}:{}{opts}", k.name()))
+                        .collect()
+                }
+                _ => vec![t],
+            }
+        })
+        .collect()
 }
 
 impl BenchArgs {
@@ -474,6 +493,20 @@ mod tests {
                 "ordo-lib:journal,data=journal,fuse"
             ]
         );
+    }
+
+    #[test]
+    fn all_stands_for_every_protocol_of_the_registry() {
+        let modes: Vec<&str> = ordo_fs::ProtocolKind::all().map(|k| k.name()).collect();
+        assert!(modes.len() >= 10, "{modes:?}");
+        let t = super::split_targets("ext4:ordered,ordo:all,threads=2,ordo-lib:all");
+        assert_eq!(t.len(), 1 + 2 * modes.len());
+        assert_eq!(t[0], "ext4:ordered");
+        for (k, m) in modes.iter().enumerate() {
+            assert_eq!(t[1 + k], format!("ordo:{m},threads=2"));
+            assert_eq!(t[1 + modes.len() + k], format!("ordo-lib:{m}"));
+            t[1 + k].parse::<crate::target::TargetSpec>().unwrap();
+        }
     }
 
     use super::*;

@@ -120,7 +120,7 @@ pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off], \
-ordo:MODE[,OPT=V...], ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,nobarrier][,fuse] (MODE: {})",
+ordo:MODE[,OPT=V...], ordo:all[,OPT=V...] (every MODE), ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,nobarrier][,fuse] (MODE: {})",
         modes.join(", ")
     )
 }

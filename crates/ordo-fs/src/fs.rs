@@ -283,6 +283,13 @@ impl Fs {
             Ok(())
         })
     }
+    /// Whether an inode without links lives on, kept by open handles (the
+    /// orphan list is not empty): its space comes back at its last
+    /// release.
+    pub fn has_orphans(&self) -> Result<bool> {
+        self.shared
+            .read(|c| Ok(c.sb32(crate::layout::sb::LAST_ORPHAN)? != 0))
+    }
     /// Drop an open handle; the last close of an unlinked inode frees it.
     pub fn release(&self, ino: Ino) -> Result<()> {
         self.release_n(ino, 1)

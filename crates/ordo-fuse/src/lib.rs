@@ -158,6 +158,7 @@ pub fn mount(
     let mut adapter = OrdoFuse::new(fs, config.attr_ttl);
     adapter.want_direct_create = config.direct_io_on_create;
     adapter.kernel_opens = !config.open_requests;
+    adapter.forget_workers = config.threads > 1;
     session(adapter, mountpoint, config, ORDO_SUBTYPE)
 }
 
@@ -234,6 +235,88 @@ pub struct OrdoFuse {
     /// unlinked inode lives until the kernel forgets it, as it lives until
     /// its last close on the kernel's ext4.
     kernel_opens: bool,
+    /// FORGETs being served ([`ForgetGate`]), for an allocation that runs
+    /// short of space beside one.
+    forgets: ForgetGate,
+    /// Another worker can serve a FORGET while one waits for it (more
+    /// than one worker thread).
+    forget_workers: bool,
+}
+
+/// The FORGETs being served, and how many have ended.
+///
+/// With the kernel opening files (`kernel_opens`), the space of a file
+/// whose last name went comes back when the kernel forgets it, and the
+/// FORGET does not come first: on Linux 6.18 the program's next request
+/// after an unlink (a STATFS, a WRITE) is often read before it, even by a
+/// single worker. An allocation that fails for space (ENOSPC, which
+/// leaves nothing behind) while a FORGET runs, or ended since it began,
+/// or while an unlinked inode is held (the orphan list is not empty),
+/// waits for a FORGET to end and none to be in flight, up to
+/// [`FORGET_WAIT`], and runs again if one ended (up to three times), so a
+/// delete makes room for the next write at once, as on the kernel's ext4.
+/// (ext4 itself retries an allocation that failed for space after forcing
+/// a commit that may free blocks.) Another worker must serve the FORGET meanwhile,
+/// so a mount with one worker does not wait. A file held open by a
+/// process keeps its space, and an ENOSPC beside it costs that wait.
+#[derive(Default)]
+struct ForgetGate {
+    /// (FORGETs in flight, FORGETs ended).
+    state: std::sync::Mutex<(u64, u64)>,
+    changed: std::sync::Condvar,
+}
+
+/// How long an allocation short of space waits for a FORGET to end.
+const FORGET_WAIT: Duration = Duration::from_millis(250);
+
+impl ForgetGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin(&self) {
+        self.lock().0 += 1;
+    }
+
+    fn end(&self) {
+        let mut s = self.lock();
+        debug_assert!(s.0 > 0, "a FORGET ended that never began");
+        s.0 = s.0.saturating_sub(1);
+        s.1 += 1;
+        self.changed.notify_all();
+    }
+
+    /// FORGETs ended so far.
+    fn ended(&self) -> u64 {
+        self.lock().1
+    }
+
+    /// Whether a FORGET is in flight, or one ended since `before`.
+    fn busy_since(&self, before: u64) -> bool {
+        let s = self.lock();
+        s.0 > 0 || s.1 > before
+    }
+
+    /// Waits, up to `limit`, until a FORGET has ended since `before` and
+    /// none is in flight; whether one ended.
+    fn wait_after(&self, before: u64, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        let mut s = self.lock();
+        loop {
+            if s.1 > before && s.0 == 0 {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return s.1 > before;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
 }
 
 impl std::fmt::Debug for OrdoFuse {
@@ -582,7 +665,40 @@ impl OrdoFuse {
             want_direct_create: false,
             direct_create: false,
             kernel_opens: false,
+            forgets: ForgetGate::default(),
+            forget_workers: false,
         }
+    }
+
+    /// `op`, run again (up to three times) if it failed for space while a
+    /// FORGET was about to free space beside it (see [`ForgetGate`]). A
+    /// failure for space changes nothing, so running it again is safe.
+    fn allocating<T>(&self, op: impl Fn() -> ordo_fs::Result<T>) -> ordo_fs::Result<T> {
+        if !self.kernel_opens {
+            return op();
+        }
+        let mut before = self.forgets.ended();
+        let mut r = op();
+        // As ext4 retries an allocation after a commit that may free
+        // blocks, up to three times.
+        for _ in 0..3 {
+            if !matches!(r, Err(FsError::Errno(libc::ENOSPC))) || !self.forget_workers {
+                break;
+            }
+            // Space may be on its way: an unlinked inode is held, or a
+            // FORGET ran since the op began. In that order: a FORGET that
+            // empties the orphan list after the first look has begun
+            // before the second.
+            let held = self.fs.has_orphans().unwrap_or(false);
+            if !(held || self.forgets.busy_since(before))
+                || !self.forgets.wait_after(before, FORGET_WAIT)
+            {
+                break;
+            }
+            before = self.forgets.ended();
+            r = op();
+        }
+        r
     }
 
     /// Run the request's operations in the stream of the process that
@@ -808,7 +924,9 @@ impl fuser::Filesystem for OrdoFuse {
         // (`Fs::open`/`Fs::release`). With the kernel opening files, its
         // references are those handles (`kernel_opens`).
         if self.kernel_opens && ino != INodeNo::ROOT {
+            self.forgets.begin();
             let r = self.fs.release_n(ino_from_fuse(ino), nlookup);
+            self.forgets.end();
             debug_assert!(r.is_ok(), "forget of {ino:?} x{nlookup}: {r:?}");
             if let Err(e) = r {
                 eprintln!("ordo: forget of inode {} x{nlookup}: {e}", ino.0);
@@ -906,14 +1024,16 @@ impl fuser::Filesystem for OrdoFuse {
             }
             Some(k) => k,
         };
-        let result = self.fs.create(
-            ino_from_fuse(parent),
-            name,
-            kind,
-            new_perm(mode),
-            rdev,
-            &creds_umask(req, umask),
-        );
+        let result = self.allocating(|| {
+            self.fs.create(
+                ino_from_fuse(parent),
+                name,
+                kind,
+                new_perm(mode),
+                rdev,
+                &creds_umask(req, umask),
+            )
+        });
         self.entry(reply, result);
     }
 
@@ -928,12 +1048,14 @@ impl fuser::Filesystem for OrdoFuse {
     ) {
         self.enter(req);
         let name = name_or_reply!(name, reply);
-        let result = self.fs.mkdir(
-            ino_from_fuse(parent),
-            name,
-            new_perm(mode),
-            &creds_umask(req, umask),
-        );
+        let result = self.allocating(|| {
+            self.fs.mkdir(
+                ino_from_fuse(parent),
+                name,
+                new_perm(mode),
+                &creds_umask(req, umask),
+            )
+        });
         self.entry(reply, result);
     }
 
@@ -959,12 +1081,14 @@ impl fuser::Filesystem for OrdoFuse {
     ) {
         self.enter(req);
         let name = name_or_reply!(link_name, reply);
-        let result = self.fs.symlink(
-            ino_from_fuse(parent),
-            name,
-            target.as_os_str().as_bytes(),
-            &creds(req),
-        );
+        let result = self.allocating(|| {
+            self.fs.symlink(
+                ino_from_fuse(parent),
+                name,
+                target.as_os_str().as_bytes(),
+                &creds(req),
+            )
+        });
         self.entry(reply, result);
     }
 
@@ -984,14 +1108,16 @@ impl fuser::Filesystem for OrdoFuse {
         let Some(flags) = rename_flags(flags) else {
             return reply.error(Errno::EINVAL);
         };
-        let result = self.fs.rename_as(
-            ino_from_fuse(parent),
-            name,
-            ino_from_fuse(newparent),
-            newname,
-            flags,
-            &creds(req),
-        );
+        let result = self.allocating(|| {
+            self.fs.rename_as(
+                ino_from_fuse(parent),
+                name,
+                ino_from_fuse(newparent),
+                newname,
+                flags,
+                &creds(req),
+            )
+        });
         Self::empty(reply, result);
     }
 
@@ -1005,12 +1131,14 @@ impl fuser::Filesystem for OrdoFuse {
     ) {
         self.enter(req);
         let newname = name_or_reply!(newname, reply);
-        let result = self.fs.link_as(
-            ino_from_fuse(ino),
-            ino_from_fuse(newparent),
-            newname,
-            &creds(req),
-        );
+        let result = self.allocating(|| {
+            self.fs.link_as(
+                ino_from_fuse(ino),
+                ino_from_fuse(newparent),
+                newname,
+                &creds(req),
+            )
+        });
         self.entry(reply, result);
     }
 
@@ -1090,13 +1218,15 @@ impl fuser::Filesystem for OrdoFuse {
                     .getattr(ino)
                     .is_ok_and(|a| a.perm & 0o2010 == 0o2000 && a.kind == FileType::Regular)
         };
-        let r = if kill {
-            let mut who = creds(req);
-            who.groups = groups_of(req.pid());
-            self.fs.write_killing_suid_as(ino, offset, data, &who)
-        } else {
-            self.fs.write_as(ino, offset, data, &creds(req))
-        };
+        let r = self.allocating(|| {
+            if kill {
+                let mut who = creds(req);
+                who.groups = groups_of(req.pid());
+                self.fs.write_killing_suid_as(ino, offset, data, &who)
+            } else {
+                self.fs.write_as(ino, offset, data, &creds(req))
+            }
+        });
         match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno_of(&e)),
@@ -1305,13 +1435,15 @@ impl fuser::Filesystem for OrdoFuse {
         who.groups = groups_of(req.pid());
         Self::empty(
             reply,
-            self.fs.setxattr(
-                ino_from_fuse(ino),
-                name.as_bytes(),
-                value,
-                flags as u32,
-                &who,
-            ),
+            self.allocating(|| {
+                self.fs.setxattr(
+                    ino_from_fuse(ino),
+                    name.as_bytes(),
+                    value,
+                    flags as u32,
+                    &who,
+                )
+            }),
         );
     }
 
@@ -1364,14 +1496,16 @@ impl fuser::Filesystem for OrdoFuse {
         self.enter(req);
         let name = name_or_reply!(name, reply);
         let parent = ino_from_fuse(parent);
-        let created = self.fs.create(
-            parent,
-            name,
-            FileType::Regular,
-            new_perm(mode),
-            0,
-            &creds_umask(req, umask),
-        );
+        let created = self.allocating(|| {
+            self.fs.create(
+                parent,
+                name,
+                FileType::Regular,
+                new_perm(mode),
+                0,
+                &creds_umask(req, umask),
+            )
+        });
         // With the kernel opening files, the kernel's reference taken below
         // keeps the file alive for as long as the handle (the kernel may
         // send no RELEASE for it), so the handle itself is not counted.
@@ -1438,9 +1572,10 @@ impl fuser::Filesystem for OrdoFuse {
             Err(e) => return reply.error(e),
         };
         let ino = ino_from_fuse(ino);
-        let result = self
-            .fs
-            .fallocate_as(ino, offset, length, flags, &creds(req));
+        let result = self.allocating(|| {
+            self.fs
+                .fallocate_as(ino, offset, length, flags, &creds(req))
+        });
         Self::empty(reply, result);
     }
 

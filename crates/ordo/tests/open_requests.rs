@@ -2,11 +2,11 @@
 //! asking ordo (FUSE's `no_open`), so ordo keeps an unlinked inode alive by
 //! the kernel's references to it instead of by open handles.
 //!
-//! The mounts here run one worker thread (`threads=1`): the kernel queues
-//! the FORGET of an evicted inode before the system call that dropped it
-//! returns and hands FORGETs out before other requests, so with one worker
-//! every request after a close is served after that FORGET, once the close
-//! dropped the last reference (see `settled` for when it does not).
+//! The kernel's FORGET for an inode whose last reference went may be read
+//! after the program's next requests (on Linux 6.18 even with one worker
+//! thread), so a test that looks for freed space waits for it
+//! (`settled`), except where the adapter itself waits for it (a write short
+//! of space, with several workers).
 
 mod common;
 
@@ -203,4 +203,66 @@ fn the_floor_without_open_requests_keeps_an_unlinked_open_file() {
         "the unlinked file outlived its last close"
     );
     m.stop_ok();
+}
+
+/// On a full file system, deleting a file makes room for the next write at
+/// once, with the kernel opening files and several workers serving: the
+/// file's space comes back with the FORGET that its unlink queues, which
+/// another worker may still be serving when the next write arrives
+/// (`ForgetGate` in ordo-fuse), as on the kernel's ext4, where the unlink
+/// itself frees it. The write goes to a file held open, so that nothing
+/// but the FORGET stands between the unlink and it.
+#[test]
+fn a_delete_on_a_full_file_system_makes_room_at_once_without_open_requests() {
+    use std::os::unix::fs::FileExt;
+    require_mount_privileges();
+    let s = Scratch::new();
+    let image = s.path("img");
+    mkfs(&image, "64M");
+    let mp = s.mkdir("mnt");
+    let m = OrdoMount::start(&image, &mp, "mode=journal,open_requests=off,threads=4");
+    const ROUNDS: usize = 1000;
+    let small = vec![5u8; 64 << 10];
+    let z = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(mp.join("z"))
+        .unwrap();
+    z.write_all_at(&small, 0).unwrap();
+    // Fill what is left, to the last block.
+    {
+        use std::io::Write;
+        let mut fill = fs::File::create(mp.join("fill")).unwrap();
+        let chunk = vec![1u8; 1 << 20];
+        let mut n = chunk.len();
+        loop {
+            match fill.write(&chunk[..n]) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && n > 4096 => n /= 2,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling: {e}"),
+            }
+        }
+    }
+    let free = free_blocks(&mp);
+    assert!(free < 16, "not full: {free} blocks free");
+    for round in 0..ROUNDS {
+        // z's blocks go back at once (a truncation frees in the request
+        // itself) and x takes them; then x goes, by its FORGET, and z
+        // needs them again.
+        z.set_len(0).unwrap();
+        fs::write(mp.join("x"), &small).unwrap();
+        fs::remove_file(mp.join("x")).unwrap();
+        if let Err(e) = z.write_all_at(&small, 0) {
+            panic!("round {round}: a 64 KiB write just after deleting a 64 KiB file: {e}");
+        }
+    }
+    let mut back = vec![0u8; small.len()];
+    z.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == small, "z reads back other bytes");
+    drop(z);
+    m.stop_ok();
+    assert_e2fsck_clean(&image);
 }
