@@ -95,7 +95,7 @@ pub struct MountConfig {
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            threads: 4,
+            threads: 8,
             allow_other: true,
             read_only: false,
             attr_ttl: Duration::from_secs(1),

@@ -120,7 +120,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         background: true,
         ..MountOptions::default()
     };
-    let mut threads = 4usize;
+    let mut threads = ordo_fuse::MountConfig::default().threads;
     let mut direct_create = true;
     let mut open_requests = true;
     let mut readahead_kib = 1024u32;
