@@ -380,7 +380,7 @@ page=docs/RESULTS.md
     echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "- machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, $(($(grep MemTotal /proc/meminfo | awk '{print $2}') / 1024)) MiB, kernel $(uname -r)"
-    echo "- devices: a fresh image per case on /dev/loopN (backing file on $(df --output=fstype "$PWD" | tail -1)), written whole before mkfs (\`--image written\`, BENCH.md \"Images\"; tables run before that option, and those whose command says \`--image sparse\`, had sparse images); ordo through FUSE unless the target is ordo-lib, with 8 worker threads, the default (it was 4 before, and the \`ordo:\` rows of the tables made then, which is all of them, ran 4: add \`,threads=4\` to a target to reproduce one)"
+    echo "- devices: a fresh image per case on /dev/loopN (backing file on $(df --output=fstype "$PWD" | tail -1)), written whole before mkfs (\`--image written\`, BENCH.md \"Images\"; tables run before that option, and those whose command says \`--image sparse\`, had sparse images); ordo through FUSE unless the target is ordo-lib, with the protocol's default worker threads (8 where fsyncs share a commit, 4 otherwise; it was 4 for all before, and the \`ordo:\` rows of the tables made then, all but \`protocols-varmail\`, ran 4: add \`,threads=4\` to a target to reproduce one)"
     echo
     echo "Throughput on this shared two-core machine varies from run to run; the per-operation"
     echo "device figures (writes, KiB, flushes) do not."

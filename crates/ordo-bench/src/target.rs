@@ -527,9 +527,10 @@ struct LibFuse {
 }
 
 impl LibFuse {
-    fn start(fs: Arc<Fs>, mnt: &Path) -> std::io::Result<LibFuse> {
+    fn start(fs: Arc<Fs>, mnt: &Path, mode: ProtocolKind) -> std::io::Result<LibFuse> {
         let config = ordo_fuse::MountConfig {
             fsname: "ordo-bench".to_string(),
+            threads: ordo_fuse::default_threads(mode),
             ..ordo_fuse::MountConfig::default()
         };
         let session = ordo_fuse::mount(fs, mnt, &config)?.spawn()?;
@@ -856,7 +857,7 @@ impl Instance {
                         .map_err(|e| self.err(format!("mount: {e}")))?,
                 );
                 let fuse = if *fuse {
-                    match LibFuse::start(fs.clone(), &self.mnt) {
+                    match LibFuse::start(fs.clone(), &self.mnt, *mode) {
                         Ok(f) => Some(f),
                         Err(e) => {
                             if let Ok(fs) = Arc::try_unwrap(fs) {

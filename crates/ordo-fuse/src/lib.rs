@@ -95,7 +95,7 @@ pub struct MountConfig {
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            threads: 8,
+            threads: 4,
             allow_other: true,
             read_only: false,
             attr_ttl: Duration::from_secs(1),
@@ -160,6 +160,20 @@ pub fn mount(
     adapter.kernel_opens = !config.open_requests;
     adapter.forget_workers = config.threads > 1;
     session(adapter, mountpoint, config, ORDO_SUBTYPE)
+}
+
+/// The worker threads a mount of `mode` serves with unless told
+/// (`threads=`): 8 for a protocol whose concurrent fsyncs share a commit
+/// (`Capabilities::group_commit`), since a worker holds one waiting fsync
+/// and a commit takes those waiting when it starts; 4 otherwise, where
+/// more concurrent fsyncs only write the same blocks more often
+/// (docs/DESIGN.md, "The FUSE path").
+pub fn default_threads(mode: ordo_fs::ProtocolKind) -> usize {
+    if mode.caps().group_commit {
+        8
+    } else {
+        MountConfig::default().threads
+    }
 }
 
 /// The subtype of ordo's mounts (`fuse.ordo` in `/proc/mounts`).

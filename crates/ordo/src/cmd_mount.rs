@@ -129,7 +129,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     // Before the FUSE mount, so that the file exists once the mount shows.
     let publisher = Publisher::start(&a.image, &a.mountpoint, &fs);
     let config = MountConfig {
-        threads: parsed.threads,
+        threads: parsed.threads(),
         direct_io_on_create: parsed.direct_create,
         open_requests: parsed.open_requests,
         allow_other: true,
@@ -177,7 +177,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         a.mountpoint.display(),
         parsed.fs.mode.name(),
         if parsed.fs.read_only { ",ro" } else { "" },
-        parsed.threads,
+        parsed.threads(),
         a.mountpoint.display()
     );
     if let Some(d) = detached.as_mut() {

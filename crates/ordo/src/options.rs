@@ -15,8 +15,9 @@ use ordo_fs::{DataMode, MountOptions, ProtocolKind};
 pub struct ParsedMount {
     /// What `Fs::mount` gets.
     pub fs: MountOptions,
-    /// Worker threads serving FUSE requests.
-    pub threads: usize,
+    /// Worker threads serving FUSE requests, as given (`threads=`);
+    /// [`ParsedMount::threads`] is the count to use.
+    pub threads_given: Option<usize>,
     /// How long the kernel caches attributes and names.
     pub attr_ttl: Duration,
     /// `mode=` was given; otherwise [`ParsedMount::resolve_mode`] picks
@@ -38,6 +39,13 @@ pub struct ParsedMount {
 }
 
 impl ParsedMount {
+    /// Worker threads serving FUSE requests: as given, or the protocol's
+    /// default ([`ordo_fuse::default_threads`]; the mode must be resolved).
+    pub fn threads(&self) -> usize {
+        self.threads_given
+            .unwrap_or_else(|| ordo_fuse::default_threads(self.fs.mode))
+    }
+
     /// Choose the protocol when `mode=` was not given, from the image's
     /// features (`feature_compat`), as the kernel's ext4 mounts it:
     /// `fast_commit` when the image has the feature, `journal`
@@ -120,7 +128,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         background: true,
         ..MountOptions::default()
     };
-    let mut threads = ordo_fuse::MountConfig::default().threads;
+    let mut threads = None;
     let mut direct_create = true;
     let mut open_requests = true;
     let mut readahead_kib = 1024u32;
@@ -263,7 +271,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                 if !(1..=64).contains(&n) {
                     return Err(format!("threads={n}: must be 1..64"));
                 }
-                threads = n;
+                threads = Some(n);
             }
             "sched" => {
                 let p: Policy = need(value)?.parse()?;
@@ -294,7 +302,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
     fs.mode = mode.unwrap_or_default();
     let mut parsed = ParsedMount {
         fs,
-        threads,
+        threads_given: threads,
         attr_ttl,
         mode_given: mode.is_some(),
         data_given: data,
@@ -383,6 +391,16 @@ mod tests {
     }
 
     #[test]
+    fn threads_default_to_the_protocols() {
+        // Journaled protocols share a commit among waiting fsyncs: more
+        // workers, more waiting fsyncs to share it.
+        assert_eq!(parse("mode=journal").unwrap().threads(), 8);
+        assert_eq!(parse("mode=backpointers").unwrap().threads(), 8);
+        assert_eq!(parse("mode=softdep").unwrap().threads(), 4);
+        assert_eq!(parse("mode=journal,threads=3").unwrap().threads(), 3);
+    }
+
+    #[test]
     fn barrier_parses_as_ext4_spells_it() {
         assert!(parse("mode=journal").unwrap().fs.barrier);
         for on in ["barrier", "barrier=1", "nobarrier,barrier"] {
@@ -443,7 +461,7 @@ mod tests {
         assert!(p.fs.read_only);
         assert_eq!(p.fs.commit_interval_ms, 7000);
         assert_eq!(p.fs.cache_bytes, 64 << 20);
-        assert_eq!(p.threads, 2);
+        assert_eq!(p.threads(), 2);
         assert_eq!(p.attr_ttl, Duration::ZERO);
     }
 
