@@ -36,12 +36,15 @@ fn sim_clock() -> Arc<dyn ordo_fs::clock::Clock> {
 }
 
 /// Geometry of the base image.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageParams {
     /// Image size in MiB.
     pub size_mib: u64,
     /// File-system block size in bytes.
     pub block_size: u32,
+    /// Blocks per group (`None`: 8 x the block size, one group for the
+    /// default image). Smaller groups make the image several groups.
+    pub blocks_per_group: Option<u32>,
 }
 
 impl Default for ImageParams {
@@ -49,6 +52,7 @@ impl Default for ImageParams {
         ImageParams {
             size_mib: 16,
             block_size: 4096,
+            blocks_per_group: None,
         }
     }
 }
@@ -75,6 +79,7 @@ pub fn make_image(params: &ImageParams, mode: ProtocolKind) -> Result<Arc<MemDev
         time_sec: Some(MKFS_TIME_SEC),
         journal_blocks: journaled.then_some(1024),
         assume_zeroed: true,
+        blocks_per_group: params.blocks_per_group,
         ..MkfsOptions::default()
     };
     mkfs(dev.as_ref(), &opts).map_err(|e| CrashError::Mkfs(e.to_string()))?;
@@ -242,6 +247,9 @@ pub fn make_kernel_image(
     .args(["-T", "default"]);
     if journaled {
         mkfs.args(["-J", "size=4"]);
+    }
+    if let Some(g) = params.blocks_per_group {
+        mkfs.args(["-g", &g.to_string()]);
     }
     mkfs.arg(&img).arg(format!("{}M", params.size_mib));
     run(&mut mkfs, "mkfs.ext4")?;

@@ -110,12 +110,9 @@ pub struct CrashArgs {
     /// Keep images of the state given by --state (or of failures) here.
     #[arg(long)]
     pub keep: Option<PathBuf>,
-    /// Image size in MiB (default 16, with `--app` 32).
-    #[arg(long)]
-    pub size_mib: Option<u64>,
-    /// File-system block size.
-    #[arg(long, default_value_t = ImageParams::default().block_size)]
-    pub block_size: u32,
+    /// The base image's geometry.
+    #[command(flatten)]
+    pub image: ImageArgs,
     /// Operations per random sequence.
     #[arg(long, default_value_t = WorkloadParams::default().random_ops)]
     pub random_ops: usize,
@@ -201,6 +198,37 @@ pub struct SoakArgs {
     /// With --fuse: mount with `open_requests=off`.
     #[arg(long, requires = "fuse")]
     pub fuse_no_open: bool,
+    /// The base image's geometry.
+    #[command(flatten)]
+    pub image: ImageArgs,
+}
+
+/// The geometry of the base image, for `ordo crash` and its soak.
+#[derive(Args, Debug, Clone)]
+pub struct ImageArgs {
+    /// Image size in MiB (default 16, with `--app` 32).
+    #[arg(long)]
+    pub size_mib: Option<u64>,
+    /// File-system block size.
+    #[arg(long, default_value_t = ImageParams::default().block_size)]
+    pub block_size: u32,
+    /// Blocks per group (mke2fs -g; a multiple of 8, at least 256): 1024
+    /// makes the default image four groups, so that directories spread
+    /// over groups and a group's descriptor, bitmaps and unused
+    /// inode-table tail change in flight. Default: one group.
+    #[arg(long)]
+    pub blocks_per_group: Option<u32>,
+}
+
+impl ImageArgs {
+    /// The image these flags describe.
+    pub fn params(&self) -> ImageParams {
+        ImageParams {
+            size_mib: self.size_mib.unwrap_or(ImageParams::default().size_mib),
+            block_size: self.block_size,
+            blocks_per_group: self.blocks_per_group,
+        }
+    }
 }
 
 /// Subcommands of `ordo crash`.
@@ -340,10 +368,7 @@ impl CrashArgs {
         } else {
             JudgePolicy::Sample(self.judge_every)
         };
-        p.image = ImageParams {
-            size_mib: self.size_mib.unwrap_or(ImageParams::default().size_mib),
-            block_size: self.block_size,
-        };
+        p.image = self.image.params();
         p.minimize_max = self.minimize;
         p.progress = !self.quiet;
         p.only_state = self.state;
@@ -463,7 +488,7 @@ impl CrashArgs {
                 p.jobs = self.jobs;
                 p.shard = self.shard;
                 p.progress = !self.quiet;
-                p.size_mib = self.size_mib.unwrap_or(p.size_mib);
+                p.size_mib = self.image.size_mib.unwrap_or(p.size_mib);
                 p.only_state = self.state;
                 p.keep = self.keep.clone();
                 p.serve = self.serve;
@@ -542,15 +567,26 @@ fn run_soak(a: &SoakArgs) -> Result<i32, CrashError> {
             JudgePolicy::Sample(a.judge_every)
         };
         t.minimize_max = 5;
+        t.image = a.image.params();
         t.fuse = a.fuse;
         t.fuse_no_open = a.fuse_no_open;
         let dir = a.dir.clone().unwrap_or_else(|| {
             PathBuf::from(format!(
-                "soak/{}-{}-{}{}",
+                "soak/{}-{}-{}{}{}",
                 a.workload,
                 mode,
                 explore::data_name(a.data),
-                if a.fuse { "-fuse" } else { "" }
+                if a.fuse { "-fuse" } else { "" },
+                if t.image == ImageParams::default() {
+                    String::new()
+                } else {
+                    format!(
+                        "-{}k-{}m-g{}",
+                        t.image.block_size / 1024,
+                        t.image.size_mib,
+                        t.image.blocks_per_group.unwrap_or(0)
+                    )
+                }
             ))
         });
         let (i, n) = a.shard.unwrap_or((0, 1));
@@ -676,6 +712,45 @@ mod tests {
         // The kernel runs applications, not ordo's workloads.
         let a = parse(&["--mode", "kernel", "--workload", "seq1"]).unwrap();
         assert!(a.explore_params().is_err());
+    }
+
+    #[test]
+    fn image_geometry_flags_parse_for_runs_and_soaks() {
+        let a = parse(&[
+            "--mode",
+            "backpointers",
+            "--workload",
+            "seq1",
+            "--blocks-per-group",
+            "1024",
+            "--size-mib",
+            "32",
+        ])
+        .unwrap();
+        let p = a.explore_params().unwrap();
+        assert_eq!(p.image.blocks_per_group, Some(1024));
+        assert_eq!(p.image.size_mib, 32);
+        // The reproduce command carries them.
+        let cmd = p.state_options();
+        assert!(cmd.contains("--blocks-per-group 1024"), "{cmd}");
+        assert!(cmd.contains("--size-mib 32"), "{cmd}");
+        let a = parse(&[
+            "soak",
+            "--mode",
+            "softdep",
+            "--blocks-per-group",
+            "256",
+            "--block-size",
+            "1024",
+        ])
+        .unwrap();
+        match a.command {
+            Some(CrashCommand::Soak(s)) => {
+                assert_eq!(s.image.blocks_per_group, Some(256));
+                assert_eq!(s.image.block_size, 1024);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -303,6 +303,9 @@ impl ExploreParams {
         if self.image.block_size != d.block_size {
             o.push(format!("--block-size {}", self.image.block_size));
         }
+        if let Some(g) = self.image.blocks_per_group {
+            o.push(format!("--blocks-per-group {g}"));
+        }
         let w = WorkloadParams::default();
         if matches!(self.workload.as_str(), "random" | "mix" | "enospc")
             && self.workload_params.random_ops != w.random_ops

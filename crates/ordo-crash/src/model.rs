@@ -11,7 +11,7 @@
 //! and carry the inode number ordo gave them, so a recovered inode can be
 //! matched to the model node it should be.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use ordo_fs::Ino;
@@ -621,6 +621,22 @@ impl Tree {
             i += 1;
         }
         out
+    }
+
+    /// Whether some name leads from the root to node `id` (an unlinked
+    /// file still open is a node no name reaches).
+    pub fn reaches(&self, id: NodeId) -> bool {
+        let mut seen = HashSet::from([ROOT]);
+        let mut todo = vec![ROOT];
+        while let Some(d) = todo.pop() {
+            if d == id {
+                return true;
+            }
+            if let Some(entries) = self.node(d).and_then(|n| n.entries()) {
+                todo.extend(entries.values().copied().filter(|&c| seen.insert(c)));
+            }
+        }
+        false
     }
 
     /// The parent directory of the node a path names, and the final name.

@@ -326,6 +326,8 @@ struct Check<'a> {
     notes: BTreeSet<Note>,
     /// Blocks read, by inode (a promise check reads what the walk read).
     reads: HashMap<Ino, Vec<BlockRead>>,
+    /// Every inode the walk reached by a name from the root.
+    reached: HashSet<Ino>,
 }
 
 impl Check<'_> {
@@ -544,6 +546,7 @@ impl Check<'_> {
                     outcome: Ok((attr.ino, attr.generation)),
                 });
                 w.max_ino = w.max_ino.max(attr.ino);
+                self.reached.insert(attr.ino);
                 if attr.ino != e.ino {
                     self.access(format!(
                         "{cpath}: readdir names inode {}, lookup resolves to inode {}",
@@ -767,6 +770,7 @@ impl Check<'_> {
             ));
             return;
         }
+        self.reachable(win, node, ino, &what, broken);
         let mut contents: Vec<Arc<Vec<u8>>> = Vec::new();
         for c in versions.iter().filter_map(|n| n.content()) {
             if !contents.iter().any(|d| Arc::ptr_eq(d, c) || d == c) {
@@ -910,6 +914,24 @@ impl Check<'_> {
         }
     }
 
+    /// A promised file or directory that every version of the window has
+    /// under some name must be reached by the walk: an fsync makes the
+    /// path to a new file durable, and a recovery that keeps the file
+    /// but loses a directory above it (or a scan that reclaims that
+    /// directory) has lost the file all the same.
+    fn reachable(
+        &self,
+        win: &[Arc<Tree>],
+        node: NodeId,
+        ino: Ino,
+        what: &str,
+        broken: &mut Vec<String>,
+    ) {
+        if !self.reached.contains(&ino) && win.iter().all(|t| t.reaches(node)) {
+            broken.push(format!("{what}: no name from the root reaches it"));
+        }
+    }
+
     /// A promised directory: every entry no operation of the window
     /// changed resolves to its inode (extra names are allowed: stale).
     fn promised_dir(
@@ -931,6 +953,7 @@ impl Check<'_> {
         } else {
             format!("{path} (inode {ino})")
         };
+        self.reachable(win, node, ino, &what, broken);
         for (name, &child) in first {
             self.stable_entry(win, node, name, child, &what, broken);
         }
@@ -1257,6 +1280,7 @@ pub(crate) fn check_image(
         out: Vec::new(),
         notes: BTreeSet::new(),
         reads: HashMap::new(),
+        reached: HashSet::from([ROOT_INO]),
     };
     let walked = c.walk();
     c.promises(state);

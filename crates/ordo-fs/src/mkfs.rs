@@ -132,6 +132,10 @@ pub struct MkfsOptions {
     /// The device already reads as zeros (a freshly created sparse image):
     /// skip writing zeroed inode tables. (The journal is always zeroed.)
     pub assume_zeroed: bool,
+    /// Blocks per group (mke2fs `-g`): a multiple of 8 from 256 to 8 x the
+    /// block size, which is the default. Smaller groups make a small
+    /// image several groups (the crash explorer's multi-group images).
+    pub blocks_per_group: Option<u32>,
 }
 
 impl Default for MkfsOptions {
@@ -152,6 +156,7 @@ impl Default for MkfsOptions {
             log_groups_per_flex: 4,
             journal_blocks: None,
             assume_zeroed: false,
+            blocks_per_group: None,
         }
     }
 }
@@ -477,7 +482,16 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     let first_data_block: u32 = if bs == 1024 { 1 } else { 0 };
     // One bitmap block per group, and group counts fit 16-bit descriptor
     // fields (mke2fs's EXT2_MAX_BLOCKS_PER_GROUP).
-    let bpg = (8 * bs).min(BLOCKS_PER_GROUP_MAX);
+    let bpg_max = (8 * bs).min(BLOCKS_PER_GROUP_MAX);
+    let bpg = match opts.blocks_per_group {
+        None => bpg_max,
+        Some(g) if g % 8 == 0 && (256..=bpg_max).contains(&g) => g,
+        Some(g) => {
+            return Err(invalid(format!(
+                "blocks per group {g}: must be a multiple of 8 from 256 to {bpg_max}"
+            )))
+        }
+    };
     let desc_size: u16 = if is64 { 64 } else { 32 };
     let ipb = bs / u32::from(isz);
     let time = opts.time_sec.unwrap_or_else(now_sec);

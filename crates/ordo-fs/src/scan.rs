@@ -127,6 +127,15 @@ struct Claim {
     generation: u32,
 }
 
+/// What a group descriptor says of an inode slot ([`Core::slot_hint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotHint {
+    /// Initialized: it holds an inode, live or free.
+    Initialized,
+    /// Never used, by the descriptor; `zeroed`: its table was zeroed.
+    Unused { zeroed: bool },
+}
+
 /// Inodes the background thread examines per batch (16 inode-table
 /// blocks of 256-byte inodes) before it lets go of the core's lock.
 pub(crate) const SCAN_BATCH: u64 = 256;
@@ -178,23 +187,42 @@ impl Core {
         r
     }
 
-    /// Whether inode `ino`'s slot may hold an initialized inode.
+    /// Whether inode `ino`'s slot may hold an initialized inode, by its
+    /// group descriptor: not in an `INODE_UNINIT` group, nor in the
+    /// table's unused tail (`bg_itable_unused`) unless the table is known
+    /// zeroed. Right for an image whose descriptors are trusted (cleanly
+    /// unmounted); see [`Core::slot_hint`] for the scanner's use.
     fn itable_initialized(&mut self, ino: Ino) -> Result<bool> {
+        Ok(self.slot_hint(ino)? == SlotHint::Initialized)
+    }
+
+    /// What inode `ino`'s group descriptor says of its slot. After a
+    /// crash under a protocol that does not trust allocation state, these
+    /// marks are hints written in no order, like the bitmaps: an fsync
+    /// writes a file's inode and the directory entries naming it, not its
+    /// group's descriptor, so a group still marked `INODE_UNINIT` (or a
+    /// slot in its unused tail) on disk may hold a durable inode.
+    fn slot_hint(&mut self, ino: Ino) -> Result<SlotHint> {
         let ipg = self.sbi.inodes_per_group;
         let g = (ino - 1) / ipg;
         let idx = (ino - 1) % ipg;
         if !self.sbi.has_group_csum() {
-            return Ok(true);
+            return Ok(SlotHint::Initialized);
         }
         let flags = self.gd16(g, gd::FLAGS)?;
+        let zeroed = flags & gd::FLAG_INODE_ZEROED != 0;
         if flags & gd::FLAG_INODE_UNINIT != 0 {
-            return Ok(false);
+            return Ok(SlotHint::Unused { zeroed });
         }
-        if flags & gd::FLAG_INODE_ZEROED != 0 {
-            return Ok(true);
+        if zeroed {
+            return Ok(SlotHint::Initialized);
         }
         let unused = self.gd_count(g, gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI)?;
-        Ok(idx < ipg - unused.min(ipg))
+        Ok(if idx < ipg - unused.min(ipg) {
+            SlotHint::Initialized
+        } else {
+            SlotHint::Unused { zeroed }
+        })
     }
 
     /// Run the metadata scanner over at most `budget` more inodes (those
@@ -244,26 +272,41 @@ impl Core {
                 m.next = first_ino;
                 continue;
             }
-            if !self.itable_initialized(ino)? {
-                // What is not initialized is the rest of the group.
-                m.next = ((ino - 1) / ipg + 1).saturating_mul(ipg).saturating_add(1);
-                continue;
-            }
+            // A slot its descriptor calls unused is examined all the same
+            // (the descriptor is a hint, [`Core::slot_hint`]), when what
+            // it holds can be told from an inode: zeros in a zeroed table,
+            // or an inode whose checksum holds. Only a table neither
+            // zeroed nor checksummed is skipped past its marks.
+            let beyond = match self.slot_hint(ino)? {
+                SlotHint::Initialized => false,
+                SlotHint::Unused { zeroed } if zeroed || self.sbi.has_metadata_csum() => true,
+                SlotHint::Unused { .. } => {
+                    m.next = ((ino - 1) / ipg + 1).saturating_mul(ipg).saturating_add(1);
+                    continue;
+                }
+            };
             left -= 1;
-            self.meta_scan_one(m, ino)?;
+            self.meta_scan_one(m, ino, beyond)?;
             m.next = ino + 1;
         }
         Ok(m.next > inodes)
     }
 
     /// The metadata scanner's test of inode `ino`.
-    fn meta_scan_one(&mut self, m: &mut MetaScan, ino: Ino) -> Result<()> {
+    /// `beyond`: the slot is past what its group descriptor calls
+    /// initialized, and counts only if it holds a valid inode (a table
+    /// not zeroed holds whatever the disk held before it).
+    fn meta_scan_one(&mut self, m: &mut MetaScan, ino: Ino, beyond: bool) -> Result<()> {
         self.nofs.inodes_scanned += 1;
         let raw = self.inode_raw(ino)?;
-        if crate::layout::le16(&raw, io::MODE) != 0 && crate::layout::le16(&raw, io::LINKS) != 0 {
+        let read = self.read_inode(ino);
+        if crate::layout::le16(&raw, io::MODE) != 0
+            && crate::layout::le16(&raw, io::LINKS) != 0
+            && (!beyond || read.is_ok())
+        {
             m.looks_live.push(ino);
         }
-        let Ok(i) = self.read_inode(ino) else {
+        let Ok(i) = read else {
             return Ok(());
         };
         if i.mode == 0 || i.links == 0 || FileType::from_mode(i.mode).is_none() {

@@ -31,20 +31,7 @@ const READ_CHUNK_BYTES: u32 = 64 << 10;
 
 /// errnos a walk over a corrupted image may return.
 fn allowed_errno(e: i32) -> bool {
-    [
-        libc::EUCLEAN,
-        libc::EIO,
-        libc::EINVAL,
-        libc::ENOENT,
-        libc::ENOTDIR,
-        libc::EISDIR,
-        libc::EFBIG,
-        libc::ELOOP,
-        libc::ENAMETOOLONG,
-        libc::EOVERFLOW,
-        libc::EOPNOTSUPP,
-    ]
-    .contains(&e)
+    READ_ERRNOS.contains(&e)
 }
 
 #[derive(Default)]

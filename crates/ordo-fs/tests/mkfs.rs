@@ -96,6 +96,53 @@ fn sixty_four_mib_1k_blocks_many_groups() {
 }
 
 #[test]
+fn small_groups() {
+    // mke2fs -g: 16 MiB of 4 KiB blocks in groups of 1024 and of 256
+    // blocks (the crash explorer's multi-group images), with and without
+    // flex_bg and a journal.
+    for (bpg, features, groups) in [
+        (1024u32, "", 4u64),
+        (256, "", 16),
+        (256, "has_journal", 16),
+        (1024, "^flex_bg", 4),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = image(&dir, "groups.img");
+        let opts = MkfsOptions {
+            size_bytes: 16 * MIB,
+            block_size: 4096,
+            features: parse_features(features, DEFAULT_FEATURES).unwrap(),
+            label: "ordo-test".into(),
+            blocks_per_group: Some(bpg),
+            journal_blocks: Some(1024),
+            ..MkfsOptions::default()
+        };
+        let r = make_with(&path, &opts);
+        assert_fsck_clean(&path);
+        let sb = check_superblock(&path, &r);
+        assert_eq!(sb.blocks_per_group, bpg);
+        assert_eq!(sb.groups_count(), groups, "{bpg} {features}");
+    }
+}
+
+#[test]
+fn bad_blocks_per_group_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(&dir, "bad.img");
+    for bpg in [0u32, 100, 1020, 255, 32768 + 8, 65536] {
+        let dev = FileDevice::create(&path, 16 * MIB, 4096).unwrap();
+        let opts = MkfsOptions {
+            size_bytes: 16 * MIB,
+            blocks_per_group: Some(bpg),
+            ..MkfsOptions::default()
+        };
+        let e = mkfs(&dev, &opts).expect_err("a bad group size");
+        assert_eq!(e.errno(), libc::EINVAL, "{bpg}: {e}");
+        assert!(e.to_string().contains("blocks per group"), "{e}");
+    }
+}
+
+#[test]
 fn one_gib_sparse() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(&dir, "1g.img");
@@ -350,10 +397,24 @@ fn kernel_mounts_read_write_and_stays_clean() {
         ("k-1k.img", 1024, ""),
         ("k-journal.img", 4096, "has_journal"),
         ("k-nocsum.img", 4096, "^metadata_csum,^64bit,^flex_bg"),
+        ("k-groups.img", 4096, "groups"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = image(&dir, name);
-        make(&path, 64 * MIB, bs, features);
+        if features == "groups" {
+            make_with(
+                &path,
+                &MkfsOptions {
+                    size_bytes: 64 * MIB,
+                    block_size: bs,
+                    label: "ordo-test".into(),
+                    blocks_per_group: Some(1024),
+                    ..MkfsOptions::default()
+                },
+            );
+        } else {
+            make(&path, 64 * MIB, bs, features);
+        }
         let out = Command::new("losetup")
             .args(["-f", "--show"])
             .arg(&path)

@@ -1,4 +1,4 @@
-//! `ordo mkfs IMAGE --size SIZE [-b BS] [--mode MODE] [-O FEATURES] [-L LABEL] [-N INODES]`.
+//! `ordo mkfs IMAGE --size SIZE [-b BS] [-g BLOCKS] [--mode MODE] [-O FEATURES] [-L LABEL] [-N INODES]`.
 
 use std::path::PathBuf;
 
@@ -42,6 +42,10 @@ pub struct MkfsArgs {
     /// mke2fs -m: other users get ENOSPC when only these are left.
     #[arg(short = 'm', long = "reserved-percent", default_value_t = 5)]
     pub reserved_percent: u32,
+    /// Blocks per group, as mke2fs -g: a multiple of 8 from 256 to 8 x the
+    /// block size (the default).
+    #[arg(short = 'g', long = "blocks-per-group")]
+    pub blocks_per_group: Option<u32>,
 }
 
 fn make(a: &MkfsArgs) -> Result<String, String> {
@@ -93,6 +97,7 @@ fn make(a: &MkfsArgs) -> Result<String, String> {
         assume_zeroed: fresh,
         journal_blocks: a.journal_blocks,
         reserved_percent: a.reserved_percent,
+        blocks_per_group: a.blocks_per_group,
         ..MkfsOptions::default()
     };
     let report = mkfs(&dev, &opts).map_err(|e| format!("{name}: {e}"))?;

@@ -332,6 +332,7 @@ pub fn record_app(p: &AppParams) -> Result<AppRecording, CrashError> {
             &ImageParams {
                 size_mib: p.size_mib,
                 block_size: 4096,
+                blocks_per_group: None,
             },
             mode,
         )?,

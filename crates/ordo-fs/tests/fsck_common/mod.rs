@@ -7,6 +7,21 @@ use std::process::Command;
 
 use ordo_dev::{FileDevice, OpenOptions};
 
+/// errnos reading a damaged image may give (a walk, a read, a lookup).
+pub const READ_ERRNOS: [i32; 11] = [
+    libc::EUCLEAN,
+    libc::EIO,
+    libc::EINVAL,
+    libc::ENOENT,
+    libc::ENOTDIR,
+    libc::EISDIR,
+    libc::EFBIG,
+    libc::ELOOP,
+    libc::ENAMETOOLONG,
+    libc::EOVERFLOW,
+    libc::EOPNOTSUPP,
+];
+
 pub fn sh(cmd: &str) -> (i32, String) {
     let out = Command::new("bash")
         .arg("-c")
