@@ -98,15 +98,21 @@ fn kernel_mount_on_a_temporary_directory() {
         .unwrap()
         .set_len(16 << 20)
         .unwrap();
-    // A loop device is needed for what follows; without one, say so.
-    let Some(probe) = attach(&img) else { return };
-    drop(probe);
+    // mkfs before the probe: a loop device just detached may still hold
+    // the file for a moment, and mke2fs refuses a file in use.
     let mkfs = std::process::Command::new("mkfs.ext4")
         .args(["-q", "-F"])
         .arg(&img)
-        .status()
+        .output()
         .unwrap();
-    assert!(mkfs.success());
+    assert!(
+        mkfs.status.success(),
+        "mkfs.ext4: {}",
+        String::from_utf8_lossy(&mkfs.stderr)
+    );
+    // A loop device is needed for what follows; without one, say so.
+    let Some(probe) = attach(&img) else { return };
+    drop(probe);
 
     let m = KernelMount::mount_temp(&img, "").unwrap();
     let mnt = m.mountpoint().to_path_buf();

@@ -339,6 +339,107 @@ fn nonzero_blocks(img: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Both bases of protocol `mode`, undamaged and then `per` damaged
+/// copies each. Returns the damaged cases run.
+fn run_protocol(mode: ProtocolKind, dir: &Path, seed: u64, per: usize) -> usize {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ crc(mode.name()));
+    let mut cases = 0;
+    for clean in [true, false] {
+        let base = dir.join(format!("{}-{clean}.img", mode.name()));
+        std::fs::File::create(&base)
+            .unwrap()
+            .set_len(IMAGE_BYTES)
+            .unwrap();
+        mkfs(device(&base).as_ref(), &mkfs_options()).unwrap();
+        let name = format!(
+            "{} {}",
+            mode.name(),
+            if clean { "clean" } else { "crashed" }
+        );
+        let fs = Fs::mount(device(&base), options(mode)).unwrap();
+        populate(&fs, &name);
+        if clean {
+            fs.unmount().unwrap();
+        } else {
+            // A crash after a sync and a few changes: what reached
+            // the disk stays, nothing more.
+            fs.sync().unwrap();
+            let a = fs.lookup(ROOT_INO, b"a").unwrap();
+            fs.unlink(a.ino, b"f1").unwrap();
+            fs.rename(ROOT_INO, b"hl", a.ino, b"hl2", RenameFlags::default())
+                .unwrap();
+            let x = fs
+                .create(
+                    ROOT_INO,
+                    b"late",
+                    FileType::Regular,
+                    0o644,
+                    0,
+                    &Creds::root(),
+                )
+                .unwrap();
+            fs.write(x.ino, 0, &pattern(9, 5000)).unwrap();
+            fs.fsync(x.ino, false).unwrap();
+            drop(fs);
+        }
+        // The undamaged image: no error at all.
+        {
+            let img = dir.join(format!("{}-case.img", mode.name()));
+            std::fs::copy(&base, &img).unwrap();
+            let fs = Fs::mount(device(&img), options(mode))
+                .unwrap_or_else(|e| panic!("{name}: undamaged image: {e}"));
+            if fs.scan_pending() {
+                fs.scan_to_end().unwrap();
+            }
+            let mut seen = Vec::new();
+            walk(&fs, &format!("{name} (undamaged)"), ROOT_INO, 0, &mut seen);
+            assert!(
+                seen.len() > 400,
+                "{name}: walk saw {} entries: {:?}",
+                seen.len(),
+                seen
+            );
+            fs.unmount().unwrap();
+        }
+        let blocks = nonzero_blocks(&base);
+        for k in 0..per {
+            let img = dir.join(format!("{}-case.img", mode.name()));
+            std::fs::copy(&base, &img).unwrap();
+            let mut what = Vec::new();
+            {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&img)
+                    .unwrap();
+                for _ in 0..rng.gen_range(1..=4) {
+                    let b = blocks[rng.gen_range(0..blocks.len())];
+                    let off = rng.gen_range(0..BS as u64);
+                    let mask: u8 = rng.gen_range(1..=255);
+                    let mut byte = [0u8];
+                    f.read_exact_at(&mut byte, b * BS as u64 + off).unwrap();
+                    byte[0] ^= mask;
+                    f.write_all_at(&byte, b * BS as u64 + off).unwrap();
+                    what.push(format!("block {b} byte {off} ^{mask:#04x}"));
+                }
+            }
+            let label = format!("{name} #{k} ({})", what.join(", "));
+            println!("case: {label}");
+            run_case(&label, &img, mode, &mut rng);
+            cases += 1;
+        }
+    }
+    cases
+}
+
+/// A stable number from a protocol's name, to give each its own seed.
+fn crc(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 #[test]
 fn damaged_images_mounted_read_write_give_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
@@ -351,95 +452,24 @@ fn damaged_images_mounted_read_write_give_errors_not_panics() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     println!("seed {seed} (ORDO_RW_SEED replays), {per} cases per protocol and base");
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut cases = 0;
-    for mode in ProtocolKind::all() {
-        for clean in [true, false] {
-            let base = dir.path().join(format!("{}-{clean}.img", mode.name()));
-            std::fs::File::create(&base)
-                .unwrap()
-                .set_len(IMAGE_BYTES)
-                .unwrap();
-            mkfs(device(&base).as_ref(), &mkfs_options()).unwrap();
-            let name = format!(
-                "{} {}",
-                mode.name(),
-                if clean { "clean" } else { "crashed" }
-            );
-            let fs = Fs::mount(device(&base), options(mode)).unwrap();
-            populate(&fs, &name);
-            if clean {
-                fs.unmount().unwrap();
-            } else {
-                // A crash after a sync and a few changes: what reached
-                // the disk stays, nothing more.
-                fs.sync().unwrap();
-                let a = fs.lookup(ROOT_INO, b"a").unwrap();
-                fs.unlink(a.ino, b"f1").unwrap();
-                fs.rename(ROOT_INO, b"hl", a.ino, b"hl2", RenameFlags::default())
-                    .unwrap();
-                let x = fs
-                    .create(
-                        ROOT_INO,
-                        b"late",
-                        FileType::Regular,
-                        0o644,
-                        0,
-                        &Creds::root(),
-                    )
-                    .unwrap();
-                fs.write(x.ino, 0, &pattern(9, 5000)).unwrap();
-                fs.fsync(x.ino, false).unwrap();
-                drop(fs);
-            }
-            // The undamaged image: no error at all.
-            {
-                let img = dir.path().join("case.img");
-                std::fs::copy(&base, &img).unwrap();
-                let fs = Fs::mount(device(&img), options(mode))
-                    .unwrap_or_else(|e| panic!("{name}: undamaged image: {e}"));
-                if fs.scan_pending() {
-                    fs.scan_to_end().unwrap();
-                }
-                let mut seen = Vec::new();
-                walk(&fs, &format!("{name} (undamaged)"), ROOT_INO, 0, &mut seen);
-                assert!(
-                    seen.len() > 400,
-                    "{name}: walk saw {} entries: {:?}",
-                    seen.len(),
-                    seen
-                );
-                fs.unmount().unwrap();
-            }
-            let blocks = nonzero_blocks(&base);
-            for k in 0..per {
-                let img = dir.path().join("case.img");
-                std::fs::copy(&base, &img).unwrap();
-                let mut what = Vec::new();
-                {
-                    use std::os::unix::fs::FileExt;
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(&img)
-                        .unwrap();
-                    for _ in 0..rng.gen_range(1..=4) {
-                        let b = blocks[rng.gen_range(0..blocks.len())];
-                        let off = rng.gen_range(0..BS as u64);
-                        let mask: u8 = rng.gen_range(1..=255);
-                        let mut byte = [0u8];
-                        f.read_exact_at(&mut byte, b * BS as u64 + off).unwrap();
-                        byte[0] ^= mask;
-                        f.write_all_at(&byte, b * BS as u64 + off).unwrap();
-                        what.push(format!("block {b} byte {off} ^{mask:#04x}"));
-                    }
-                }
-                let label = format!("{name} #{k} ({})", what.join(", "));
-                println!("case: {label}");
-                run_case(&label, &img, mode, &mut rng);
-                cases += 1;
-            }
-        }
-    }
-    assert!(cases > 0);
+    // Two threads, each a half of the registry: a panic in either fails
+    // the test with its case's label.
+    let modes: Vec<ProtocolKind> = ProtocolKind::all().collect();
+    let half = modes.len().div_ceil(2);
+    let cases: usize = std::thread::scope(|s| {
+        let workers: Vec<_> = modes
+            .chunks(half)
+            .map(|chunk| {
+                let dir = dir.path();
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|&m| run_protocol(m, dir, seed, per))
+                        .sum::<usize>()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert_eq!(cases, modes.len() * 2 * per);
 }
