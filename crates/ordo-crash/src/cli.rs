@@ -488,7 +488,10 @@ impl CrashArgs {
                 p.jobs = self.jobs;
                 p.shard = self.shard;
                 p.progress = !self.quiet;
-                p.size_mib = self.image.size_mib.unwrap_or(p.size_mib);
+                p.image = ImageParams {
+                    size_mib: self.image.size_mib.unwrap_or(p.image.size_mib),
+                    ..self.image.params()
+                };
                 p.only_state = self.state;
                 p.keep = self.keep.clone();
                 p.serve = self.serve;
@@ -751,6 +754,37 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Application runs take the same geometry, and their reproduce
+        // command carries it; without it they keep 32 MiB of 4 KiB blocks.
+        let a = parse(&[
+            "--app",
+            "git",
+            "--mode",
+            "journal",
+            "--block-size",
+            "1024",
+            "--blocks-per-group",
+            "2048",
+        ])
+        .unwrap();
+        let p = &a.app_params().unwrap()[0];
+        assert_eq!(p.image.block_size, 1024);
+        assert_eq!(p.image.blocks_per_group, Some(2048));
+        assert_eq!(p.image.size_mib, 32);
+        let cmd = p.state_options();
+        assert!(cmd.contains("--block-size 1024"), "{cmd}");
+        assert!(cmd.contains("--blocks-per-group 2048"), "{cmd}");
+        let a = parse(&["--app", "git", "--mode", "journal"]).unwrap();
+        let p = &a.app_params().unwrap()[0];
+        assert_eq!(
+            (
+                p.image.size_mib,
+                p.image.block_size,
+                p.image.blocks_per_group
+            ),
+            (32, 4096, None)
+        );
+        assert!(!p.state_options().contains("--block-size"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod fsck_common;
 use std::path::Path;
 use std::sync::Arc;
 
-use fsck_common::READ_ERRNOS;
+use fsck_common::{walk_tree, WalkBounds, WalkVisitor, READ_ERRNOS};
 
 use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
 use ordo_fs::mkfs::{mkfs, MkfsOptions};
@@ -104,17 +104,17 @@ fn pattern(tag: u64, len: usize) -> Vec<u8> {
 }
 
 fn ok<T>(label: &str, what: &str, r: ordo_fs::Result<T>) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(e) => {
-            assert!(
-                !label.ends_with("(undamaged)"),
-                "{label}: {what}: {e} ({e:?})"
-            );
-            assert!(allowed(&e), "{label}: {what}: unexpected error {e} ({e:?})");
-            None
-        }
-    }
+    r.map_err(|e| check(label, what, &e)).ok()
+}
+
+/// An error is allowed only on a damaged image, and only if damage can
+/// cause it.
+fn check(label: &str, what: &str, e: &FsError) {
+    assert!(
+        !label.ends_with("(undamaged)"),
+        "{label}: {what}: {e} ({e:?})"
+    );
+    assert!(allowed(e), "{label}: {what}: unexpected error {e} ({e:?})");
 }
 
 /// Files, directories, links, a symlink, an xattr, a file with an extent
@@ -155,66 +155,32 @@ fn populate(fs: &Fs, label: &str) {
     fs.fsync(big.ino, false).unwrap();
 }
 
-/// Read-only walk: readdir, lookup, read, readlink, getattr, getxattr.
-/// Returns the files and directories seen (for the changes after it).
-fn walk(
-    fs: &Fs,
-    label: &str,
-    dir: Ino,
-    depth: usize,
-    seen: &mut Vec<(Ino, Ino, Vec<u8>, FileType)>,
-) {
-    if depth > WALK_DEPTH_MAX {
-        return;
+/// Read-only walk (readdir, lookup, read, readlink, getattr, listxattr):
+/// collects the files and directories seen, for the changes after it.
+struct Seen<'a> {
+    fs: &'a Fs,
+    label: &'a str,
+    seen: &'a mut Vec<(Ino, Ino, Vec<u8>, FileType)>,
+}
+
+impl WalkVisitor for Seen<'_> {
+    fn entry(&mut self, parent: Ino, name: &[u8], attr: &ordo_fs::Attr) {
+        self.seen.push((parent, attr.ino, name.to_vec(), attr.kind));
+        let _ = ok(self.label, "listxattr", self.fs.listxattr(attr.ino, true));
     }
-    let mut offset = 0;
-    loop {
-        if seen.len() >= WALK_ENTRIES_MAX {
-            return;
-        }
-        let Some(batch) = ok(label, "readdir", fs.readdir(dir, offset, 64)) else {
-            return;
-        };
-        if batch.is_empty() {
-            return;
-        }
-        for ent in batch {
-            assert!(
-                ent.next_offset != offset,
-                "{label}: readdir({dir}) cookie did not advance"
-            );
-            offset = ent.next_offset;
-            if ent.name == b"." || ent.name == b".." {
-                continue;
-            }
-            let Some(attr) = ok(label, "lookup", fs.lookup(dir, &ent.name)) else {
-                continue;
-            };
-            seen.push((dir, attr.ino, ent.name.clone(), attr.kind));
-            let _ = ok(label, "listxattr", fs.listxattr(attr.ino, true));
-            match attr.kind {
-                FileType::Directory => walk(fs, label, attr.ino, depth + 1, seen),
-                FileType::Regular => {
-                    let mut pos = 0;
-                    while pos < attr.size.min(READ_BYTES_MAX) {
-                        match ok(label, "read", fs.read(attr.ino, pos, 32 << 10)) {
-                            Some(d) if !d.is_empty() => pos += d.len() as u64,
-                            _ => break,
-                        }
-                    }
-                }
-                FileType::Symlink => {
-                    let _ = ok(label, "readlink", fs.readlink(attr.ino));
-                }
-                _ => {
-                    let _ = ok(label, "getattr", fs.getattr(attr.ino));
-                }
-            }
-            if seen.len() >= WALK_ENTRIES_MAX {
-                return;
-            }
-        }
+    fn error(&mut self, what: &str, e: &FsError) {
+        check(self.label, what, e);
     }
+}
+
+fn walk(fs: &Fs, label: &str, seen: &mut Vec<(Ino, Ino, Vec<u8>, FileType)>) {
+    const BOUNDS: WalkBounds = WalkBounds {
+        entries_max: WALK_ENTRIES_MAX,
+        depth_max: WALK_DEPTH_MAX,
+        read_bytes_max: READ_BYTES_MAX,
+        read_chunk: 32 << 10,
+    };
+    walk_tree(fs, label, ROOT_INO, &BOUNDS, &mut Seen { fs, label, seen });
 }
 
 /// Change what the walk found, and add to it.
@@ -317,13 +283,13 @@ fn run_case(label: &str, img: &Path, mode: ProtocolKind, rng: &mut ChaCha8Rng) {
         let _ = ok(label, "scan", fs.scan_to_end());
     }
     let mut seen = Vec::new();
-    walk(&fs, label, ROOT_INO, 0, &mut seen);
+    walk(&fs, label, &mut seen);
     change(&fs, label, &seen, rng);
     let _ = ok(label, "unmount", fs.unmount());
     // The repaired image mounts again (or refuses with an error).
     if let Ok(fs) = Fs::mount(device(img), options(mode)) {
         let mut seen = Vec::new();
-        walk(&fs, &format!("{label} (again)"), ROOT_INO, 0, &mut seen);
+        walk(&fs, &format!("{label} (again)"), &mut seen);
         let _ = fs.unmount();
     }
 }
@@ -392,7 +358,7 @@ fn run_protocol(mode: ProtocolKind, dir: &Path, seed: u64, per: usize) -> usize 
                 fs.scan_to_end().unwrap();
             }
             let mut seen = Vec::new();
-            walk(&fs, &format!("{name} (undamaged)"), ROOT_INO, 0, &mut seen);
+            walk(&fs, &format!("{name} (undamaged)"), &mut seen);
             assert!(
                 seen.len() > 400,
                 "{name}: walk saw {} entries: {:?}",

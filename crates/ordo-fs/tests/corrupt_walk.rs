@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use fsck_common::*;
 use ordo_dev::BlockDevice;
-use ordo_fs::{FileType, Fs, FsError, MountOptions, ROOT_INO};
+use ordo_fs::{Fs, FsError, MountOptions, ROOT_INO};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -67,78 +67,27 @@ impl WalkStats {
     }
 }
 
-fn walk(fs: &Fs, label: &str, dir: ordo_fs::Ino, depth: usize, st: &mut WalkStats) {
-    if depth > WALK_DEPTH_MAX {
-        return;
+/// The walk's findings, checked as they come.
+struct Checked<'a> {
+    label: &'a str,
+    st: &'a mut WalkStats,
+}
+
+impl WalkVisitor for Checked<'_> {
+    fn read(&mut self, bytes: usize) {
+        self.st.bytes_read += bytes as u64;
     }
-    let mut offset = 0;
-    loop {
-        if st.entries >= WALK_ENTRIES_MAX {
-            return;
-        }
-        let batch = match fs.readdir(dir, offset, 64) {
-            Ok(b) => b,
-            Err(e) => {
-                st.error(label, &format!("readdir({dir})"), &e);
-                return;
-            }
-        };
-        if batch.is_empty() {
-            return;
-        }
-        for ent in batch {
-            st.entries += 1;
-            assert!(
-                ent.next_offset != offset,
-                "{label}: readdir({dir}) cookie did not advance"
-            );
-            offset = ent.next_offset;
-            if ent.name == b"." || ent.name == b".." {
-                continue;
-            }
-            let attr = match fs.lookup(dir, &ent.name) {
-                Ok(a) => a,
-                Err(e) => {
-                    st.error(label, "lookup", &e);
-                    continue;
-                }
-            };
-            match attr.kind {
-                FileType::Directory => walk(fs, label, attr.ino, depth + 1, st),
-                FileType::Regular => {
-                    let mut pos = 0;
-                    let end = attr.size.min(READ_BYTES_MAX);
-                    while pos < end {
-                        match fs.read(attr.ino, pos, READ_CHUNK_BYTES) {
-                            Ok(data) if data.is_empty() => break,
-                            Ok(data) => {
-                                st.bytes_read += data.len() as u64;
-                                pos += data.len() as u64;
-                            }
-                            Err(e) => {
-                                st.error(label, "read", &e);
-                                break;
-                            }
-                        }
-                    }
-                }
-                FileType::Symlink => {
-                    if let Err(e) = fs.readlink(attr.ino) {
-                        st.error(label, "readlink", &e);
-                    }
-                }
-                _ => {
-                    if let Err(e) = fs.getattr(attr.ino) {
-                        st.error(label, "getattr", &e);
-                    }
-                }
-            }
-            if st.entries >= WALK_ENTRIES_MAX {
-                return;
-            }
-        }
+    fn error(&mut self, what: &str, e: &FsError) {
+        self.st.error(self.label, what, e);
     }
 }
+
+const BOUNDS: WalkBounds = WalkBounds {
+    entries_max: WALK_ENTRIES_MAX,
+    depth_max: WALK_DEPTH_MAX,
+    read_bytes_max: READ_BYTES_MAX,
+    read_chunk: READ_CHUNK_BYTES,
+};
 
 /// Mount read-only, walk, read everything, unmount; assert no write.
 fn run_case(label: &str, img: &Path, bs: u32) -> WalkStats {
@@ -151,7 +100,13 @@ fn run_case(label: &str, img: &Path, bs: u32) -> WalkStats {
     };
     match Fs::mount(dev.clone(), opts) {
         Ok(fs) => {
-            walk(&fs, label, ROOT_INO, 0, &mut st);
+            st.entries = walk_tree(
+                &fs,
+                label,
+                ROOT_INO,
+                &BOUNDS,
+                &mut Checked { label, st: &mut st },
+            );
             if let Err(e) = fs.unmount() {
                 st.error(label, "unmount", &e);
             }

@@ -176,8 +176,9 @@ pub struct AppParams {
     pub shard: Option<(usize, usize)>,
     /// Draw a progress bar.
     pub progress: bool,
-    /// Image size in MiB.
-    pub size_mib: u64,
+    /// The base image's geometry (32 MiB of 4 KiB blocks, one group, by
+    /// default).
+    pub image: ImageParams,
     /// Check only this state (`0.POINT.INDEX`).
     pub only_state: Option<crate::explore::StateId>,
     /// With `only_state`: keep its crash image, recovered image and the
@@ -202,7 +203,10 @@ impl AppParams {
             jobs: 0,
             shard: None,
             progress: false,
-            size_mib: 32,
+            image: ImageParams {
+                size_mib: APP_SIZE_MIB_DEFAULT,
+                ..ImageParams::default()
+            },
             only_state: None,
             keep: None,
             serve: Serve::Ordo,
@@ -223,7 +227,13 @@ impl AppParams {
         if self.states.torn {
             o.push("--torn".into());
         }
-        o.push(format!("--size-mib {}", self.size_mib));
+        o.push(format!("--size-mib {}", self.image.size_mib));
+        if self.image.block_size != ImageParams::default().block_size {
+            o.push(format!("--block-size {}", self.image.block_size));
+        }
+        if let Some(g) = self.image.blocks_per_group {
+            o.push(format!("--blocks-per-group {g}"));
+        }
         if self.serve == Serve::Kernel {
             o.push("--serve kernel".into());
         }
@@ -245,6 +255,10 @@ impl AppParams {
 
 /// Updates per workload unless told otherwise.
 pub const STEPS_DEFAULT: u32 = 4;
+
+/// The application image's size unless told otherwise (MiB): room for
+/// a database, a repository and their logs.
+pub const APP_SIZE_MIB_DEFAULT: u64 = 32;
 
 /// One step of the workload, as its control channel named it.
 #[derive(Clone, Debug)]
@@ -294,21 +308,25 @@ fn app_err(app: &str, detail: impl fmt::Display) -> CrashError {
 /// A base image the kernel made (`mkfs.ext4`, deterministic UUID and
 /// hash seed, inode tables initialised so no lazy-init thread writes
 /// during the recording).
-pub fn kernel_base(size_mib: u64) -> Result<Arc<MemDevice>, CrashError> {
+pub fn kernel_base(image: &ImageParams) -> Result<Arc<MemDevice>, CrashError> {
     let tmp = tempfile::Builder::new()
         .prefix("ordo-app-base-")
         .tempdir()
         .map_err(|e| CrashError::io("temporary directory", e))?;
     let img = tmp.path().join("base.img");
-    let out = std::process::Command::new("mkfs.ext4")
-        .args(["-F", "-q", "-b", "4096", "-J", "size=4"])
+    let mut mkfs = std::process::Command::new("mkfs.ext4");
+    mkfs.args(["-F", "-q", "-b", &image.block_size.to_string(), "-J", "size=4"])
         .args(["-U", "6f72646f-2d61-7070-2d6b-65726e656c21"])
         .args([
             "-E",
             "hash_seed=6f72646f-2d61-7070-2d68-617368736565,lazy_itable_init=0,lazy_journal_init=0,nodiscard",
-        ])
+        ]);
+    if let Some(g) = image.blocks_per_group {
+        mkfs.args(["-g", &g.to_string()]);
+    }
+    let out = mkfs
         .arg(&img)
-        .arg(format!("{size_mib}M"))
+        .arg(format!("{}M", image.size_mib))
         .output()
         .map_err(|e| CrashError::Mkfs(format!("mkfs.ext4: {e}")))?;
     if !out.status.success() {
@@ -318,7 +336,7 @@ pub fn kernel_base(size_mib: u64) -> Result<Arc<MemDevice>, CrashError> {
         )));
     }
     let bytes = std::fs::read(&img).map_err(|e| CrashError::io("reading the base image", e))?;
-    MemDevice::from_image(4096, &bytes)
+    MemDevice::from_image(image.block_size, &bytes)
         .map(Arc::new)
         .map_err(|e| CrashError::Mkfs(format!("loading the base image: {e}")))
 }
@@ -327,15 +345,8 @@ pub fn kernel_base(size_mib: u64) -> Result<Arc<MemDevice>, CrashError> {
 pub fn record_app(p: &AppParams) -> Result<AppRecording, CrashError> {
     let name = p.app.name();
     let base = match p.target {
-        Target::Kernel { .. } => kernel_base(p.size_mib)?,
-        Target::Ordo { mode, .. } => backend::make_image(
-            &ImageParams {
-                size_mib: p.size_mib,
-                block_size: 4096,
-                blocks_per_group: None,
-            },
-            mode,
-        )?,
+        Target::Kernel { .. } => kernel_base(&p.image)?,
+        Target::Ordo { mode, .. } => backend::make_image(&p.image, mode)?,
     };
     let rec = Recorder::new(base.clone());
     let mut steps = vec![StepInfo {

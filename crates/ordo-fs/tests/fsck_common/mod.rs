@@ -230,3 +230,114 @@ pub fn metadata_blocks(img: &Path) -> Vec<u64> {
     v.dedup();
     v
 }
+
+/// How far a walk of a possibly damaged tree may go, so that a cycle or a
+/// huge file cannot make it endless.
+pub struct WalkBounds {
+    /// Entries seen (`.` and `..` not counted) before the walk stops.
+    pub entries_max: usize,
+    /// Directories below the start.
+    pub depth_max: usize,
+    /// Bytes read of each file.
+    pub read_bytes_max: u64,
+    /// Bytes per read request.
+    pub read_chunk: u32,
+}
+
+/// What a walk reports: each name it resolved, each byte it read and each
+/// error it met (`what` names the call). Counting entries is the walk's.
+pub trait WalkVisitor {
+    fn entry(&mut self, _parent: ordo_fs::Ino, _name: &[u8], _attr: &ordo_fs::Attr) {}
+    fn read(&mut self, _bytes: usize) {}
+    fn error(&mut self, what: &str, e: &ordo_fs::FsError);
+}
+
+/// Walk the tree under `dir` as a reader would (readdir in batches of 64,
+/// lookup of each name, read of each file, readlink of each symlink,
+/// getattr of the rest) within `bounds`. A readdir cookie that does not
+/// advance fails the test: it would make any reader loop.
+pub fn walk_tree(
+    fs: &ordo_fs::Fs,
+    label: &str,
+    dir: ordo_fs::Ino,
+    bounds: &WalkBounds,
+    v: &mut impl WalkVisitor,
+) -> usize {
+    let mut seen = 0;
+    walk_dir(fs, label, dir, 0, bounds, &mut seen, v);
+    seen
+}
+
+fn walk_dir(
+    fs: &ordo_fs::Fs,
+    label: &str,
+    dir: ordo_fs::Ino,
+    depth: usize,
+    bounds: &WalkBounds,
+    seen: &mut usize,
+    v: &mut impl WalkVisitor,
+) {
+    use ordo_fs::FileType;
+    if depth > bounds.depth_max {
+        return;
+    }
+    let mut offset = 0;
+    while *seen < bounds.entries_max {
+        let batch = match fs.readdir(dir, offset, 64) {
+            Ok(b) if b.is_empty() => return,
+            Ok(b) => b,
+            Err(e) => return v.error(&format!("readdir({dir})"), &e),
+        };
+        for ent in batch {
+            assert!(
+                ent.next_offset != offset,
+                "{label}: readdir({dir}) cookie did not advance"
+            );
+            offset = ent.next_offset;
+            if ent.name == b"." || ent.name == b".." {
+                continue;
+            }
+            *seen += 1;
+            let attr = match fs.lookup(dir, &ent.name) {
+                Ok(a) => a,
+                Err(e) => {
+                    v.error("lookup", &e);
+                    continue;
+                }
+            };
+            v.entry(dir, &ent.name, &attr);
+            match attr.kind {
+                FileType::Directory => walk_dir(fs, label, attr.ino, depth + 1, bounds, seen, v),
+                FileType::Regular => {
+                    let mut pos = 0;
+                    while pos < attr.size.min(bounds.read_bytes_max) {
+                        match fs.read(attr.ino, pos, bounds.read_chunk) {
+                            Ok(d) if d.is_empty() => break,
+                            Ok(d) => {
+                                v.read(d.len());
+                                pos += d.len() as u64;
+                            }
+                            Err(e) => {
+                                v.error("read", &e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                FileType::Symlink => {
+                    if let Err(e) = fs.readlink(attr.ino) {
+                        v.error("readlink", &e);
+                    }
+                }
+                _ => {
+                    if let Err(e) = fs.getattr(attr.ino) {
+                        v.error("getattr", &e);
+                    }
+                }
+            }
+            if *seen >= bounds.entries_max {
+                return;
+            }
+        }
+    }
+}
