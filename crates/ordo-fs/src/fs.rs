@@ -45,6 +45,33 @@ pub struct Fs {
     pub(crate) read_only: bool,
     /// `fsync=osync`: a plain fsync is an osync.
     pub(crate) fsync_is_osync: bool,
+    /// Who may allocate the reserved blocks (`s_def_resuid`,
+    /// `s_def_resgid`), fixed while mounted: read without the core lock.
+    pub(crate) reserve_ids: ReserveIds,
+    /// Bytes of a write taken per handle: an eighth of the cache bound,
+    /// at least a block and at most `WRITE_CHUNK_BYTES`.
+    pub(crate) write_chunk: usize,
+}
+
+/// `s_def_resuid` and `s_def_resgid` of a mounted file system.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReserveIds {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl ReserveIds {
+    pub(crate) fn of(sbi: &Superblock) -> ReserveIds {
+        ReserveIds {
+            uid: u32::from(sbi.def_resuid),
+            gid: u32::from(sbi.def_resgid),
+        }
+    }
+}
+
+/// A write's bytes per handle with a cache bound of `bound_bytes`.
+pub(crate) fn write_chunk(bound_bytes: u64, block_size: u32) -> usize {
+    ((bound_bytes / 8) as usize).clamp(block_size as usize, WRITE_CHUNK_BYTES)
 }
 
 impl Fs {
@@ -185,7 +212,7 @@ impl Fs {
 
     /// Whether `creds` may allocate the blocks reserved for root.
     fn may_use_reserve(&self, creds: &Creds) -> bool {
-        may_use_reserve(&self.shared.lock().sbi, creds)
+        may_use_reserve(self.reserve_ids, creds)
     }
 
     /// Create a regular file (or, with another `kind`, a device node, FIFO or
@@ -439,10 +466,7 @@ impl Fs {
             self.getattr(ino)?;
             return Ok(0);
         }
-        let chunk = {
-            let c = self.shared.lock();
-            ((c.cache.bound_bytes() / 8) as usize).clamp(c.bs as usize, WRITE_CHUNK_BYTES)
-        };
+        let chunk = self.write_chunk;
         let mut done = 0usize;
         while done < data.len() {
             let end = (done + chunk).min(data.len());
@@ -1011,12 +1035,10 @@ fn acl_permits(
 /// (`s_r_blocks_count`): root, the reserved uid (`s_def_resuid`) or a
 /// member of the reserved group (`s_def_resgid`, when it is not root's),
 /// as ext4's `ext4_has_free_clusters`.
-fn may_use_reserve(sbi: &Superblock, creds: &Creds) -> bool {
+fn may_use_reserve(ids: ReserveIds, creds: &Creds) -> bool {
     creds.uid == 0
-        || creds.uid == sbi.def_resuid as u32
-        || (sbi.def_resgid != 0
-            && (creds.gid == sbi.def_resgid as u32
-                || creds.groups.contains(&(sbi.def_resgid as u32))))
+        || creds.uid == ids.uid
+        || (ids.gid != 0 && (creds.gid == ids.gid || creds.groups.contains(&ids.gid)))
 }
 
 /// Whether `ino`, whose last handle just went, is an unlinked inode to

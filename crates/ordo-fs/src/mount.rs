@@ -531,11 +531,20 @@ impl Fs {
                 Ok(())
             })?;
         }
+        let (reserve_ids, write_chunk) = {
+            let c = shared.lock();
+            (
+                crate::fs::ReserveIds::of(&c.sbi),
+                crate::fs::write_chunk(c.cache.bound_bytes(), c.bs),
+            )
+        };
         let fs = Fs {
             shared,
             background: Mutex::new(None),
             read_only: opts.read_only,
             fsync_is_osync,
+            reserve_ids,
+            write_chunk,
         };
         if opts.mode.caps().backlinks && !opts.read_only {
             fs.attach_owner_table(before, was_clean)?;

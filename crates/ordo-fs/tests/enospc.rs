@@ -713,6 +713,67 @@ fn reserved_blocks_are_for_root() {
     }
 }
 
+/// The reserve is also for `s_def_resuid` and for members of
+/// `s_def_resgid` (tune2fs -u / -g), as ext4's `ext4_has_free_clusters`:
+/// a user who is neither stops at the reserve, the reserved user and a
+/// member of the reserved group (by a supplementary group) write into it.
+#[test]
+fn reserved_blocks_are_for_resuid_and_resgid() {
+    require_tools();
+    let m = &MODES[0];
+    let (_dir, img) = scratch();
+    make_image(&img, m.features, None, 5);
+    let out = std::process::Command::new("tune2fs")
+        .args(["-u", "1000", "-g", "3000"])
+        .arg(&img)
+        .output()
+        .expect("tune2fs runs");
+    assert!(out.status.success(), "tune2fs: {out:?}");
+    let fs = mount_mode(&img, m);
+    let who = |uid: u32, groups: Vec<u32>| Creds {
+        uid,
+        gid: uid,
+        groups,
+        umask: 0,
+    };
+    let (other, resuid, member) = (who(1002, vec![]), who(1000, vec![]), who(1001, vec![3000]));
+    let d = fs.mkdir(ROOT_INO, b"u", 0o777, &root()).unwrap().ino;
+    let chunk = vec![5u8; 1 << 20];
+    let fill = |name: &[u8], c: &Creds| -> u64 {
+        let f = fs
+            .create(d, name, FileType::Regular, 0o644, 0, c)
+            .unwrap()
+            .ino;
+        let mut off = 0u64;
+        while let Ok(n) = fs.write_as(f, off, &chunk, c) {
+            off += n as u64;
+        }
+        off
+    };
+    fill(b"other", &other);
+    let st = fs.statfs().unwrap();
+    let reserved = st.blocks_free - st.blocks_avail;
+    assert!(reserved > 0 && st.blocks_free >= reserved, "{st:?}");
+    // The reserved user goes past the point where the other stopped.
+    let wrote = fill(b"resuid", &resuid);
+    assert!(wrote > 0, "the reserved uid could not use the reserve");
+    let after = fs.statfs().unwrap().blocks_free;
+    assert!(
+        after < reserved,
+        "the reserved uid stopped at the reserve ({after} free)"
+    );
+    // Root's files freed, the reserve is whole again for the group member.
+    fs.unlink(d, b"resuid").unwrap();
+    fs.sync().unwrap();
+    assert!(
+        fill(b"member", &member) > 0,
+        "a member of resgid could not use the reserve"
+    );
+    assert!(fs.statfs().unwrap().blocks_free < reserved);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}
+
 /// Inodes freed on a file system out of inodes are usable at once.
 #[test]
 fn freed_inodes_are_reusable_at_once() {
