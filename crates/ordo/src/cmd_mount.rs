@@ -120,6 +120,18 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     parsed
         .resolve_mode(sb.feature_compat)
         .map_err(Refusal::Usage)?;
+    // One malloc arena for the whole process (glibc's M_ARENA_MAX), set
+    // before any thread exists. With an arena per worker thread, block
+    // images allocated as the cache fills grew each worker's heap a page
+    // at a time, one mprotect(2) per page (about four per created file);
+    // the main arena grows by brk(2) with 128 KiB of padding. Allocation
+    // in the core happens under its one lock anyway, so the workers lose
+    // nothing by sharing the arena (DESIGN.md, "The FUSE path").
+    // SAFETY: mallopt only sets a tunable of the C allocator; nothing has
+    // allocated from another thread yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
     // Detach before any thread exists (the mount's commit thread, FUSE's
     // workers): the parent waits until the mount is live or has failed.
     if !a.foreground {
