@@ -51,7 +51,9 @@ fn nofs_keeps_data_consistent() {
         assert!(r.checked >= min, "{w}: only {} states checked", r.checked);
         total += r.checked;
     }
-    assert!(total >= 10_000, "only {total} states checked");
+    // Tree nodes going home before their pointers put fewer writes in
+    // flight at once, so seq-1 and Table 3 have fewer states than before.
+    assert!(total >= 9_500, "only {total} states checked");
 }
 
 /// Four block groups (`--blocks-per-group 1024`): a directory made after
@@ -80,7 +82,7 @@ fn nofs_on_four_groups() {
     }
 }
 
-/// Six cases the random soak found, as scenarios: an unlink and a create
+/// Seven cases the random soak found, as scenarios: an unlink and a create
 /// of one name whose entries land in different directory blocks (a crash
 /// can leave both: the scanners keep one); an attribute block freed by one
 /// file and taken by the next whose pointer reaches the disk before its
@@ -93,7 +95,11 @@ fn nofs_on_four_groups() {
 /// tree block is not the other's data); a collapse and an insert range
 /// in flight whose inode reached the disk and not its new tree (the map
 /// is rebuilt from records that must all be the old tree's: fault
-/// `nofs_moves_unheld` breaks that, `the_broken_variants_are_caught`).
+/// `nofs_moves_unheld` breaks that, `the_broken_variants_are_caught`); a
+/// tree that grows a level again into the block of its own older node,
+/// whose checksum (same inode, same generation) holds: the new node goes
+/// home before the inode's pointer to it, or a crash brings the old map
+/// back (fault `nofs_tree_unordered`).
 #[test]
 fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
@@ -106,8 +112,9 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
         ("tests/scenarios/nofs-stale-xattr.scenario", 30),
         ("tests/scenarios/nofs-rename-lost-dir.scenario", 30),
         ("tests/scenarios/nofs-two-lost-trees.scenario", 30),
-        ("tests/scenarios/nofs-collapse-lost-tree.scenario", 9),
-        ("tests/scenarios/nofs-insert-lost-tree.scenario", 9),
+        ("tests/scenarios/nofs-collapse-lost-tree.scenario", 8),
+        ("tests/scenarios/nofs-insert-lost-tree.scenario", 8),
+        ("tests/scenarios/nofs-tree-regrow.scenario", 10),
     ] {
         let r = run(w, None, E2fsckPolicy::Every);
         assert_clean(w, &r);
@@ -128,41 +135,33 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     );
 }
 
-/// Two states the soak found on `mix --random-ops 400`, replayed alone:
+/// The seeds of `mix --random-ops 400` whose soaks found NoFS bugs:
 /// seed 0's two files whose trees both grew a level and were both lost
-/// (one file's rebuilt tree must not take the other's data block), and
-/// seed 5's file whose tree was lost while the unlink that freed its
-/// blocks was in flight (the table on disk gives it no block: its size
-/// goes to 0, not to zeros it never held), and seed 15's orphans linked
-/// back into a full directory (its new block must not be a live
-/// directory's whose bit the bitmap on disk did not have yet). A state
-/// is named by the writes of the code that found it: a change to what
-/// the protocol writes moves it (seed 15's point has fewer states since
-/// freed blocks' records are cleared behind a flush and moved records
-/// wait for their tree), so seed 15's is kept as every state of its
-/// point, and the classes have library tests of their own
-/// (`backpointers_protocol.rs`).
+/// (one file's rebuilt tree must not take the other's data block), seed
+/// 5's file whose tree was lost while the unlink that freed its blocks was
+/// in flight (the table on disk gives it no block: its size goes to 0, not
+/// to zeros it never held), and seed 15's orphans linked back into a full
+/// directory (its new block must not be a live directory's whose bit the
+/// bitmap on disk did not have yet). A state is named by the writes of the
+/// code that found it, and every change to what the protocol writes moved
+/// these (the last, tree nodes going home before their pointers, removed
+/// the states of a lost tree altogether), so the seeds are sampled whole
+/// instead; the classes have library tests of their own
+/// (`backpointers_protocol.rs`), and seed 15 alone is 96,970 states, all
+/// of them passing (docs/CRASH.md, section 9).
 #[test]
-fn the_soaks_states_pass_alone() {
+fn the_soaks_seeds_pass() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
     std::env::remove_var("ORDO_FAULT");
     std::env::set_var("ORDO_NOFS_FILL_EVERY", "32");
-    for (seed, state) in [
-        (0, "2.313.21"),
-        (5, "3.324.1"),
-        (15, "1.271.0"),
-        (15, "1.271.1"),
-        (15, "1.271.2"),
-        (15, "1.271.3"),
-    ] {
-        let mut p = params("backpointers", "mix", None, E2fsckPolicy::Every);
+    for seed in [0, 5, 15] {
+        let mut p = params("backpointers", "mix", Some(1_500), E2fsckPolicy::Sample(50));
         p.states.seed = seed;
         p.workload_params.seed = seed;
         p.workload_params.random_ops = 400;
-        p.only_state = Some(state.parse().unwrap());
-        let r = protocol_common::run(&format!("mix seed {seed} state {state}"), &p);
-        assert_eq!(r.checked, 1, "seed {seed} state {state}: {}", r.summary(5));
-        assert_clean(&format!("seed {seed} state {state}"), &r);
+        let r = protocol_common::run(&format!("mix seed {seed}"), &p);
+        assert_eq!(r.checked, 1_500, "mix seed {seed}: {}", r.summary(5));
+        assert_clean(&format!("mix seed {seed}"), &r);
     }
     std::env::remove_var("ORDO_NOFS_FILL_EVERY");
 }
@@ -184,10 +183,20 @@ fn the_broken_variants_are_caught() {
         ("nofs_no_owner_check", ["random", "nofs-table3"]),
         ("nofs_unvalidated_alloc", ["nofs-table3", "seq1"]),
         (
-            "nofs_moves_unheld",
+            // The tree's order alone now keeps a crash from losing the
+            // new tree under the inode, the state this fault broke: it is
+            // shown with the old order beside it.
+            "nofs_moves_unheld,nofs_tree_unordered",
             [
                 "tests/scenarios/nofs-collapse-lost-tree.scenario",
                 "tests/scenarios/nofs-insert-lost-tree.scenario",
+            ],
+        ),
+        (
+            "nofs_tree_unordered",
+            [
+                "tests/scenarios/nofs-tree-regrow.scenario",
+                "tests/scenarios/nofs-tree-regrow.scenario",
             ],
         ),
     ] {

@@ -170,6 +170,51 @@ fn an_fsync_is_one_flush_and_nothing_is_ordered() {
     fs.unmount().unwrap();
 }
 
+/// The one place an fsync orders writes: a file whose extent tree grows
+/// a level (a fifth extent moves the inode's four into a new node) has
+/// the node written behind a flush of its own before the inode that
+/// points to it. Only that fsync pays the second flush.
+#[test]
+fn a_tree_that_grows_a_level_goes_home_node_first() {
+    let (_dev, fs, f) = mount_with_file(&image());
+    let tree_flushes = |fs: &Fs| {
+        let (_, stats) = fs.protocol_stats();
+        stats
+            .iter()
+            .find(|(k, _)| k == "tree_flushes")
+            .map(|(_, v)| *v)
+            .expect("backpointers counts its tree flushes")
+    };
+    // Four extents, one block apart, fit in the inode.
+    for k in 0..4u32 {
+        fs.write(f, u64::from(2 * k) * BS as u64, &block(3, 0, 2 * k))
+            .unwrap();
+    }
+    fs.fsync(f, false).unwrap();
+    let before = fs.counters();
+    assert_eq!(tree_flushes(&fs), 0);
+    fs.write(f, 8 * BS as u64, &block(3, 0, 8)).unwrap();
+    fs.fsync(f, false).unwrap();
+    let after = fs.counters();
+    assert_eq!(tree_flushes(&fs), 1, "the new node goes home first");
+    assert_eq!(
+        after.flushes - before.flushes,
+        2,
+        "node, flush, the rest, flush"
+    );
+    // Writing into the grown tree changes no shape: one flush again.
+    fs.write(f, 8 * BS as u64, &block(3, 1, 8)).unwrap();
+    fs.fsync(f, false).unwrap();
+    assert_eq!(fs.counters().flushes - after.flushes, 1);
+    for k in [0u32, 2, 4, 6] {
+        assert_eq!(
+            fs.read(f, u64::from(k) * BS as u64, BS as u32).unwrap(),
+            block(3, 0, k)
+        );
+    }
+    fs.unmount().unwrap();
+}
+
 /// What the workload did to one file, by file id.
 #[derive(Default)]
 struct Model {

@@ -26,6 +26,15 @@
 //! - **Backlinks** (the core's, `caps.backlinks`): every inode names its
 //!   directories, and a name resolves only to an inode that names its
 //!   directory back.
+//! - **A tree's new nodes go home before the pointers to them.** Where
+//!   an extent tree changed shape (it grew a level, a node split, a shift
+//!   built a new tree), the new nodes are written behind a flush of their
+//!   own before the rest, and a node a split truncated after the rest,
+//!   behind another (`send_ordered`): a crash can then not keep a pointer
+//!   and lose its node, whose block may hold an older node of the same
+//!   file (the same inode and generation: its checksum holds) and bring
+//!   an older map back, nor keep a truncated node and lose the pointer to
+//!   the half it gave away. Only changes of shape pay these flushes.
 //! - **A shift's moved records wait for its tree.** A collapse or insert
 //!   range moves the records of every block after its offset; they go home
 //!   only once the new tree and inode are durable (`move_old`), so the
@@ -35,8 +44,8 @@
 //!   scanners rebuild it from what validates before anything is allocated
 //!   ([`Protocol::trusts_allocation_state`]).
 //!
-//! Faults (`ORDO_FAULT`, read when the protocol is built), for the crash
-//! explorer's proof that it catches a broken NoFS:
+//! Faults (`ORDO_FAULT`, a comma-separated list, read when the protocol is
+//! built), for the crash explorer's proof that it catches a broken NoFS:
 //! - `nofs_no_generation`: records are compared without the generation,
 //!   and, as the paper's backpointers, neither cleared when a block is
 //!   freed nor kept from reuse until the free is durable (either would
@@ -46,7 +55,12 @@
 //! - `nofs_unvalidated_alloc`: the on-disk bitmaps are trusted after a
 //!   crash (no scan before allocating);
 //! - `nofs_moves_unheld`: the records a collapse or insert range moves go
-//!   home with the next write-back, before the new tree is durable.
+//!   home with the next write-back, before the new tree is durable (a
+//!   crash can lose the new tree and keep the inode only with
+//!   `nofs_tree_unordered` beside it: the tree's order alone now keeps
+//!   that state from existing, and the held records are a second line);
+//! - `nofs_tree_unordered`: a tree's new and truncated nodes go home with
+//!   everything else, in no order.
 
 mod table;
 
@@ -95,17 +109,24 @@ enum Fault {
     NoOwnerCheck,
     UnvalidatedAlloc,
     MovesUnheld,
+    TreeUnordered,
 }
 
 impl Fault {
-    fn from_env() -> Option<Fault> {
-        match std::env::var("ORDO_FAULT").ok().as_deref() {
-            Some("nofs_no_generation") => Some(Fault::NoGeneration),
-            Some("nofs_no_owner_check") => Some(Fault::NoOwnerCheck),
-            Some("nofs_unvalidated_alloc") => Some(Fault::UnvalidatedAlloc),
-            Some("nofs_moves_unheld") => Some(Fault::MovesUnheld),
-            _ => None,
-        }
+    /// The faults `ORDO_FAULT` names (a comma-separated list; names of
+    /// other protocols' faults are ignored).
+    fn from_env() -> Vec<Fault> {
+        let v = std::env::var("ORDO_FAULT").unwrap_or_default();
+        v.split(',')
+            .filter_map(|f| match f.trim() {
+                "nofs_no_generation" => Some(Fault::NoGeneration),
+                "nofs_no_owner_check" => Some(Fault::NoOwnerCheck),
+                "nofs_unvalidated_alloc" => Some(Fault::UnvalidatedAlloc),
+                "nofs_moves_unheld" => Some(Fault::MovesUnheld),
+                "nofs_tree_unordered" => Some(Fault::TreeUnordered),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -172,7 +193,8 @@ impl Frozen {
 pub struct Backpointers {
     bs: u32,
     block_count: u64,
-    fault: Option<Fault>,
+    /// The faults injected (`ORDO_FAULT`, comma-separated).
+    faults: Vec<Fault>,
     /// Physical blocks of the table (header first); empty until attached.
     table_at: Vec<u64>,
     /// The table's blocks, in memory for the mount.
@@ -232,6 +254,17 @@ pub struct Backpointers {
     /// A table being rebuilt: its header, to go home after the first
     /// flush that makes every record durable.
     header_pending: Option<Vec<u8>>,
+    /// Extent-tree nodes written whole since they last went home (a
+    /// tree that grew a level, a split's new sibling, a shift's new
+    /// tree): they go home behind their own flush before the node that
+    /// points to them (`send_ordered`).
+    fresh_nodes: BTreeSet<u64>,
+    /// Blocks changed by an update of no mapping meaning (`Other`); those
+    /// that are extent-tree nodes were truncated by a split after their
+    /// parent gained the sibling's pointer, and go home after the parent.
+    trimmed_nodes: BTreeSet<u64>,
+    /// Flushes planned to order a tree's nodes.
+    tree_flushes: u64,
     write_backs: u64,
     blocks_written: u64,
     records_written: u64,
@@ -244,7 +277,7 @@ impl Backpointers {
         Backpointers {
             bs: env.block_size,
             block_count: env.block_count,
-            fault: Fault::from_env(),
+            faults: Fault::from_env(),
             table_at: Vec::new(),
             table: Vec::new(),
             table_dirty: BTreeSet::new(),
@@ -257,6 +290,9 @@ impl Backpointers {
             clear_write: Vec::new(),
             clear_flush: Vec::new(),
             header_pending: None,
+            fresh_nodes: BTreeSet::new(),
+            trimmed_nodes: BTreeSet::new(),
+            tree_flushes: 0,
             owned: HashMap::new(),
             own_times: HashMap::new(),
             move_old: HashMap::new(),
@@ -270,6 +306,10 @@ impl Backpointers {
             owner_mismatches: 0,
             crc_mismatches: 0,
         }
+    }
+
+    fn faulty(&self, f: Fault) -> bool {
+        self.faults.contains(&f)
     }
 
     fn slot_of(&self, pblk: u64) -> (usize, usize) {
@@ -455,7 +495,7 @@ impl Backpointers {
         }
         let list: Vec<u64> = blocks.iter().copied().collect();
         self.blocks_written += list.len() as u64;
-        io.write_home_runs(&list, false, super::MAX_RUN_BLOCKS);
+        self.send_ordered(&list, io);
         self.write_tables(tables, io);
         self.flush(io);
         self.write_backs += 1;
@@ -507,6 +547,57 @@ impl Backpointers {
         self.records_written += 1;
     }
 
+    /// Send `blocks` (sorted) home. Unordered, as NoFS writes, except
+    /// where an extent tree changed shape: a node the tree gained goes
+    /// home, behind a flush, before the node that points to it, and a node
+    /// a split truncated goes home, behind another, after the parent that
+    /// points to its new sibling (Ganger and Patt's rules, for the tree
+    /// alone). Without them a crash could keep the new pointer and not
+    /// the node (every block of the file after it then fails its check,
+    /// or reads an older version of the same file's node, which its
+    /// checksum cannot tell apart), or keep the truncated node and not the
+    /// pointer (the moved half is then lost): data a sync had made
+    /// durable would be gone. The file's own blocks stay unordered.
+    fn send_ordered(&mut self, blocks: &[u64], io: &mut Io) {
+        let is_node = |b: &u64| io.class_of(*b) == BlockClass::ExtentTree;
+        let fresh: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|b| self.fresh_nodes.contains(b) && is_node(b))
+            .collect();
+        let trimmed: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|b| self.trimmed_nodes.contains(b) && !fresh.contains(b) && is_node(b))
+            .collect();
+        for b in blocks {
+            self.fresh_nodes.remove(b);
+            self.trimmed_nodes.remove(b);
+        }
+        if (fresh.is_empty() && trimmed.is_empty()) || self.faulty(Fault::TreeUnordered) {
+            io.write_home_runs(blocks, false, super::MAX_RUN_BLOCKS);
+            return;
+        }
+        let rest: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|b| !fresh.contains(b) && !trimmed.contains(b))
+            .collect();
+        // Plain flushes: what waits for this plan's flush (frees, moved
+        // records) waits for the last one, after every phase.
+        if !fresh.is_empty() {
+            io.write_home_runs(&fresh, false, super::MAX_RUN_BLOCKS);
+            io.flush();
+            self.tree_flushes += 1;
+        }
+        io.write_home_runs(&rest, false, super::MAX_RUN_BLOCKS);
+        if !trimmed.is_empty() {
+            io.flush();
+            self.tree_flushes += 1;
+            io.write_home_runs(&trimmed, false, super::MAX_RUN_BLOCKS);
+        }
+    }
+
     /// Send every dirty block home (and the owner-table blocks), then
     /// flush if asked. Under memory pressure (`pressure`) the blocks an
     /// earlier plan already sends home at their current image are left to
@@ -524,7 +615,7 @@ impl Backpointers {
         }
         let dirty = io.dirty_to_send(pressure);
         self.blocks_written += dirty.len() as u64;
-        io.write_home_runs(&dirty, false, super::MAX_RUN_BLOCKS);
+        self.send_ordered(&dirty, io);
         self.write_dirty_tables(io);
         if flush {
             self.flush(io);
@@ -555,7 +646,7 @@ impl Backpointers {
     fn owners_agree(&self, a: &BlockOwner, b: &BlockOwner) -> bool {
         a.ino == b.ino
             && a.lblk == b.lblk
-            && (a.generation == b.generation || self.fault == Some(Fault::NoGeneration))
+            && (a.generation == b.generation || self.faulty(Fault::NoGeneration))
     }
 }
 
@@ -574,10 +665,16 @@ impl Protocol for Backpointers {
             } => {
                 self.own_times.entry(*ino).or_default().insert(u.block);
             }
+            K::ExtentBlockInit { ino } => {
+                self.note(*ino, u.block);
+                self.fresh_nodes.insert(u.block);
+            }
+            K::Other => {
+                self.trimmed_nodes.insert(u.block);
+            }
             K::Inode { ino, .. }
             | K::Extent { ino, .. }
             | K::ExtentTree { ino, .. }
-            | K::ExtentBlockInit { ino }
             | K::Xattr { ino }
             | K::XattrBlockInit { ino }
             | K::XattrRef { ino, .. } => self.note(*ino, u.block),
@@ -611,12 +708,14 @@ impl Protocol for Backpointers {
     }
     fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
         self.pending.remove(&block);
-        if self.fault == Some(Fault::NoGeneration) {
+        self.fresh_nodes.remove(&block);
+        self.trimmed_nodes.remove(&block);
+        if self.faulty(Fault::NoGeneration) {
             // The paper's backpointers: neither cleared on free nor kept
             // from reuse, and here without the generation.
             return;
         }
-        if self.fault == Some(Fault::UnvalidatedAlloc) {
+        if self.faulty(Fault::UnvalidatedAlloc) {
             // Nothing waits: the record goes at once, the block is
             // reusable at once.
             self.set_record(block, None);
@@ -683,7 +782,7 @@ impl Protocol for Backpointers {
             moves.extend(self.moves_unwritten.remove(&ino).unwrap_or_default());
         }
         let mut tables = BTreeSet::new();
-        if self.fault == Some(Fault::MovesUnheld) {
+        if self.faulty(Fault::MovesUnheld) {
             // The moved records go home with the tree, in no order.
             tables.extend(moves.drain(..).map(|b| self.slot_of(b).0));
         }
@@ -804,7 +903,7 @@ impl Protocol for Backpointers {
         }
         if let Some(mut r) = self.record(pblk) {
             if r.owner == owner {
-                if self.fault != Some(Fault::MovesUnheld) {
+                if !self.faulty(Fault::MovesUnheld) {
                     self.move_old.entry(pblk).or_insert(Some(r));
                 }
                 self.moves_unwritten
@@ -841,7 +940,7 @@ impl Protocol for Backpointers {
     }
 
     fn check_block_read(&mut self, owner: BlockOwner, pblk: u64, data: &[u8]) -> Result<()> {
-        if self.fault == Some(Fault::NoOwnerCheck) || self.table.is_empty() {
+        if self.faulty(Fault::NoOwnerCheck) || self.table.is_empty() {
             return Ok(());
         }
         match self.record(pblk) {
@@ -862,11 +961,11 @@ impl Protocol for Backpointers {
     }
 
     fn checks_owner_marks(&self) -> bool {
-        self.fault != Some(Fault::NoOwnerCheck)
+        !self.faulty(Fault::NoOwnerCheck)
     }
 
     fn trusts_allocation_state(&self) -> bool {
-        self.fault == Some(Fault::UnvalidatedAlloc)
+        self.faulty(Fault::UnvalidatedAlloc)
     }
 
     fn stats(&self) -> Vec<(String, u64)> {
@@ -876,6 +975,7 @@ impl Protocol for Backpointers {
             ("owner_blocks_written".into(), self.records_written),
             ("owner_mismatches".into(), self.owner_mismatches),
             ("crc_mismatches".into(), self.crc_mismatches),
+            ("tree_flushes".into(), self.tree_flushes),
         ]
     }
 }
