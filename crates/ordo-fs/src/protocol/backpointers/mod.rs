@@ -560,15 +560,34 @@ impl Backpointers {
     /// durable would be gone. The file's own blocks stay unordered.
     fn send_ordered(&mut self, blocks: &[u64], io: &mut Io) {
         let is_node = |b: &u64| io.class_of(*b) == BlockClass::ExtentTree;
-        let fresh: Vec<u64> = blocks
-            .iter()
-            .copied()
-            .filter(|b| self.fresh_nodes.contains(b) && is_node(b))
-            .collect();
+        // A pointer to a new node may be in any inode-table block or tree
+        // node sent, and not only the file's own: an fsync of another file
+        // writes every inode of its inode's block. So every new node not
+        // yet home goes first, whoever's it is.
+        let pointers = blocks.iter().any(|b| {
+            matches!(
+                io.class_of(*b),
+                BlockClass::InodeTable | BlockClass::ExtentTree
+            )
+        });
+        let fresh: Vec<u64> = if pointers {
+            self.fresh_nodes
+                .iter()
+                .copied()
+                .filter(|b| io.is_dirty(*b) && is_node(b))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for b in &fresh {
+            self.fresh_nodes.remove(b);
+        }
         let trimmed: Vec<u64> = blocks
             .iter()
             .copied()
-            .filter(|b| self.trimmed_nodes.contains(b) && !fresh.contains(b) && is_node(b))
+            .filter(|b| {
+                self.trimmed_nodes.contains(b) && fresh.binary_search(b).is_err() && is_node(b)
+            })
             .collect();
         for b in blocks {
             self.fresh_nodes.remove(b);
@@ -581,7 +600,7 @@ impl Backpointers {
         let rest: Vec<u64> = blocks
             .iter()
             .copied()
-            .filter(|b| !fresh.contains(b) && !trimmed.contains(b))
+            .filter(|b| fresh.binary_search(b).is_err() && trimmed.binary_search(b).is_err())
             .collect();
         // Plain flushes: what waits for this plan's flush (frees, moved
         // records) waits for the last one, after every phase.
