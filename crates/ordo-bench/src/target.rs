@@ -530,8 +530,7 @@ impl LibFuse {
     fn start(fs: Arc<Fs>, mnt: &Path, mode: ProtocolKind) -> std::io::Result<LibFuse> {
         let config = ordo_fuse::MountConfig {
             fsname: "ordo-bench".to_string(),
-            threads: ordo_fuse::default_threads(mode),
-            ..ordo_fuse::MountConfig::default()
+            ..ordo_fuse::MountConfig::for_mode(mode)
         };
         let session = ordo_fuse::mount(fs, mnt, &config)?.spawn()?;
         Ok(LibFuse {

@@ -779,8 +779,35 @@ fn keep_images(
         let fpath = dir.join(format!("state-{id}.findings"));
         std::fs::write(&fpath, findings)
             .map_err(|e| CrashError::io(format!("writing {}", fpath.display()), e))?;
+        let wpath = dir.join(format!("state-{id}.writes"));
+        std::fs::write(&wpath, write_log_text(&rec.events))
+            .map_err(|e| CrashError::io(format!("writing {}", wpath.display()), e))?;
     }
     Ok(())
+}
+
+/// The recording's write log as text, one event a line: its index in
+/// the log (what a state's "needs write #N" names), the operation that
+/// issued it, and what it was (a write's first block, length and class,
+/// a flush, or a promise made).
+fn write_log_text(events: &[crate::log::LogEvent]) -> String {
+    use crate::log::EventKind;
+    let mut text = String::from("# event op what\n");
+    for (i, e) in events.iter().enumerate() {
+        let what = match &e.kind {
+            EventKind::Write(w) => format!(
+                "write {} ({} bytes) {:?}{}",
+                w.block,
+                w.data.len(),
+                w.class,
+                if w.fua { " fua" } else { "" }
+            ),
+            EventKind::Flush => "flush".to_string(),
+            EventKind::Mark(p) => format!("promise {p}"),
+        };
+        text += &format!("{i} {} {what}\n", e.op);
+    }
+    text
 }
 
 #[cfg(test)]

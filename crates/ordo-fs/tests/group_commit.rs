@@ -8,62 +8,11 @@
 //! opens a gate, and the test waits until the file system reports the
 //! expected number of waiting fsyncs before opening it.
 
-use std::io;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
-use ordo_dev::{BlockClass, BlockDevice, Counters, MemDevice, Ticket, WriteFlags};
+use ordo_dev::{GateDevice, MemDevice};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
-
-/// A memory device whose flushes block while the gate is closed.
-struct GateDevice {
-    inner: MemDevice,
-    closed: Mutex<bool>,
-    /// Flushes blocked at the gate right now.
-    blocked: Mutex<usize>,
-    cv: Condvar,
-}
-
-impl GateDevice {
-    fn set_closed(&self, closed: bool) {
-        *self.closed.lock().unwrap() = closed;
-        self.cv.notify_all();
-    }
-    fn blocked(&self) -> usize {
-        *self.blocked.lock().unwrap()
-    }
-}
-
-impl BlockDevice for GateDevice {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.inner.block_count()
-    }
-    fn read(&self, block: u64, buf: &mut [u8], class: BlockClass) -> io::Result<()> {
-        self.inner.read(block, buf, class)
-    }
-    fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
-        self.inner.write(block, data, flags)
-    }
-    fn flush(&self) -> io::Result<()> {
-        let mut closed = self.closed.lock().unwrap();
-        *self.blocked.lock().unwrap() += 1;
-        while *closed {
-            closed = self.cv.wait(closed).unwrap();
-        }
-        *self.blocked.lock().unwrap() -= 1;
-        drop(closed);
-        self.inner.flush()
-    }
-    fn durable(&self) -> Ticket {
-        self.inner.durable()
-    }
-    fn counters(&self) -> Counters {
-        self.inner.counters()
-    }
-}
 
 fn stat(fs: &Fs, name: &str) -> u64 {
     let (_, s) = fs.protocol_stats();
@@ -85,7 +34,10 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 /// A fresh image with `features` on a gate device, mounted with `mode`
 /// (no background thread).
-fn gate_mount(mode: ProtocolKind, features: &str) -> (Arc<GateDevice>, MountOptions, Arc<Fs>) {
+fn gate_mount(
+    mode: ProtocolKind,
+    features: &str,
+) -> (Arc<GateDevice<MemDevice>>, MountOptions, Arc<Fs>) {
     let mem = MemDevice::new(4096, 8192).unwrap();
     mkfs(
         &mem,
@@ -97,12 +49,7 @@ fn gate_mount(mode: ProtocolKind, features: &str) -> (Arc<GateDevice>, MountOpti
         },
     )
     .unwrap();
-    let dev = Arc::new(GateDevice {
-        inner: mem,
-        closed: Mutex::new(false),
-        blocked: Mutex::new(0),
-        cv: Condvar::new(),
-    });
+    let dev = Arc::new(GateDevice::new(mem));
     let opts = MountOptions {
         mode,
         background: false,
@@ -168,7 +115,7 @@ fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
         panic!("fs still shared")
     };
     drop(fs);
-    let img = Arc::new(MemDevice::from_image(4096, &dev.inner.to_image()).unwrap());
+    let img = Arc::new(MemDevice::from_image(4096, &dev.inner().to_image()).unwrap());
     let fs = Fs::mount(img, opts).unwrap();
     for (name, fill) in [("lead", 1u8), ("w0", 10), ("w1", 11), ("w2", 12)] {
         let a = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();

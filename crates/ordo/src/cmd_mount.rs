@@ -144,6 +144,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         threads: parsed.threads(),
         direct_io_on_create: parsed.direct_create,
         open_requests: parsed.open_requests,
+        fsync_threads: parsed.fsync_threads(),
         allow_other: true,
         read_only: parsed.fs.read_only,
         attr_ttl: parsed.attr_ttl,

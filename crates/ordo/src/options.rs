@@ -36,6 +36,10 @@ pub struct ParsedMount {
     /// `readahead=SIZE` (default 1M): the kernel's readahead window for
     /// the mount, in KiB (FUSE's own default is 128K).
     pub readahead_kib: u32,
+    /// `fsync_threads=N`, as given: the most threads serving fsyncs apart
+    /// from the request workers (0: each on the worker that read it);
+    /// [`ParsedMount::fsync_threads`] is the count to use.
+    pub fsync_threads_given: Option<usize>,
 }
 
 impl ParsedMount {
@@ -44,6 +48,14 @@ impl ParsedMount {
     pub fn threads(&self) -> usize {
         self.threads_given
             .unwrap_or_else(|| ordo_fuse::default_threads(self.fs.mode))
+    }
+
+    /// Threads serving fsyncs apart from the workers: as given, or the
+    /// protocol's default ([`ordo_fuse::default_fsync_threads`]; the mode
+    /// must be resolved).
+    pub fn fsync_threads(&self) -> usize {
+        self.fsync_threads_given
+            .unwrap_or_else(|| ordo_fuse::default_fsync_threads(self.fs.mode))
     }
 
     /// Choose the protocol when `mode=` was not given, from the image's
@@ -88,13 +100,16 @@ impl ParsedMount {
     }
 }
 
+/// The most `fsync_threads=` accepts.
+const FSYNC_THREADS_MAX: usize = 1024;
+
 /// The options `ordo mount -o` accepts, for messages (the modes from the
 /// protocol registry).
 pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, readahead=SIZE, barrier=0|1, nobarrier",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, fsync_threads=N, readahead=SIZE, barrier=0|1, nobarrier",
         modes.join("|")
     )
 }
@@ -129,6 +144,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         ..MountOptions::default()
     };
     let mut threads = None;
+    let mut fsync_threads = None;
     let mut direct_create = true;
     let mut open_requests = true;
     let mut readahead_kib = 1024u32;
@@ -273,6 +289,15 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                 }
                 threads = Some(n);
             }
+            "fsync_threads" => {
+                let n: usize = need(value)?
+                    .parse()
+                    .map_err(|_| format!("fsync_threads= needs a number, got '{opt}'"))?;
+                if n > FSYNC_THREADS_MAX {
+                    return Err(format!("fsync_threads={n}: must be 0..{FSYNC_THREADS_MAX}"));
+                }
+                fsync_threads = Some(n);
+            }
             "sched" => {
                 let p: Policy = need(value)?.parse()?;
                 if fs.sched.is_some_and(|q| q != p) {
@@ -309,6 +334,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         direct_create,
         open_requests,
         readahead_kib,
+        fsync_threads_given: fsync_threads,
     };
     if mode.is_some() {
         // Checked now when the mode is known; otherwise at resolve_mode.
@@ -391,13 +417,49 @@ mod tests {
     }
 
     #[test]
-    fn threads_default_to_the_protocols() {
-        // Journaled protocols share a commit among waiting fsyncs: more
-        // workers, more waiting fsyncs to share it.
-        assert_eq!(parse("mode=journal").unwrap().threads(), 8);
-        assert_eq!(parse("mode=backpointers").unwrap().threads(), 8);
-        assert_eq!(parse("mode=softdep").unwrap().threads(), 4);
+    fn threads_default_to_the_machine_and_fsync_threads_to_the_protocol() {
+        // Workers: one per CPU, 2..=4, whatever the protocol.
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let want = cpus.clamp(2, ordo_fuse::WORKER_THREADS_MAX_DEFAULT);
+        for mode in ["journal", "backpointers", "softdep", "async"] {
+            let p = parse(&format!("mode={mode}")).unwrap();
+            assert_eq!(p.threads(), want, "{mode}");
+        }
         assert_eq!(parse("mode=journal,threads=3").unwrap().threads(), 3);
+        // fsync threads: only where concurrent fsyncs share a commit.
+        for mode in [
+            "journal",
+            "fast_commit",
+            "optimistic",
+            "streams",
+            "backpointers",
+        ] {
+            let p = parse(&format!("mode={mode}")).unwrap();
+            assert_eq!(
+                p.fsync_threads(),
+                ordo_fuse::FSYNC_THREADS_DEFAULT,
+                "{mode}"
+            );
+        }
+        for mode in ["async", "sync", "softdep", "sched-chain"] {
+            assert_eq!(
+                parse(&format!("mode={mode}")).unwrap().fsync_threads(),
+                0,
+                "{mode}"
+            );
+        }
+        assert_eq!(
+            parse("mode=journal,fsync_threads=0")
+                .unwrap()
+                .fsync_threads(),
+            0
+        );
+        assert_eq!(
+            parse("mode=async,fsync_threads=5").unwrap().fsync_threads(),
+            5
+        );
+        assert!(parse("fsync_threads=1025").is_err());
+        assert!(parse("fsync_threads=x").is_err());
     }
 
     #[test]
