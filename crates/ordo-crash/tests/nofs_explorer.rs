@@ -100,7 +100,10 @@ fn nofs_on_four_groups() {
 /// whose checksum (same inode, same generation) holds: the new node goes
 /// home before the inode's pointer to it, or a crash brings the old map
 /// back (fault `nofs_tree_unordered`), also when the pointer goes home
-/// with the fsync of another file whose inode shares the block.
+/// with the fsync of another file whose inode shares the block; an insert
+/// and a collapse range whose new map reached the disk and not the moved
+/// records, moving a block every version agrees on: it must read through
+/// either map (fault `nofs_moves_exact`).
 #[test]
 fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
@@ -117,6 +120,8 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
         ("tests/scenarios/nofs-insert-lost-tree.scenario", 8),
         ("tests/scenarios/nofs-tree-regrow.scenario", 10),
         ("tests/scenarios/nofs-tree-regrow-neighbour.scenario", 10),
+        ("tests/scenarios/nofs-shift-moving.scenario", 30),
+        ("tests/scenarios/nofs-collapse-moving.scenario", 30),
     ] {
         let r = run(w, None, E2fsckPolicy::Every);
         assert_clean(w, &r);
@@ -199,6 +204,16 @@ fn the_broken_variants_are_caught() {
             [
                 "tests/scenarios/nofs-tree-regrow.scenario",
                 "tests/scenarios/nofs-tree-regrow-neighbour.scenario",
+            ],
+        ),
+        (
+            // A shift's held records as the old tree's exact ones: a crash
+            // that keeps the new map and not the moved records fails the
+            // check of a block every version of the file agrees on.
+            "nofs_moves_exact",
+            [
+                "tests/scenarios/nofs-shift-moving.scenario",
+                "tests/scenarios/nofs-collapse-moving.scenario",
             ],
         ),
     ] {

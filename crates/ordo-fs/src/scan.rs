@@ -1034,12 +1034,13 @@ impl Core {
             let is_data = i.is_reg() || i.is_symlink();
             for (b, lblk) in self.mapped_blocks_of(ino)? {
                 let strong = if is_data && lblk < u32::MAX {
-                    self.proto.block_owner(b)
-                        == Some(BlockOwner {
-                            ino,
-                            generation: i.generation,
-                            lblk,
-                        })
+                    // A moving record (a shift in flight at the crash)
+                    // names the file at whatever offset its tree gives.
+                    self.proto.block_owner(b).is_some_and(|o| {
+                        o.ino == ino
+                            && o.generation == i.generation
+                            && (o.lblk == lblk || o.lblk == crate::update::MOVING_LBLK)
+                    })
                 } else {
                     // Tree and directory blocks prove their owner by their
                     // checksums (checked when the inode became a candidate

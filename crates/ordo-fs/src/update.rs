@@ -268,6 +268,14 @@ pub struct DataWrite {
 /// through the record, as a file block does.
 pub const XATTR_LBLK: u32 = u32::MAX - 1;
 
+/// The logical block of a moving block's owner record
+/// (`mode=backpointers`): a collapse or insert range is moving it, and the
+/// file's tree on disk may be the one before the shift or the one after.
+/// The record names the file (inode and generation) and the contents, at
+/// whatever offset the tree gives; no file block has this number (ext4's
+/// last is `u32::MAX - 1`, and that one is [`XATTR_LBLK`]).
+pub const MOVING_LBLK: u32 = u32::MAX;
+
 /// Who a file block belongs to: the inode, its generation (an inode number
 /// reused by a later file has another) and the logical block. Owner
 /// records (`mode=backpointers`) bind a physical block to one.

@@ -38,8 +38,14 @@
 //! - **A shift's moved records wait for its tree.** A collapse or insert
 //!   range moves the records of every block after its offset; they go home
 //!   only once the new tree and inode are durable (`move_old`), so the
-//!   records on disk are all of one tree, and the scanners can rebuild a
-//!   lost tree from them. The fsync that ends a shift flushes twice.
+//!   records on disk are never ahead of the tree. Until then each goes home
+//!   as a *moving* record (logical block [`MOVING_LBLK`]: this file, these
+//!   contents, at whatever offset its tree gives), and before anything
+//!   that may carry the new map: a crash between the new inode and the
+//!   moved records then reads the moved blocks through whichever tree
+//!   survived, where exact old records made every one of them fail its
+//!   check. A read that meets a moving record makes it exact again. The
+//!   fsync that ends a shift flushes three times.
 //! - **Allocation state is not trusted after a crash**: the core's
 //!   scanners rebuild it from what validates before anything is allocated
 //!   ([`Protocol::trusts_allocation_state`]).
@@ -60,7 +66,11 @@
 //!   `nofs_tree_unordered` beside it: the tree's order alone now keeps
 //!   that state from existing, and the held records are a second line);
 //! - `nofs_tree_unordered`: a tree's new and truncated nodes go home with
-//!   everything else, in no order.
+//!   everything else, in no order;
+//! - `nofs_moves_exact`: a shift's held records go home as the old tree's
+//!   exact records, not moving, and with no flush before the new map (a
+//!   crash that keeps the new inode and not the moved records fails
+//!   every moved block's check).
 
 mod table;
 
@@ -70,7 +80,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::*;
 use crate::error::{errno, FsError};
-use crate::update::InodeField;
+use crate::update::{InodeField, MOVING_LBLK};
 use table::Record;
 
 /// `mode=backpointers`.
@@ -110,6 +120,7 @@ enum Fault {
     UnvalidatedAlloc,
     MovesUnheld,
     TreeUnordered,
+    MovesExact,
 }
 
 impl Fault {
@@ -124,6 +135,7 @@ impl Fault {
                 "nofs_unvalidated_alloc" => Some(Fault::UnvalidatedAlloc),
                 "nofs_moves_unheld" => Some(Fault::MovesUnheld),
                 "nofs_tree_unordered" => Some(Fault::TreeUnordered),
+                "nofs_moves_exact" => Some(Fault::MovesExact),
                 _ => None,
             })
             .collect()
@@ -222,6 +234,10 @@ pub struct Backpointers {
     /// the map from, a block twice or not at all. Held back, the records
     /// on disk are the old tree's until the new tree is durable.
     move_old: HashMap<u64, Option<Record>>,
+    /// Blocks of `move_old` whose moving record is not durable yet: it goes
+    /// home, behind a flush, before anything else the next plan writes
+    /// (the inode or tree with the shift's new map among it).
+    moving_unflushed: BTreeSet<u64>,
     /// Moved blocks of each inode whose shift was not written yet.
     moves_unwritten: HashMap<Ino, Vec<u64>>,
     /// Moved blocks whose shift was written, with no flush planned since.
@@ -265,6 +281,10 @@ pub struct Backpointers {
     trimmed_nodes: BTreeSet<u64>,
     /// Flushes planned to order a tree's nodes.
     tree_flushes: u64,
+    /// Flushes planned to put moving records before a shift's new map.
+    moving_flushes: u64,
+    /// Moving records a read made exact again (after a crash).
+    moving_settled: u64,
     write_backs: u64,
     blocks_written: u64,
     records_written: u64,
@@ -293,9 +313,12 @@ impl Backpointers {
             fresh_nodes: BTreeSet::new(),
             trimmed_nodes: BTreeSet::new(),
             tree_flushes: 0,
+            moving_flushes: 0,
+            moving_settled: 0,
             owned: HashMap::new(),
             own_times: HashMap::new(),
             move_old: HashMap::new(),
+            moving_unflushed: BTreeSet::new(),
             moves_unwritten: HashMap::new(),
             moves_awaiting_flush: Vec::new(),
             entry_dirs: HashMap::new(),
@@ -382,6 +405,7 @@ impl Backpointers {
     /// go home.
     fn release_moves(&mut self, blocks: Vec<u64>) {
         for b in blocks {
+            self.moving_unflushed.remove(&b);
             if self.move_old.remove(&b).is_some() && !self.table.is_empty() {
                 self.table_dirty.insert(self.slot_of(b).0);
             }
@@ -424,6 +448,7 @@ impl Backpointers {
             // No pointer on disk maps it any more: a moved record held
             // back for it is moot, and must not outlive the clearing.
             self.move_old.remove(&b);
+            self.moving_unflushed.remove(&b);
             if self.record(b).is_some() {
                 self.set_record(b, None);
                 self.clear_write.push(b);
@@ -524,14 +549,16 @@ impl Backpointers {
         if k > 0 {
             table::seal_record_block(&mut img);
             self.table[k] = img.clone();
-            // Moved records whose shift is not durable go home as they
-            // were (see `move_old`).
+            // Moved records whose shift is not durable go home moving:
+            // the file's, at any offset (see `move_old`).
             let per = per_block(self.bs);
             let first = (k as u64 - 1) * per;
             let mut held = false;
+            let exact = self.faulty(Fault::MovesExact);
             for (&b, &old) in &self.move_old {
                 if (first..first + per).contains(&b) {
-                    table::put(&mut img, (b - first) as usize, old);
+                    let r = if exact { old } else { old.map(moving) };
+                    table::put(&mut img, (b - first) as usize, r);
                     held = true;
                 }
             }
@@ -622,7 +649,27 @@ impl Backpointers {
     /// earlier plan already sends home at their current image are left to
     /// it: many threads meeting the bound at once would otherwise each
     /// copy and write the whole dirty set again.
+    /// Before a plan writes anything that may carry a shift's new map:
+    /// the moving records of the shifts since the last plan go home,
+    /// behind a flush of their own.
+    fn moving_first(&mut self, io: &mut Io) {
+        if self.moving_unflushed.is_empty() || self.table.is_empty() {
+            return;
+        }
+        let tables: BTreeSet<usize> = std::mem::take(&mut self.moving_unflushed)
+            .into_iter()
+            .map(|b| self.slot_of(b).0)
+            .collect();
+        for k in tables {
+            self.table_dirty.remove(&k);
+            self.write_table_block(k, io);
+        }
+        self.flush(io);
+        self.moving_flushes += 1;
+    }
+
     fn write_all(&mut self, io: &mut Io, flush: bool, pressure: bool) {
+        self.moving_first(io);
         self.owned.clear();
         self.own_times.clear();
         self.entry_dirs.clear();
@@ -666,6 +713,31 @@ impl Backpointers {
         a.ino == b.ino
             && a.lblk == b.lblk
             && (a.generation == b.generation || self.faulty(Fault::NoGeneration))
+    }
+
+    /// Whether record owner `r` is a moving record of `owner`'s file
+    /// (any file block, not an attribute block).
+    fn moving_of(&self, r: &BlockOwner, owner: &BlockOwner) -> bool {
+        r.lblk == MOVING_LBLK
+            && owner.lblk != crate::update::XATTR_LBLK
+            && self.owners_agree(
+                &BlockOwner {
+                    lblk: owner.lblk,
+                    ..*r
+                },
+                owner,
+            )
+    }
+}
+
+/// The moving form of `r`: its file and contents, at any offset.
+fn moving(r: Record) -> Record {
+    Record {
+        owner: BlockOwner {
+            lblk: MOVING_LBLK,
+            ..r.owner
+        },
+        ..r
     }
 }
 
@@ -794,6 +866,7 @@ impl Protocol for Backpointers {
             self.write_all(io, true, false);
             return Ok(());
         }
+        self.moving_first(io);
         let mut blocks = BTreeSet::new();
         let mut moves = Vec::new();
         for &ino in inos {
@@ -922,8 +995,11 @@ impl Protocol for Backpointers {
         }
         if let Some(mut r) = self.record(pblk) {
             if r.owner == owner {
-                if !self.faulty(Fault::MovesUnheld) {
-                    self.move_old.entry(pblk).or_insert(Some(r));
+                if !self.faulty(Fault::MovesUnheld) && !self.move_old.contains_key(&pblk) {
+                    self.move_old.insert(pblk, Some(r));
+                    if !self.faulty(Fault::MovesExact) {
+                        self.moving_unflushed.insert(pblk);
+                    }
                 }
                 self.moves_unwritten
                     .entry(owner.ino)
@@ -941,7 +1017,11 @@ impl Protocol for Backpointers {
         for (k, blk) in self.table.iter().enumerate().skip(1) {
             for slot in 0..per as usize {
                 if let Some(r) = table::get(blk, slot) {
-                    if r.owner.ino == ino && r.owner.generation == generation {
+                    // A moving record places no block: its tree does.
+                    if r.owner.ino == ino
+                        && r.owner.generation == generation
+                        && r.owner.lblk != MOVING_LBLK
+                    {
                         let pblk = (k as u64 - 1) * per + slot as u64;
                         if pblk < self.block_count {
                             out.push((r.owner.lblk, pblk));
@@ -963,9 +1043,16 @@ impl Protocol for Backpointers {
             return Ok(());
         }
         match self.record(pblk) {
-            Some(r) if self.owners_agree(&r.owner, &owner) => {
+            Some(r) if self.owners_agree(&r.owner, &owner) || self.moving_of(&r.owner, &owner) => {
                 let crc = data_crc(data);
                 if crc == r.crc || (r.prev != 0 && crc == r.prev) {
+                    if r.owner.lblk == MOVING_LBLK {
+                        // A shift's moving record after a crash: the tree
+                        // that survived places the block; the record says
+                        // so again.
+                        self.set_record(pblk, Some(Record { owner, ..r }));
+                        self.moving_settled += 1;
+                    }
                     Ok(())
                 } else {
                     self.crc_mismatches += 1;
@@ -995,6 +1082,8 @@ impl Protocol for Backpointers {
             ("owner_mismatches".into(), self.owner_mismatches),
             ("crc_mismatches".into(), self.crc_mismatches),
             ("tree_flushes".into(), self.tree_flushes),
+            ("moving_flushes".into(), self.moving_flushes),
+            ("moving_settled".into(), self.moving_settled),
         ]
     }
 }
