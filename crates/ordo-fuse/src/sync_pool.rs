@@ -97,14 +97,24 @@ impl SyncPool {
             .name(format!("ordo-fsync-{n}"))
             .spawn(move || serve(&inner));
         if started.is_err() {
-            // No thread (the process is at its limit): take the job back
-            // and serve it here, as before the pool.
+            // No thread (the process is at its limit). A started thread
+            // serves the queue, this job included, when it is free; with
+            // none, nothing would: serve the queue here, as before the
+            // pool.
             let mut st = self.inner.lock();
             st.threads -= 1;
-            let job = st.jobs.pop_back();
-            drop(st);
-            if let Some(job) = job {
+            while st.threads == 0 {
+                let Some(job) = st.jobs.pop_front() else {
+                    break;
+                };
+                st.running += 1;
+                drop(st);
                 job();
+                st = self.inner.lock();
+                st.running -= 1;
+            }
+            if st.running == 0 && st.jobs.is_empty() {
+                self.inner.quiet.notify_all();
             }
         }
     }
