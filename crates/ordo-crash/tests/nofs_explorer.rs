@@ -113,7 +113,7 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
     // them checked.
     for (w, min) in [
         ("tests/scenarios/nofs-dup-name.scenario", 30),
-        ("tests/scenarios/nofs-stale-xattr.scenario", 30),
+        ("tests/scenarios/nofs-stale-xattr.scenario", 20),
         ("tests/scenarios/nofs-rename-lost-dir.scenario", 30),
         ("tests/scenarios/nofs-two-lost-trees.scenario", 30),
         ("tests/scenarios/nofs-collapse-lost-tree.scenario", 8),
@@ -127,7 +127,10 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
         assert_clean(w, &r);
         assert!(r.checked >= min, "{w}: only {} states checked", r.checked);
     }
-    std::env::set_var("ORDO_FAULT", "nofs_no_owner_check");
+    // A new attribute block now goes home before its inode, which alone
+    // keeps the earlier file's block from showing in this scenario: the
+    // missing owner check is shown with the old order beside it.
+    std::env::set_var("ORDO_FAULT", "nofs_no_owner_check,nofs_tree_unordered");
     let r = run(
         "tests/scenarios/nofs-stale-xattr.scenario",
         None,

@@ -34,7 +34,9 @@
 //!   and lose its node, whose block may hold an older node of the same
 //!   file (the same inode and generation: its checksum holds) and bring
 //!   an older map back, nor keep a truncated node and lose the pointer to
-//!   the half it gave away. Only changes of shape pay these flushes.
+//!   the half it gave away. Only changes of shape pay these flushes. A
+//!   newly placed attribute block goes first the same way: its owner mark
+//!   cannot tell it from an older attribute block of the same file.
 //! - **A shift's moved records wait for its tree.** A collapse or insert
 //!   range moves the records of every block after its offset; they go home
 //!   only once the new tree and inode are durable (`move_old`), so the
@@ -279,6 +281,9 @@ pub struct Backpointers {
     /// that are extent-tree nodes were truncated by a split after their
     /// parent gained the sibling's pointer, and go home after the parent.
     trimmed_nodes: BTreeSet<u64>,
+    /// Attribute blocks placed since they last went home: each goes home
+    /// before the inode that names it (`send_ordered`).
+    fresh_attrs: BTreeSet<u64>,
     /// Flushes planned to order a tree's nodes.
     tree_flushes: u64,
     /// Flushes planned to put moving records before a shift's new map.
@@ -312,6 +317,7 @@ impl Backpointers {
             header_pending: None,
             fresh_nodes: BTreeSet::new(),
             trimmed_nodes: BTreeSet::new(),
+            fresh_attrs: BTreeSet::new(),
             tree_flushes: 0,
             moving_flushes: 0,
             moving_settled: 0,
@@ -598,16 +604,22 @@ impl Backpointers {
             )
         });
         let fresh: Vec<u64> = if pointers {
-            self.fresh_nodes
+            let mut v: Vec<u64> = self
+                .fresh_nodes
                 .iter()
                 .copied()
                 .filter(|b| io.is_dirty(*b) && is_node(b))
-                .collect()
+                .chain(self.fresh_attrs.iter().copied().filter(|b| io.is_dirty(*b)))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
         } else {
             Vec::new()
         };
         for b in &fresh {
             self.fresh_nodes.remove(b);
+            self.fresh_attrs.remove(b);
         }
         let trimmed: Vec<u64> = blocks
             .iter()
@@ -618,6 +630,7 @@ impl Backpointers {
             .collect();
         for b in blocks {
             self.fresh_nodes.remove(b);
+            self.fresh_attrs.remove(b);
             self.trimmed_nodes.remove(b);
         }
         if (fresh.is_empty() && trimmed.is_empty()) || self.faulty(Fault::TreeUnordered) {
@@ -763,11 +776,18 @@ impl Protocol for Backpointers {
             K::Other => {
                 self.trimmed_nodes.insert(u.block);
             }
+            K::XattrBlockInit { ino } => {
+                // A newly placed attribute block: its owner mark (inode,
+                // generation) cannot tell it from an older attribute block
+                // of the same file that its block may have held, so it goes
+                // home before the inode that names it, as a tree's new node.
+                self.note(*ino, u.block);
+                self.fresh_attrs.insert(u.block);
+            }
             K::Inode { ino, .. }
             | K::Extent { ino, .. }
             | K::ExtentTree { ino, .. }
             | K::Xattr { ino }
-            | K::XattrBlockInit { ino }
             | K::XattrRef { ino, .. } => self.note(*ino, u.block),
             K::DirBlockInit { dir } => self.note(*dir, u.block),
             K::Dirent { dir, ino, .. } => {
