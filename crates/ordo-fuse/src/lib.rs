@@ -187,7 +187,7 @@ pub fn mount(
 /// worker (docs/DESIGN.md, "The FUSE path"). The protocols whose fsyncs
 /// share a commit do not need a worker per waiting fsync any more: theirs
 /// wait on the fsync threads ([`default_fsync_threads`]).
-pub fn default_threads(_mode: ordo_fs::ProtocolKind) -> usize {
+pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(2, WORKER_THREADS_MAX_DEFAULT)
@@ -219,7 +219,7 @@ impl MountConfig {
     /// the protocol's workers and fsync threads.
     pub fn for_mode(mode: ordo_fs::ProtocolKind) -> Self {
         MountConfig {
-            threads: default_threads(mode),
+            threads: default_threads(),
             fsync_threads: default_fsync_threads(mode),
             ..MountConfig::default()
         }

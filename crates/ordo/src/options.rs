@@ -43,11 +43,11 @@ pub struct ParsedMount {
 }
 
 impl ParsedMount {
-    /// Worker threads serving FUSE requests: as given, or the protocol's
-    /// default ([`ordo_fuse::default_threads`]; the mode must be resolved).
+    /// Worker threads serving FUSE requests: as given, or the machine's
+    /// default ([`ordo_fuse::default_threads`]).
     pub fn threads(&self) -> usize {
         self.threads_given
-            .unwrap_or_else(|| ordo_fuse::default_threads(self.fs.mode))
+            .unwrap_or_else(ordo_fuse::default_threads)
     }
 
     /// Threads serving fsyncs apart from the workers: as given, or the
