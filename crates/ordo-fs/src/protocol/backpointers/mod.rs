@@ -507,7 +507,10 @@ impl Backpointers {
                 todo.extend(d);
             }
         }
-        blocks.retain(|&b| io.is_dirty(b));
+        // A block some other plan sent home with its record still to
+        // compute (none should be: see `send_ordered`) keeps its place, so
+        // that its record goes home with this fsync.
+        blocks.retain(|&b| io.is_dirty(b) || self.pending.contains_key(&b));
         blocks
     }
 
@@ -524,7 +527,7 @@ impl Backpointers {
                 }
             }
         }
-        let list: Vec<u64> = blocks.iter().copied().collect();
+        let list: Vec<u64> = blocks.iter().copied().filter(|&b| io.is_dirty(b)).collect();
         self.blocks_written += list.len() as u64;
         self.send_ordered(&list, io);
         self.write_tables(tables, io);
@@ -609,7 +612,12 @@ impl Backpointers {
                 .iter()
                 .copied()
                 .filter(|b| io.is_dirty(*b) && is_node(b))
-                .chain(self.fresh_attrs.iter().copied().filter(|b| io.is_dirty(*b)))
+                .chain(
+                    self.fresh_attrs
+                        .iter()
+                        .copied()
+                        .filter(|b| io.is_dirty(*b) && io.class_of(*b) == BlockClass::Other),
+                )
                 .collect();
             v.sort_unstable();
             v.dedup();
@@ -618,6 +626,12 @@ impl Backpointers {
             Vec::new()
         };
         for b in &fresh {
+            // Blocks with no owner record: a file block sent here would
+            // reach the disk without the record that lets it be read.
+            debug_assert!(
+                !self.pending.contains_key(b),
+                "block {b} goes home ahead of its pointers with its owner record unsettled"
+            );
             self.fresh_nodes.remove(b);
             self.fresh_attrs.remove(b);
         }
@@ -820,6 +834,7 @@ impl Protocol for Backpointers {
     fn on_block_freed(&mut self, block: u64, _h: &HandleInfo) {
         self.pending.remove(&block);
         self.fresh_nodes.remove(&block);
+        self.fresh_attrs.remove(&block);
         self.trimmed_nodes.remove(&block);
         if self.faulty(Fault::NoGeneration) {
             // The paper's backpointers: neither cleared on free nor kept
