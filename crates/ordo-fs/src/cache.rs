@@ -217,6 +217,18 @@ impl BufferCache {
     /// told of nothing finds nothing to write). Panics if the block is not
     /// cached or the range is out of the block (core invariants).
     pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut old = Vec::new();
+        self.change(block, offset, bytes, Some(&mut old));
+        old
+    }
+
+    /// [`BufferCache::modify`] without the bytes it replaced (file data:
+    /// nothing keeps them).
+    pub fn write(&mut self, block: u64, offset: usize, bytes: &[u8]) {
+        self.change(block, offset, bytes, None);
+    }
+
+    fn change(&mut self, block: u64, offset: usize, bytes: &[u8], old: Option<&mut Vec<u8>>) {
         let tick = self.next_tick();
         let e = self
             .map
@@ -224,12 +236,17 @@ impl BufferCache {
             .unwrap_or_else(|| panic!("modify of uncached block {block}"));
         assert!(offset + bytes.len() <= e.data.len());
         if e.data[offset..offset + bytes.len()] == *bytes {
-            return bytes.to_vec();
+            if let Some(old) = old {
+                old.extend_from_slice(bytes);
+            }
+            return;
         }
         let generation = self.next_generation;
         self.next_generation += 1;
         let data = Arc::make_mut(&mut e.data);
-        let old = data[offset..offset + bytes.len()].to_vec();
+        if let Some(old) = old {
+            old.extend_from_slice(&data[offset..offset + bytes.len()]);
+        }
         data[offset..offset + bytes.len()].copy_from_slice(bytes);
         e.generation = generation;
         e.tick = tick;
@@ -237,7 +254,6 @@ impl BufferCache {
             e.dirty = true;
             self.dirty.insert(block);
         }
-        old
     }
 
     /// Change the class of a cached block (a freed block reused for another
@@ -353,6 +369,31 @@ mod tests {
         assert!(c.generation(5) > g0);
         assert_eq!(snap[10], 0, "a snapshot must not see later changes");
         assert_eq!(c.get(5).unwrap()[10..13], [1, 2, 3]);
+    }
+
+    #[test]
+    fn write_changes_like_modify_and_keeps_no_old_bytes() {
+        let mut c = BufferCache::new(1024, 1 << 20);
+        c.insert_clean(7, BlockClass::Data, vec![4; 1024]);
+        let g0 = c.generation(7);
+        // The same bytes: nothing changes, nothing to write.
+        c.write(7, 0, &[4; 1024]);
+        assert!(!c.is_dirty(7));
+        assert_eq!(c.generation(7), g0);
+        // New bytes: dirty at a new generation, and an image shared with a
+        // write in flight keeps its bytes.
+        let snap = c.snapshot(7).unwrap();
+        c.write(7, 100, &[5; 10]);
+        assert!(c.is_dirty(7));
+        assert!(c.generation(7) > g0);
+        assert_eq!(snap[100], 4);
+        assert_eq!(
+            c.get(7).unwrap()[99..111],
+            [4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 4]
+        );
+        // modify still returns what it replaced, or the bytes when equal.
+        assert_eq!(c.modify(7, 100, &[6, 6]), vec![5, 5]);
+        assert_eq!(c.modify(7, 100, &[6, 6]), vec![6, 6]);
     }
 
     #[test]

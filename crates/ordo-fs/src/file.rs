@@ -188,7 +188,7 @@ impl Core {
                 self.cache
                     .insert_new(pblk, BlockClass::Data, bytes.to_vec());
             }
-            self.cache.modify(pblk, at, bytes);
+            self.cache.write(pblk, at, bytes);
         }
         if Delayed::is_delayed(pblk) {
             // Reported when it gets its place (`delalloc.rs`).
