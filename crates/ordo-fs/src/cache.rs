@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::update::UpdateBytes;
 use ordo_dev::BlockClass;
 
 struct Entry {
@@ -103,7 +104,11 @@ impl BufferCache {
     }
     /// Whether `block` is cached and dirty.
     pub fn is_dirty(&self, block: u64) -> bool {
-        self.dirty.contains(&block)
+        // The entry's flag, one hash lookup; the ordered set holds the same
+        // blocks (it is kept for write-back order).
+        let dirty = self.map.get(&block).is_some_and(|e| e.dirty);
+        debug_assert_eq!(dirty, self.dirty.contains(&block));
+        dirty
     }
     /// Whether `block` is cached.
     pub fn contains(&self, block: u64) -> bool {
@@ -216,8 +221,8 @@ impl BufferCache {
     /// were already there (then nothing changed, and a protocol that was
     /// told of nothing finds nothing to write). Panics if the block is not
     /// cached or the range is out of the block (core invariants).
-    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> Vec<u8> {
-        let mut old = Vec::new();
+    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> UpdateBytes {
+        let mut old = UpdateBytes::new();
         self.change(block, offset, bytes, Some(&mut old));
         old
     }
@@ -228,7 +233,7 @@ impl BufferCache {
         self.change(block, offset, bytes, None);
     }
 
-    fn change(&mut self, block: u64, offset: usize, bytes: &[u8], old: Option<&mut Vec<u8>>) {
+    fn change(&mut self, block: u64, offset: usize, bytes: &[u8], old: Option<&mut UpdateBytes>) {
         let tick = self.next_tick();
         let e = self
             .map
@@ -364,7 +369,7 @@ mod tests {
         let snap = c.snapshot(5).unwrap();
         let g0 = c.generation(5);
         let old = c.modify(5, 10, &[1, 2, 3]);
-        assert_eq!(old, vec![0, 0, 0]);
+        assert_eq!(old.as_slice(), [0, 0, 0]);
         assert!(c.is_dirty(5));
         assert!(c.generation(5) > g0);
         assert_eq!(snap[10], 0, "a snapshot must not see later changes");
@@ -392,8 +397,8 @@ mod tests {
             [4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 4]
         );
         // modify still returns what it replaced, or the bytes when equal.
-        assert_eq!(c.modify(7, 100, &[6, 6]), vec![5, 5]);
-        assert_eq!(c.modify(7, 100, &[6, 6]), vec![6, 6]);
+        assert_eq!(c.modify(7, 100, &[6, 6]).as_slice(), [5, 5]);
+        assert_eq!(c.modify(7, 100, &[6, 6]).as_slice(), [6, 6]);
     }
 
     #[test]

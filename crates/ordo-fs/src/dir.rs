@@ -221,8 +221,9 @@ pub(crate) struct InodeTree<'a> {
 
 /// What [`Core::dir_slot`] found in a directory block.
 enum SlotSearch {
-    /// The bytes to write at an offset, and the new entry's offset.
-    Found((usize, Vec<u8>, usize)),
+    /// The bytes to write at an offset, the new entry's offset, and the
+    /// most room the block has left once they are written.
+    Found((usize, Vec<u8>, usize, u16)),
     /// Room, all of it held back by the protocol's reuse rules.
     Refused,
     /// No room.
@@ -670,7 +671,7 @@ impl Core {
                 SlotSearch::NoRoom => return Err(no_room(p, dir)),
             }
         }
-        let (at, bytes, new_off) = match done {
+        let (at, bytes, new_off, f) = match done {
             Some(d) => d,
             None => {
                 lblk = self.dir_append_block(dir)?;
@@ -695,8 +696,11 @@ impl Core {
         );
         self.csum_dir_block(p);
         self.touch_inode(dir);
-        let img = self.cache.snapshot(p).expect("cached");
-        let f = block_free(&img, p, dir)?;
+        debug_assert_eq!(
+            Some(f),
+            block_free(&self.cache.snapshot(p).expect("cached"), p, dir).ok(),
+            "room left in directory block {p}"
+        );
         let idx = self.dir_index(dir)?;
         idx.free[lblk as usize] = f;
         let added = idx.names.insert(
@@ -715,7 +719,9 @@ impl Core {
     }
 
     /// Where in directory block `p` a new entry `name` goes: the bytes to
-    /// write at an offset and the new entry's offset; else whether some
+    /// write at an offset, the new entry's offset and the room the block
+    /// has left with it (what [`block_free`] would find after the write,
+    /// counted on this one walk); else whether some
     /// entry had room the protocol does not let this handle reuse (asked
     /// only with `ask`: [`crate::protocol::Protocol::can_reuse_dir_space`]).
     fn dir_slot(
@@ -733,9 +739,12 @@ impl Core {
         // The whole block's framing is validated before any slot in it is
         // used; the first slot with room is the one taken.
         let mut found = None;
+        // The most room among the entries the new one leaves as they are.
+        let mut others = 0;
         for e in dirents(&img, p, dir) {
             let e = e?;
             if found.is_some() {
+                others = others.max(e.room());
                 continue;
             }
             let may = |c: &Self, len: usize| {
@@ -746,6 +755,7 @@ impl Core {
             if e.ino == 0 && e.rec_len >= need {
                 if !may(self, e.rec_len) {
                     refused = true;
+                    others = others.max(e.room());
                     continue;
                 }
                 let mut bytes = vec![0u8; 8 + name.len()];
@@ -754,13 +764,15 @@ impl Core {
                 bytes[6] = name.len() as u8;
                 bytes[7] = ft;
                 bytes[8..].copy_from_slice(name);
-                found = Some((e.off, bytes, e.off));
+                // The new entry takes the whole record.
+                found = Some((e.off, bytes, e.off, e.rec_len - need));
                 continue;
             }
             let used = de::rec_len_for(e.name_len);
             if e.ino != 0 && e.rec_len - used >= need {
                 if !may(self, e.rec_len) {
                     refused = true;
+                    others = others.max(e.room());
                     continue;
                 }
                 let new_off = e.off + used;
@@ -772,11 +784,15 @@ impl Core {
                 bytes[used + 6] = name.len() as u8;
                 bytes[used + 7] = ft;
                 bytes[used + 8..].copy_from_slice(name);
-                found = Some((e.off, bytes, new_off));
+                // The entry split keeps no room; the new one has the rest.
+                found = Some((e.off, bytes, new_off, e.rec_len - used - need));
+                continue;
             }
+            others = others.max(e.room());
         }
-        if let Some(f) = found {
-            return Ok(SlotSearch::Found(f));
+        if let Some((at, bytes, new_off, room)) = found {
+            let left = room.max(others) as u16;
+            return Ok(SlotSearch::Found((at, bytes, new_off, left)));
         }
         Ok(if refused {
             SlotSearch::Refused
@@ -969,7 +985,7 @@ impl Core {
     /// half of a retarget).
     pub fn note_update(&mut self, block: u64, off: usize, len: usize, kind: UpdateKind) {
         let img = self.cache.snapshot(block).expect("cached");
-        let bytes = img[off..off + len].to_vec();
+        let bytes = crate::update::UpdateBytes::from_slice(&img[off..off + len]);
         let u = crate::update::Update {
             block,
             range: off as u32..(off + len) as u32,

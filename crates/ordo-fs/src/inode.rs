@@ -93,20 +93,26 @@ impl Core {
 
     /// Raw bytes of inode `ino`.
     pub fn inode_raw(&mut self, ino: Ino) -> Result<Vec<u8>> {
+        let (img, off) = self.inode_image(ino)?;
+        Ok(img[off..off + self.seal.inode_size as usize].to_vec())
+    }
+
+    /// The cached image of the inode-table block holding inode `ino`, and
+    /// the inode's offset in it: its bytes without a copy.
+    fn inode_image(&mut self, ino: Ino) -> Result<(std::sync::Arc<Vec<u8>>, usize)> {
         self.check_ino(ino)?;
         let (block, off) = self.inode_loc(ino);
-        let img = self.read_block(block, BlockClass::InodeTable)?;
-        Ok(img[off..off + self.seal.inode_size as usize].to_vec())
+        Ok((self.read_block(block, BlockClass::InodeTable)?, off))
     }
 
     /// Decode inode `ino` (no check that it is in use).
     pub fn read_inode(&mut self, ino: Ino) -> Result<Inode> {
-        let raw = self.inode_raw(ino)?;
+        let (img, off) = self.inode_image(ino)?;
+        let raw = &img[off..off + self.seal.inode_size as usize];
         let (block, _) = self.inode_loc(ino);
-        let x = |off: usize| self.has_extra(&raw, off).then_some(off);
-        let flags = le32(&raw, io::FLAGS);
-        let mut sectors =
-            le32(&raw, io::BLOCKS_LO) as u64 | (le16(&raw, io::BLOCKS_HI) as u64) << 32;
+        let x = |off: usize| self.has_extra(raw, off).then_some(off);
+        let flags = le32(raw, io::FLAGS);
+        let mut sectors = le32(raw, io::BLOCKS_LO) as u64 | (le16(raw, io::BLOCKS_HI) as u64) << 32;
         if flags & io::FL_HUGE_FILE != 0 {
             sectors *= (self.bs / 512) as u64;
         }
@@ -114,24 +120,24 @@ impl Core {
         block_bytes.copy_from_slice(&raw[io::BLOCK..io::BLOCK + 60]);
         let inode = Inode {
             ino,
-            mode: le16(&raw, io::MODE),
-            uid: le16(&raw, io::UID) as u32 | (le16(&raw, io::UID_HI) as u32) << 16,
-            gid: le16(&raw, io::GID) as u32 | (le16(&raw, io::GID_HI) as u32) << 16,
-            size: le32(&raw, io::SIZE_LO) as u64 | (le32(&raw, io::SIZE_HI) as u64) << 32,
-            links: le16(&raw, io::LINKS),
+            mode: le16(raw, io::MODE),
+            uid: le16(raw, io::UID) as u32 | (le16(raw, io::UID_HI) as u32) << 16,
+            gid: le16(raw, io::GID) as u32 | (le16(raw, io::GID_HI) as u32) << 16,
+            size: le32(raw, io::SIZE_LO) as u64 | (le32(raw, io::SIZE_HI) as u64) << 32,
+            links: le16(raw, io::LINKS),
             sectors,
             flags,
             block: block_bytes,
-            generation: le32(&raw, io::GENERATION),
-            atime: ts(&raw, io::ATIME, x(io::ATIME_EXTRA)),
-            mtime: ts(&raw, io::MTIME, x(io::MTIME_EXTRA)),
-            ctime: ts(&raw, io::CTIME, x(io::CTIME_EXTRA)),
-            crtime: if self.has_extra(&raw, io::CRTIME_EXTRA) {
-                ts(&raw, io::CRTIME, Some(io::CRTIME_EXTRA))
+            generation: le32(raw, io::GENERATION),
+            atime: ts(raw, io::ATIME, x(io::ATIME_EXTRA)),
+            mtime: ts(raw, io::MTIME, x(io::MTIME_EXTRA)),
+            ctime: ts(raw, io::CTIME, x(io::CTIME_EXTRA)),
+            crtime: if self.has_extra(raw, io::CRTIME_EXTRA) {
+                ts(raw, io::CRTIME, Some(io::CRTIME_EXTRA))
             } else {
                 Timespec::default()
             },
-            dtime: le32(&raw, io::DTIME),
+            dtime: le32(raw, io::DTIME),
         };
         if inode.mode != 0 && self.seal.csum {
             // A clean block is what the disk holds: check it in place. A
@@ -139,7 +145,7 @@ impl Core {
             let bad = if self.cache.is_dirty(block) {
                 self.inode_csum_bad.get(&ino).copied()
             } else {
-                self.seal.verify_inode_csum(ino, &raw).err()
+                self.seal.verify_inode_csum(ino, raw).err()
             };
             if let Some((stored, computed)) = bad {
                 return Err(FsError::corrupt(
@@ -276,8 +282,8 @@ impl Core {
             io::CRTIME => io::CRTIME_EXTRA,
             _ => return,
         };
-        if let Ok(raw) = self.inode_raw(ino) {
-            if self.has_extra(&raw, xoff) {
+        if let Ok((img, off)) = self.inode_image(ino) {
+            if self.has_extra(&img[off..], xoff) {
                 self.set_inode_bytes(ino, xoff, &extra.to_le_bytes(), InodeField::Times);
             }
         }

@@ -29,7 +29,7 @@ use crate::layout::{self, gd, le16, le32, put16, put32};
 use crate::protocol::{Io, IoPlan, Protocol, Sealer, WriteBackReason};
 use crate::random::SplitMix64;
 use crate::types::Timespec;
-use crate::update::{HandleInfo, Ino, OpKind, Update, UpdateKind};
+use crate::update::{HandleInfo, Ino, OpKind, Update, UpdateBytes, UpdateKind};
 
 /// Room kept free below the cache bound for what one operation handle may
 /// add (a write handle covers at most 1 MiB of data plus its metadata).
@@ -321,7 +321,7 @@ enum Undo {
     Bytes {
         block: u64,
         offset: usize,
-        old: Vec<u8>,
+        old: UpdateBytes,
         kind: UpdateKind,
     },
     /// `block` entered the cache as a fresh image (`init_block`): nothing
@@ -629,25 +629,27 @@ impl Core {
         );
         assert!(!self.read_only, "metadata change on a read-only mount");
         let old = self.cache.modify(block, offset, bytes);
-        if old == bytes {
+        if old.as_slice() == bytes {
             return;
-        }
-        if self.undo_on {
-            self.undo.push(Undo::Bytes {
-                block,
-                offset,
-                old: old.clone(),
-                kind: kind.clone(),
-            });
         }
         let u = Update {
             block,
             range: offset as u32..(offset + bytes.len()) as u32,
             old,
-            new: bytes.to_vec(),
+            new: UpdateBytes::from_slice(bytes),
             kind,
         };
         self.proto.on_update(&u, &self.handle);
+        // The undo record takes the replaced bytes and the meaning from the
+        // update once the protocol has seen it: no copy of either.
+        if self.undo_on {
+            self.undo.push(Undo::Bytes {
+                block,
+                offset,
+                old: u.old,
+                kind: u.kind,
+            });
+        }
     }
 
     /// Install a freshly allocated block's whole first image (nothing on
@@ -667,8 +669,8 @@ impl Core {
             let u = Update {
                 block,
                 range: 0..image.len() as u32,
-                old: image.to_vec(),
-                new: image.to_vec(),
+                old: UpdateBytes::from_slice(image),
+                new: UpdateBytes::from_slice(image),
                 kind,
             };
             self.proto.on_update(&u, &self.handle);
@@ -1200,24 +1202,21 @@ impl Core {
         )
     }
 
-    /// The raw descriptor of group `g`.
-    pub fn gd_raw(&mut self, g: u32) -> Result<Vec<u8>> {
-        let (block, off) = self.gd_loc(g);
-        let img = self.read_block(block, BlockClass::GroupMeta)?;
-        Ok(img[off..off + self.seal.desc_size as usize].to_vec())
-    }
-
     /// A 16-bit descriptor field.
     pub fn gd16(&mut self, g: u32, field: usize) -> Result<u16> {
-        Ok(le16(&self.gd_raw(g)?, field))
+        let (block, off) = self.gd_loc(g);
+        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        Ok(le16(&img[off..], field))
     }
 
     /// A 32-bit counter split over lo (16 bits) and hi (16 bits) fields.
     pub fn gd_count(&mut self, g: u32, lo: usize, hi: usize) -> Result<u32> {
-        let raw = self.gd_raw(g)?;
-        let mut v = le16(&raw, lo) as u32;
+        let (block, off) = self.gd_loc(g);
+        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        let raw = &img[off..off + self.seal.desc_size as usize];
+        let mut v = le16(raw, lo) as u32;
         if self.seal.desc_size >= 64 {
-            v |= (le16(&raw, hi) as u32) << 16;
+            v |= (le16(raw, hi) as u32) << 16;
         }
         Ok(v)
     }

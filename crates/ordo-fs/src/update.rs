@@ -231,6 +231,12 @@ impl UpdateKind {
     }
 }
 
+/// The bytes of one side of an [`Update`]. Almost every metadata change
+/// is a few bytes (a counter, a time, a bitmap byte, a link count), so up
+/// to 16 are held in place and only a larger one (a directory entry, a
+/// whole inode) allocates.
+pub type UpdateBytes = smallvec::SmallVec<[u8; 16]>;
+
 /// One metadata change.
 #[derive(Clone, Debug)]
 pub struct Update {
@@ -239,9 +245,9 @@ pub struct Update {
     /// Byte range within the block.
     pub range: Range<u32>,
     /// The bytes of `range` before the change.
-    pub old: Vec<u8>,
+    pub old: UpdateBytes,
     /// The bytes of `range` after the change.
-    pub new: Vec<u8>,
+    pub new: UpdateBytes,
     /// What the change means.
     pub kind: UpdateKind,
 }

@@ -13,7 +13,10 @@
 //! update not yet durable, across handles, and rolls back, in each image it
 //! writes, the updates whose predecessors are not durable yet.
 
-use std::collections::{HashMap, HashSet};
+// Keys here are block, inode and byte numbers the file system chose, so
+// the fast non-keyed hash is safe; `build_graph` hashes every byte an update
+// covers, which SipHash made most of a soft-updates plan's time.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::update::{BitmapKind, CounterKind, Ino, InodeField, LinkOp, MapOp, Update, UpdateKind};
 
@@ -59,32 +62,32 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     let n = ups.len();
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
     // Indexes of the "producers" by what they make valid.
-    let mut block_ready: HashMap<u64, Vec<usize>> = HashMap::new(); // init or bitmap-set of a block
-    let mut inode_ready: HashMap<u32, Vec<usize>> = HashMap::new(); // init, links up, bitmap-set
-    let mut adds: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut block_ready: HashMap<u64, Vec<usize>> = HashMap::default(); // init or bitmap-set of a block
+    let mut inode_ready: HashMap<u32, Vec<usize>> = HashMap::default(); // init, links up, bitmap-set
+    let mut adds: HashMap<u32, Vec<usize>> = HashMap::default();
     // Raised link counts, by inode.
-    let mut links_up: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut links_up: HashMap<u32, Vec<usize>> = HashMap::default();
     // Entries added inside each directory (a moved directory's new `..`).
-    let mut adds_in: HashMap<u32, Vec<usize>> = HashMap::new();
-    let mut removes: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut adds_in: HashMap<u32, Vec<usize>> = HashMap::default();
+    let mut removes: HashMap<u32, Vec<usize>> = HashMap::default();
     // Entries removed from each directory.
-    let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut removes_in: HashMap<u32, Vec<usize>> = HashMap::default();
     let mut clears: Vec<(u64, u64, usize)> = Vec::new(); // extent clears: [start, end)
                                                          // Mappings set, by inode: [start, end) of physical blocks.
-    let mut map_sets: HashMap<Ino, Vec<(u64, u64, usize)>> = HashMap::new();
+    let mut map_sets: HashMap<Ino, Vec<(u64, u64, usize)>> = HashMap::default();
 
     // Raised i_blocks and i_size, and cleared mappings, by inode.
-    let mut count_up: HashMap<Ino, Vec<usize>> = HashMap::new();
-    let mut size_up: HashMap<Ino, Vec<usize>> = HashMap::new();
-    let mut map_clears: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut count_up: HashMap<Ino, Vec<usize>> = HashMap::default();
+    let mut size_up: HashMap<Ino, Vec<usize>> = HashMap::default();
+    let mut map_clears: HashMap<Ino, Vec<usize>> = HashMap::default();
     // Index entries set (added or re-keyed), by (inode, child block), with
     // their keys; tree blocks initialized in this handle.
-    let mut index_keys: HashMap<(Ino, u64), Vec<(usize, u32)>> = HashMap::new();
-    let mut inited: HashSet<u64> = HashSet::new();
+    let mut index_keys: HashMap<(Ino, u64), Vec<(usize, u32)>> = HashMap::default();
+    let mut inited: HashSet<u64> = HashSet::default();
     // Mapping updates (not index entries) by (inode, tree block).
-    let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::new();
+    let mut maps_in: HashMap<(Ino, u64), Vec<usize>> = HashMap::default();
     // Tree switches (COLLAPSE_RANGE, INSERT_RANGE), by inode.
-    let mut switches: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut switches: HashMap<Ino, Vec<usize>> = HashMap::default();
     for (i, u) in ups.iter().enumerate() {
         match u.kind {
             UpdateKind::Extent {
@@ -114,7 +117,7 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
     }
     // Index entries whose key rose because their child's leading mappings
     // were cleared earlier in the handle.
-    let mut raised_keys: HashSet<usize> = HashSet::new();
+    let mut raised_keys: HashSet<usize> = HashSet::default();
     for (&(ino, child), v) in &index_keys {
         if inited.contains(&child) {
             continue;
@@ -225,12 +228,17 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
         }
     }
     // Attribute updates of each inode, in program order (see below).
-    let mut xattr_updates: HashMap<Ino, Vec<usize>> = HashMap::new();
+    let mut xattr_updates: HashMap<Ino, Vec<usize>> = HashMap::default();
     let mut index_sets: Vec<usize> = Vec::new();
-    let mut unused_marks: Vec<usize> = Vec::new();
-    let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::new();
+    // The last change of each unused-inode mark (a descriptor field, by
+    // block and offset). Each change of one mark names the one before it
+    // (the same bytes, `last_writer`), so waiting for the last waits for
+    // them all: an entry names one update per mark, not every change of
+    // it since the last write (which made a burst of creates quadratic).
+    let mut unused_marks: HashMap<(u64, u32), usize> = HashMap::default();
+    let mut flag_changes: HashMap<u32, Vec<usize>> = HashMap::default();
     // Same-block overlap keeps program order: the last writer of each byte.
-    let mut last_writer: HashMap<(u64, u32), usize> = HashMap::new();
+    let mut last_writer: HashMap<(u64, u32), usize> = HashMap::default();
     for (i, u) in ups.iter().enumerate() {
         let mut p: Vec<usize> = Vec::new();
         for pos in u.range.clone() {
@@ -283,14 +291,14 @@ pub(crate) fn build_graph<U: std::borrow::Borrow<Update>>(
             ..
         } = u.kind
         {
-            unused_marks.push(i);
+            unused_marks.insert((u.block, u.range.start), i);
         }
         if let UpdateKind::Dirent {
             op: LinkOp::Add, ..
         } = u.kind
         {
             // The inode named must be below its group's unused mark.
-            p.extend(unused_marks.iter().copied());
+            p.extend(unused_marks.values().copied());
         }
         if let UpdateKind::DirBlockInit { dir } = u.kind {
             // A directory block rewritten after its index flag was cleared.

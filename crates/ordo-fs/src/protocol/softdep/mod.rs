@@ -423,7 +423,7 @@ impl SoftdepProtocol {
         sim_fresh: &BTreeSet<u64>,
     ) -> Vec<bool> {
         let n = ups.len();
-        let tree_blocks: HashSet<u64> = ups
+        let tree_blocks: rustc_hash::FxHashSet<u64> = ups
             .iter()
             .map(|u| u.block)
             .filter(|&b| io.class_of(b) == BlockClass::ExtentTree)

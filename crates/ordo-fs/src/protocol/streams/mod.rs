@@ -560,7 +560,7 @@ impl StreamsProtocol {
             }
         };
         if t.x0.is_none() {
-            t.undo.push((u.range.start, u.old.clone()));
+            t.undo.push((u.range.start, u.old.to_vec()));
         }
         let (start, end) = (u.range.start, u.range.end);
         let mut related: Vec<Tag> = Vec::new();

@@ -227,7 +227,7 @@ impl SyncProtocol {
 /// counters, which the benign repair recomputes; times, mode, owner; the
 /// orphan list, whose loss only leaks an inode) is a delayed write, as in
 /// FFS, written by the next write-back, fsync or sync.
-pub(crate) fn is_ordered(u: &Update, tree_blocks: &HashSet<u64>) -> bool {
+pub(crate) fn is_ordered(u: &Update, tree_blocks: &rustc_hash::FxHashSet<u64>) -> bool {
     match &u.kind {
         UpdateKind::Inode { field, .. } => matches!(
             field,

@@ -14,7 +14,9 @@
 //! the list in order, each write FUA, which honours it a fortiori.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap};
+
+use rustc_hash::FxHashSet as HashSet;
 
 use super::super::ordering::build_graph;
 use super::super::Io;
