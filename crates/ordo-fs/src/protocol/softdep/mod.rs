@@ -96,7 +96,9 @@
 //! inode clearing go out before the pointer is nullified and lets freed
 //! blocks be reused at once. Both must be caught.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::ordering::{self, build_graph, u16_of};
 use super::*;
@@ -179,13 +181,13 @@ impl SoftdepProtocol {
         };
         SoftdepProtocol {
             pending: Vec::new(),
-            per_block: HashMap::new(),
+            per_block: HashMap::default(),
             next_id: 1,
             fresh: BTreeSet::new(),
             freed: BTreeSet::new(),
             inflight: BTreeMap::new(),
             next_tag: 1,
-            held_back: HashSet::new(),
+            held_back: HashSet::default(),
             fault,
             stats_rounds: 0,
             stats_writes: 0,
@@ -269,10 +271,10 @@ impl SoftdepProtocol {
         let mut carried: Vec<u64> = Vec::new();
         let mut carried_fresh: Vec<u64> = Vec::new();
         // Durable once this plan's flushes ran (valid inside the plan only).
-        let mut sim_durable: HashSet<u64> = HashSet::new();
+        let mut sim_durable: HashSet<u64> = HashSet::default();
         let mut sim_fresh: BTreeSet<u64> = self.fresh.clone();
         // Plain dirty blocks (no pending update) already written by this plan.
-        let mut plain_done: HashSet<u64> = HashSet::new();
+        let mut plain_done: HashSet<u64> = HashSet::default();
         if full {
             self.held_back.clear();
         }
@@ -423,7 +425,7 @@ impl SoftdepProtocol {
         sim_fresh: &BTreeSet<u64>,
     ) -> Vec<bool> {
         let n = ups.len();
-        let tree_blocks: rustc_hash::FxHashSet<u64> = ups
+        let tree_blocks: HashSet<u64> = ups
             .iter()
             .map(|u| u.block)
             .filter(|&b| io.class_of(b) == BlockClass::ExtentTree)
@@ -432,7 +434,7 @@ impl SoftdepProtocol {
         // Bitmap bits are independent: two updates of one byte order each
         // other only when they change the same bit (an image undoes a held
         // bit alone, see `undo`).
-        let mut last_bit: HashMap<(u64, u32, u8), usize> = HashMap::new();
+        let mut last_bit: HashMap<(u64, u32, u8), usize> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             if let Some(mask) = bit_mask(u) {
                 g.preds[i].retain(|&j| !(ups[j].block == u.block && bit_mask(ups[j]).is_some()));
@@ -456,7 +458,7 @@ impl SoftdepProtocol {
         }
         // Across handles: an inode is initialized again only after the
         // removal of its previous last entry is durable.
-        let mut removes: HashMap<Ino, Vec<usize>> = HashMap::new();
+        let mut removes: HashMap<Ino, Vec<usize>> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             match &u.kind {
                 // The names of one inode go in the order they were removed:
@@ -546,7 +548,7 @@ impl SoftdepProtocol {
                 _ => None,
             })
             .collect();
-        let mut dir_sets: HashMap<(Ino, u64, u64), Vec<usize>> = HashMap::new();
+        let mut dir_sets: HashMap<(Ino, u64, u64), Vec<usize>> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Extent {
                 ino,
@@ -588,7 +590,7 @@ impl SoftdepProtocol {
         // had: a directory block's chain of `rec_len`s, a node's entry
         // count, an inode's type, flags and extent root never mix two
         // moments.
-        let mut last_of: HashMap<(u64, Ino), usize> = HashMap::new();
+        let mut last_of: HashMap<(u64, Ino), usize> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             let class = io.class_of(u.block);
             let key = match u.kind {
@@ -613,7 +615,7 @@ impl SoftdepProtocol {
         // graph leaves same-block pairs to one synchronous write), whatever
         // order the handle made them in: a held mapping holds the size and
         // count that go with it.
-        let mut moves: HashMap<Ino, Vec<(usize, bool)>> = HashMap::new();
+        let mut moves: HashMap<Ino, Vec<(usize, bool)>> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             for field in [InodeField::Size, InodeField::BlockCount] {
                 if let Some((ino, up)) = ordering::inode_field_moved(u, field) {
@@ -621,7 +623,7 @@ impl SoftdepProtocol {
                 }
             }
         }
-        let mut clears_of: HashMap<Ino, Vec<usize>> = HashMap::new();
+        let mut clears_of: HashMap<Ino, Vec<usize>> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Extent { ino, len, op, .. } = u.kind {
                 // The core may raise the size and count after it sets the
@@ -657,7 +659,7 @@ impl SoftdepProtocol {
         // A new directory is filled only once its own entry is durable:
         // a crash leaves a directory that no entry names empty, a leak the
         // benign repair frees, never a subtree cut off from the root.
-        let mut named: HashMap<Ino, Vec<usize>> = HashMap::new();
+        let mut named: HashMap<Ino, Vec<usize>> = HashMap::default();
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Dirent {
                 dir,
@@ -685,7 +687,9 @@ impl SoftdepProtocol {
         // A name replaced in one operation (removed, then added again for
         // another inode) is never absent: the removal goes out with the new
         // entry.
-        let mut adds_named: HashMap<(Ino, &[u8]), Vec<usize>> = HashMap::new();
+        // Keyed by names users chose: SipHash, as the directory index.
+        let mut adds_named: std::collections::HashMap<(Ino, &[u8]), Vec<usize>> =
+            std::collections::HashMap::new();
         for (i, u) in ups.iter().enumerate() {
             if let UpdateKind::Dirent {
                 dir,
@@ -939,7 +943,7 @@ impl Protocol for SoftdepProtocol {
         // Plans run in order, and each ends with a flush: everything up to
         // this tag is durable.
         let tags: Vec<u64> = self.inflight.range(..=done.tag).map(|(&t, _)| t).collect();
-        let mut ids: HashSet<u64> = HashSet::new();
+        let mut ids: HashSet<u64> = HashSet::default();
         for t in tags {
             if let Some((v, f)) = self.inflight.remove(&t) {
                 ids.extend(v);
@@ -984,7 +988,7 @@ impl Protocol for SoftdepProtocol {
 fn unlinked_nodes(io: &Io, ups: &[&Update], preds: &mut [Vec<usize>]) {
     // The clearing of a node's index entry is one or two updates (the
     // parent's header and its entries, see `crate::extent`).
-    let mut unlinked: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut unlinked: HashMap<u64, Vec<usize>> = HashMap::default();
     for (i, u) in ups.iter().enumerate() {
         if let UpdateKind::Extent {
             len: 0,
@@ -999,13 +1003,13 @@ fn unlinked_nodes(io: &Io, ups: &[&Update], preds: &mut [Vec<usize>]) {
     if unlinked.is_empty() {
         return;
     }
-    let mut in_block: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut in_block: HashMap<u64, Vec<usize>> = HashMap::default();
     for (i, u) in ups.iter().enumerate() {
         if unlinked.contains_key(&u.block) {
             in_block.entry(u.block).or_default().push(i);
         }
     }
-    let mut emptied: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut emptied: HashMap<u64, Vec<usize>> = HashMap::default();
     for (&node, cs) in &unlinked {
         let Some(members) = in_block.get(&node) else {
             continue;
