@@ -1202,17 +1202,23 @@ impl Core {
         )
     }
 
+    /// The cached image of the descriptor block holding group `g`'s
+    /// descriptor, and the descriptor's offset in it: its bytes without a
+    /// copy.
+    fn gd_image(&mut self, g: u32) -> Result<(Arc<Vec<u8>>, usize)> {
+        let (block, off) = self.gd_loc(g);
+        Ok((self.read_block(block, BlockClass::GroupMeta)?, off))
+    }
+
     /// A 16-bit descriptor field.
     pub fn gd16(&mut self, g: u32, field: usize) -> Result<u16> {
-        let (block, off) = self.gd_loc(g);
-        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        let (img, off) = self.gd_image(g)?;
         Ok(le16(&img[off..], field))
     }
 
     /// A 32-bit counter split over lo (16 bits) and hi (16 bits) fields.
     pub fn gd_count(&mut self, g: u32, lo: usize, hi: usize) -> Result<u32> {
-        let (block, off) = self.gd_loc(g);
-        let img = self.read_block(block, BlockClass::GroupMeta)?;
+        let (img, off) = self.gd_image(g)?;
         let raw = &img[off..off + self.seal.desc_size as usize];
         let mut v = le16(raw, lo) as u32;
         if self.seal.desc_size >= 64 {
