@@ -35,6 +35,7 @@ declare -A provider=(
   [diff]=diffutils
   [find]=findutils
   [cc]=gcc
+  [pkg-config]=pkg-config
   [python3]=python3
   [dd]=coreutils
   [truncate]=coreutils
@@ -58,12 +59,19 @@ declare -A py_provider=(
   [plyvel]=python3-plyvel
 )
 
+# C headers the scripts compile against (scripts/floor/libfuse_floor.c,
+# built by scripts/floor_compare.sh and tests/scripts.rs) -> Debian package.
+declare -A header_provider=(
+  [fuse3/fuse_lowlevel.h]=libfuse3-dev
+)
+
 mode=install
 case "${1:-}" in
   --check) mode=check ;;
   --list)
     { for cmd in "${!provider[@]}"; do echo "$cmd ${provider[$cmd]}"; done
-      for mod in "${!py_provider[@]}"; do echo "python3:$mod ${py_provider[$mod]}"; done; } | LC_ALL=C sort
+      for mod in "${!py_provider[@]}"; do echo "python3:$mod ${py_provider[$mod]}"; done
+      for h in "${!header_provider[@]}"; do echo "header:$h ${header_provider[$h]}"; done; } | LC_ALL=C sort
     exit 0
     ;;
   "") ;;
@@ -78,6 +86,9 @@ missing_pkgs() {
     done
     for mod in "${!py_provider[@]}"; do
       /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || echo "${py_provider[$mod]}"
+    done
+    for h in "${!header_provider[@]}"; do
+      [ -e "/usr/include/$h" ] || echo "${header_provider[$h]}"
     done
   } | LC_ALL=C sort -u
 }
@@ -108,6 +119,9 @@ if [ -n "${still// /}" ]; then
   done
   for mod in "${!py_provider[@]}"; do
     /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || echo "scripts/deps.sh: python3 module $mod is still missing after installing ${py_provider[$mod]}" >&2
+  done
+  for h in "${!header_provider[@]}"; do
+    [ -e "/usr/include/$h" ] || echo "scripts/deps.sh: /usr/include/$h is still missing after installing ${header_provider[$h]}" >&2
   done
   exit 1
 fi

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Creating files on the kernel's ext4, on two FUSE floors (servers that
+# answer and store nothing) and on ordo, each in turn, in one run: is the
+# FUSE floor `ordo bench` measures against (`ordo fuse-floor`, on fuser)
+# the transport's cost, or fuser's?
+#
+#   scripts/floor_compare.sh [ROUNDS] [THREADS] [TARGET...]
+#     THREADS: threads of the creating program (default 16, as the
+#              createfiles benchmark)
+#     TARGET:  ext4 (the kernel's, on a loop device), floor (`ordo
+#              fuse-floor`, ordo's worker count), floor1 (the same with one
+#              worker), libfuse (scripts/floor/libfuse_floor.c, one thread),
+#              libfuse-mt (its multi-threaded loop: cloned descriptors, at
+#              most 2 threads), or an ordo mount's options (`mode=async`)
+#     default: 3 rounds of ext4 floor floor1 libfuse libfuse-mt mode=async
+#
+# The load (scripts/floor/createload.c) creates 20,000 files of 16 KiB:
+# open O_CREAT|O_EXCL, one write, close. Prints files/s, the ratio to the
+# kernel's ext4 of the same round, and the server's CPU per file (from
+# /proc/PID/stat); then each target's median. Needs root (loop devices,
+# mounts), gcc and libfuse3-dev (scripts/deps.sh installs them).
+# DESIGN.md ("The FUSE path") has a run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+THREADS=${2:-16}
+shift 2 || shift $# || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(ext4 floor floor1 libfuse libfuse-mt mode=async)
+N=20000
+cargo build --release -q -p ordo
+B=$PWD/target/release/ordo
+W=$(mktemp -d /var/tmp/ordo-floors.XXXXXX)
+mkdir -p "$W/m"
+L=
+cleanup() {
+    umount "$W/m" 2>/dev/null || true
+    sleep 0.5
+    [ -z "$L" ] || losetup -d "$L" 2>/dev/null || true
+    rm -rf "$W"
+}
+trap cleanup EXIT
+# shellcheck disable=SC2046
+gcc -O2 -o "$W/libfuse_floor" scripts/floor/libfuse_floor.c $(pkg-config --cflags --libs fuse3)
+gcc -O2 -pthread -o "$W/createload" scripts/floor/createload.c
+HZ=$(getconf CLK_TCK)
+cpu_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+declare -A rates
+kernel=
+one() {
+    local target=$1 pid=
+    case $target in
+    floor | floor1)
+        local threads=()
+        [ "$target" = floor ] || threads=(--threads 1)
+        setsid "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
+        sleep 1
+        pid=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
+        ;;
+    libfuse | libfuse-mt)
+        if [ "$target" = libfuse ]; then
+            setsid "$W/libfuse_floor" -o default_permissions "$W/m" >/dev/null 2>&1 &
+        else
+            MT=1 setsid "$W/libfuse_floor" -o default_permissions "$W/m" >/dev/null 2>&1 &
+        fi
+        sleep 1
+        pid=$(pgrep -f "$W/libfuse_floor" | tail -1)
+        ;;
+    ext4)
+        truncate -s 2G "$W/img"
+        L=$(losetup -f --show "$W/img")
+        mkfs.ext4 -q -F "$L"
+        mount "$L" "$W/m"
+        ;;
+    *)
+        truncate -s 2G "$W/img"
+        L=$(losetup -f --show "$W/img")
+        "$B" mkfs "$L" >/dev/null
+        "$B" mount "$L" "$W/m" -o "$target" >/dev/null 2>&1
+        sleep 0.5
+        pid=$(pgrep -f "$B mount $L" | tail -1)
+        ;;
+    esac
+    local t0 t1 rate cpu=- ratio=-
+    t0=$(cpu_ticks "$pid")
+    rate=$("$W/createload" "$W/m/c" "$N" "$THREADS")
+    t1=$(cpu_ticks "$pid")
+    [ -z "$pid" ] || cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n=$N 'BEGIN { printf "%.0f", d * 1e6 / hz / n }')
+    [ "$target" != ext4 ] || kernel=$rate
+    [ -z "$kernel" ] || ratio=$(awk -v r="$rate" -v k="$kernel" 'BEGIN { printf "%.2fx", r / k }')
+    rates[$target]="${rates[$target]:-} $rate"
+    printf '%-24s %8s files/s  %6s the kernel'"'"'s  server CPU %4s us/file\n' "$target" "$rate" "$ratio" "$cpu"
+    umount "$W/m"
+    sleep 0.5
+    if [ -n "$L" ]; then losetup -d "$L"; L=; rm -f "$W/img"; fi
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    echo "round $r"
+    kernel=
+    for t in "${TARGETS[@]}"; do one "$t"; done
+done
+echo "medians"
+for t in "${TARGETS[@]}"; do
+    # shellcheck disable=SC2086
+    printf '%-24s %8s files/s\n' "$t" "$(printf '%s\n' ${rates[$t]} | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+done
+echo "reproduce with: scripts/floor_compare.sh $ROUNDS $THREADS ${TARGETS[*]}"
