@@ -32,56 +32,21 @@ cargo build --release -q -p ordo
 B=$PWD/target/release/ordo
 W=$(mktemp -d /var/tmp/ordo-floors.XXXXXX)
 mkdir -p "$W/m"
-L=
-cleanup() {
-    umount "$W/m" 2>/dev/null || true
-    sleep 0.5
-    [ -z "$L" ] || losetup -d "$L" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/targets.sh
+. scripts/targets.sh
+trap targets_cleanup EXIT
+LIBFUSE_FLOOR=$W/libfuse_floor
 # shellcheck disable=SC2046
-gcc -O2 -o "$W/libfuse_floor" scripts/floor/libfuse_floor.c $(pkg-config --cflags --libs fuse3)
+gcc -O2 -o "$LIBFUSE_FLOOR" scripts/floor/libfuse_floor.c $(pkg-config --cflags --libs fuse3)
 gcc -O2 -pthread -o "$W/createload" scripts/floor/createload.c
 HZ=$(getconf CLK_TCK)
-cpu_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 declare -A rates
 kernel=
 one() {
-    local target=$1 pid=
-    case $target in
-    floor | floor1)
-        local threads=()
-        [ "$target" = floor ] || threads=(--threads 1)
-        setsid "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
-        sleep 1
-        pid=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
-        ;;
-    libfuse | libfuse-mt)
-        if [ "$target" = libfuse ]; then
-            setsid "$W/libfuse_floor" -o default_permissions "$W/m" >/dev/null 2>&1 &
-        else
-            MT=1 setsid "$W/libfuse_floor" -o default_permissions "$W/m" >/dev/null 2>&1 &
-        fi
-        sleep 1
-        pid=$(pgrep -f "$W/libfuse_floor" | tail -1)
-        ;;
-    ext4)
-        truncate -s 2G "$W/img"
-        L=$(losetup -f --show "$W/img")
-        mkfs.ext4 -q -F "$L"
-        mount "$L" "$W/m"
-        ;;
-    *)
-        truncate -s 2G "$W/img"
-        L=$(losetup -f --show "$W/img")
-        "$B" mkfs "$L" >/dev/null
-        "$B" mount "$L" "$W/m" -o "$target" >/dev/null 2>&1
-        sleep 0.5
-        pid=$(pgrep -f "$B mount $L" | tail -1)
-        ;;
-    esac
+    local target=$1
+    target_up "$target"
+    local pid=$SERVER_PID
     local t0 t1 rate cpu=- ratio=-
     t0=$(cpu_ticks "$pid")
     rate=$("$W/createload" "$W/m/c" "$N" "$THREADS")
@@ -91,9 +56,7 @@ one() {
     [ -z "$kernel" ] || ratio=$(awk -v r="$rate" -v k="$kernel" 'BEGIN { printf "%.2fx", r / k }')
     rates[$target]="${rates[$target]:-} $rate"
     printf '%-24s %8s files/s  %6s the kernel'"'"'s  server CPU %4s us/file\n' "$target" "$rate" "$ratio" "$cpu"
-    umount "$W/m"
-    sleep 0.5
-    if [ -n "$L" ]; then losetup -d "$L"; L=; rm -f "$W/img"; fi
+    target_down
 }
 
 for r in $(seq 1 "$ROUNDS"); do

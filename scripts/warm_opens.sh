@@ -24,40 +24,15 @@ cargo build --release -q -p ordo
 B=$PWD/target/release/ordo
 W=$(mktemp -d /var/tmp/ordo-warm.XXXXXX)
 mkdir -p "$W/m"
-L=
-cleanup() {
-    umount "$W/m" 2>/dev/null || true
-    sleep 0.5
-    [ -z "$L" ] || losetup -d "$L" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/targets.sh
+. scripts/targets.sh
+trap targets_cleanup EXIT
 HZ=$(getconf CLK_TCK)
-cpu_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 one() {
-    local target=$1 pid=
-    case $target in
-    floor)
-        setsid "$B" fuse-floor "$W/m" >/dev/null 2>&1 &
-        sleep 1
-        pid=$(pgrep -f "$B fuse-floor $W/m" | tail -1)
-        ;;
-    ext4)
-        truncate -s 2G "$W/img"
-        L=$(losetup -f --show "$W/img")
-        mkfs.ext4 -q -F "$L"
-        mount "$L" "$W/m"
-        ;;
-    *)
-        truncate -s 2G "$W/img"
-        L=$(losetup -f --show "$W/img")
-        "$B" mkfs "$L" >/dev/null
-        "$B" mount "$L" "$W/m" -o "$target" >/dev/null 2>&1
-        sleep 0.5
-        pid=$(pgrep -f "$B mount $L" | tail -1)
-        ;;
-    esac
+    local target=$1
+    target_up "$target"
+    local pid=$SERVER_PID
     python3 - "$W/m/c" "$N" <<'EOF'
 import os, sys
 d, n = sys.argv[1], int(sys.argv[2])
@@ -94,9 +69,7 @@ print(f'{n / (time.time() - t):.0f}')
     local cpu=-
     [ -z "$pid" ] || cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n=$N 'BEGIN { printf "%.0f", d * 1e6 / hz / n }')
     printf '%-40s %9s files/s  server CPU %4s us/file  requests/file: %s\n' "$target" "$rate" "$cpu" "$reqs"
-    umount "$W/m"
-    sleep 0.5
-    if [ -n "$L" ]; then losetup -d "$L"; L=; rm -f "$W/img"; fi
+    target_down
 }
 
 for r in $(seq 1 "$ROUNDS"); do

@@ -10,11 +10,9 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{is_mounted, require_mount_privileges, run, which, Scratch};
+use common::{is_mounted, require_mount_privileges, run, which, OrdoMount, Scratch};
 
 /// The workspace's `scripts/` directory.
 fn scripts_dir() -> PathBuf {
@@ -147,58 +145,6 @@ fn the_load_creates_every_file_whole() {
     assert!(!o.status.success(), "a second run into {dir:?} succeeded");
 }
 
-/// A mounted libfuse floor, unmounted and reaped on drop.
-struct Floor {
-    mountpoint: PathBuf,
-    child: Child,
-}
-
-impl Floor {
-    fn start(bin: &Path, mountpoint: &Path, multi_threaded: bool) -> Floor {
-        let mut cmd = Command::new(bin);
-        cmd.args(["-o", "default_permissions"])
-            .arg(mountpoint)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if multi_threaded {
-            cmd.env("MT", "1");
-        } else {
-            cmd.env_remove("MT");
-        }
-        let mut child = cmd.spawn().expect("start libfuse_floor");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !is_mounted(mountpoint) {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("libfuse_floor exited before mounting: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "libfuse_floor did not mount {mountpoint:?}"
-            );
-            sleep(Duration::from_millis(20));
-        }
-        Floor {
-            mountpoint: mountpoint.to_path_buf(),
-            child,
-        }
-    }
-}
-
-impl Drop for Floor {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mountpoint)
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn the_libfuse_floor_serves_the_load() {
     require_mount_privileges();
@@ -209,7 +155,14 @@ fn the_libfuse_floor_serves_the_load() {
     compile("libfuse_floor", &floor, &fuse3_flags());
     for multi_threaded in [false, true] {
         let mp = s.mkdir(if multi_threaded { "mt" } else { "st" });
-        let m = Floor::start(&floor, &mp, multi_threaded);
+        let mut cmd = Command::new(&floor);
+        cmd.args(["-o", "default_permissions"]).arg(&mp);
+        if multi_threaded {
+            cmd.env("MT", "1");
+        } else {
+            cmd.env_remove("MT");
+        }
+        let m = OrdoMount::spawn(cmd, &mp);
         let rate = createload(&load, &mp.join("c"), 300, 3, None);
         assert!(rate > 0.0, "rate {rate}");
         // The directory the load made is remembered as one; a name
@@ -220,7 +173,7 @@ fn the_libfuse_floor_serves_the_load() {
             mp.join("c")
         );
         assert!(!mp.join("c/never").exists(), "a name nobody made exists");
-        drop(m);
+        m.stop_ok();
         assert!(!is_mounted(&mp), "{mp:?} is still mounted");
     }
 }

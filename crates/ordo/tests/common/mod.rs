@@ -138,9 +138,10 @@ impl OrdoMount {
         OrdoMount::spawn(cmd, mountpoint)
     }
 
-    /// Run `cmd` (a FUSE server in the foreground) and wait until the
-    /// kernel shows its mount on `mountpoint`.
-    fn spawn(mut cmd: Command, mountpoint: &Path) -> OrdoMount {
+    /// Run `cmd` (a FUSE server in the foreground: `ordo mount -f`, the
+    /// floor, another server) and wait until the kernel shows its mount on
+    /// `mountpoint`.
+    pub fn spawn(mut cmd: Command, mountpoint: &Path) -> OrdoMount {
         require_mount_privileges();
         let mut child = cmd
             .stdin(Stdio::null())

@@ -1,0 +1,73 @@
+# Sourced, not run: mounting the targets the comparison scripts
+# (warm_opens.sh, floor_compare.sh) time, one at a time, on "$W/m".
+#
+# The caller sets B (the ordo binary) and W (a scratch directory holding
+# the mount point m) and calls `targets_cleanup` on exit. `target_up
+# TARGET` mounts one and sets SERVER_PID (the FUSE server's, empty for the
+# kernel's ext4); `target_down` unmounts it and frees its loop device.
+#
+#   ext4           the kernel's ext4 on a loop device over a 2 GiB file
+#   floor          `ordo fuse-floor` with ordo's worker count
+#   floor1         `ordo fuse-floor --threads 1`
+#   libfuse        $LIBFUSE_FLOOR (scripts/floor/libfuse_floor.c), one thread
+#   libfuse-mt     the same, its multi-threaded loop
+#   anything else  an ordo mount of a fresh image with those options
+LOOP_DEV=
+SERVER_PID=
+
+target_up() {
+    local target=$1
+    SERVER_PID=
+    case $target in
+    floor | floor1)
+        local threads=()
+        [ "$target" = floor ] || threads=(--threads 1)
+        setsid "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
+        sleep 1
+        SERVER_PID=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
+        ;;
+    libfuse | libfuse-mt)
+        if [ "$target" = libfuse ]; then
+            env -u MT setsid "$LIBFUSE_FLOOR" -o default_permissions "$W/m" >/dev/null 2>&1 &
+        else
+            MT=1 setsid "$LIBFUSE_FLOOR" -o default_permissions "$W/m" >/dev/null 2>&1 &
+        fi
+        sleep 1
+        SERVER_PID=$(pgrep -f "$LIBFUSE_FLOOR" | tail -1)
+        ;;
+    ext4)
+        truncate -s 2G "$W/img"
+        LOOP_DEV=$(losetup -f --show "$W/img")
+        mkfs.ext4 -q -F "$LOOP_DEV"
+        mount "$LOOP_DEV" "$W/m"
+        ;;
+    *)
+        truncate -s 2G "$W/img"
+        LOOP_DEV=$(losetup -f --show "$W/img")
+        "$B" mkfs "$LOOP_DEV" >/dev/null
+        "$B" mount "$LOOP_DEV" "$W/m" -o "$target" >/dev/null 2>&1
+        sleep 0.5
+        SERVER_PID=$(pgrep -f "$B mount $LOOP_DEV" | tail -1)
+        ;;
+    esac
+}
+
+target_down() {
+    umount "$W/m"
+    sleep 0.5
+    if [ -n "$LOOP_DEV" ]; then
+        losetup -d "$LOOP_DEV"
+        LOOP_DEV=
+        rm -f "$W/img"
+    fi
+}
+
+targets_cleanup() {
+    umount "$W/m" 2>/dev/null || true
+    sleep 0.5
+    [ -z "$LOOP_DEV" ] || losetup -d "$LOOP_DEV" 2>/dev/null || true
+    rm -rf "$W"
+}
+
+# The CPU time (user + system, in ticks) of process $1 so far; 0 if none.
+cpu_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14 + $15}' "/proc/$1/stat"; }
