@@ -1,5 +1,5 @@
 //! The short soak CI runs: the `mix` workload over seed after seed until
-//! about 20,000 crash states per protocol and data mode, each clean, with
+//! about 15,000 crash states per protocol and data mode, each clean, with
 //! the kernel / e2fsck judge on the journaled ones; the same soak finds
 //! failures on `async` (it can fail); and a soak resumes from its seed
 //! reports. The 1,000,000-state soaks are `ordo crash soak` runs whose
@@ -14,7 +14,7 @@ use ordo_crash::soak::{soak, summarize, SoakParams, SoakSummary};
 use ordo_crash::workload::WorkloadParams;
 use ordo_fs::{DataMode, ProtocolKind};
 
-const CI_TARGET: u64 = 20_000;
+const CI_TARGET: u64 = 15_000;
 
 fn params(mode: ProtocolKind, data: DataMode, target: u64, dir: PathBuf) -> SoakParams {
     let mut t = ExploreParams::new(mode, "mix");
