@@ -36,6 +36,9 @@ declare -A provider=(
   [find]=findutils
   [cc]=gcc
   [pkg-config]=pkg-config
+  # building a newer libfuse for scripts/floor_compare.sh (LIBFUSE_SRC)
+  [meson]=meson
+  [ninja]=ninja-build
   [python3]=python3
   [dd]=coreutils
   [truncate]=coreutils
@@ -59,10 +62,14 @@ declare -A py_provider=(
   [plyvel]=python3-plyvel
 )
 
-# C headers the scripts compile against (scripts/floor/libfuse_floor.c,
-# built by scripts/floor_compare.sh and tests/scripts.rs) -> Debian package.
+# C headers the scripts compile against -> Debian package: libfuse's for
+# scripts/floor/libfuse_floor.c (scripts/floor_compare.sh, tests/scripts.rs);
+# liburing's and libnuma's for a newer libfuse that floor_compare.sh builds
+# from LIBFUSE_SRC.
 declare -A header_provider=(
   [fuse3/fuse_lowlevel.h]=libfuse3-dev
+  [liburing.h]=liburing-dev
+  [numa.h]=libnuma-dev
 )
 
 mode=install

@@ -11,9 +11,15 @@
 #   floor1         `ordo fuse-floor --threads 1`
 #   libfuse        $LIBFUSE_FLOOR (scripts/floor/libfuse_floor.c), one thread
 #   libfuse-mt     the same, its multi-threaded loop
+#   libfuse-uring  $LIBFUSE_URING_FLOOR (the same program built against a
+#                  libfuse with FUSE over io_uring, 3.18 or later) with
+#                  `-o io_uring`; the kernel's transport is switched on
+#                  (/sys/module/fuse/parameters/enable_uring) while it runs
 #   anything else  an ordo mount of a fresh image with those options
 LOOP_DEV=
 SERVER_PID=
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_WAS=
 
 target_up() {
     local target=$1
@@ -35,6 +41,20 @@ target_up() {
         sleep 1
         SERVER_PID=$(pgrep -f "$LIBFUSE_FLOOR" | tail -1)
         ;;
+    libfuse-uring)
+        [ -w "$URING_PARAM" ] || { echo "targets.sh: this kernel has no FUSE over io_uring ($URING_PARAM)" >&2; return 1; }
+        URING_WAS=$(cat "$URING_PARAM")
+        echo Y >"$URING_PARAM"
+        env -u MT setsid "$LIBFUSE_URING_FLOOR" -o default_permissions,io_uring "$W/m" >/dev/null 2>&1 &
+        sleep 1
+        SERVER_PID=$(pgrep -f "$LIBFUSE_URING_FLOOR" | tail -1)
+        # The library falls back to /dev/fuse quietly if the ring cannot
+        # start: say so rather than time the wrong transport.
+        if ! ls -l "/proc/$SERVER_PID/fd" 2>/dev/null | grep -q io_uring; then
+            echo "targets.sh: $LIBFUSE_URING_FLOOR runs without an io_uring" >&2
+            return 1
+        fi
+        ;;
     ext4)
         truncate -s 2G "$W/img"
         LOOP_DEV=$(losetup -f --show "$W/img")
@@ -55,6 +75,10 @@ target_up() {
 target_down() {
     umount "$W/m"
     sleep 0.5
+    if [ -n "$URING_WAS" ]; then
+        echo "$URING_WAS" >"$URING_PARAM"
+        URING_WAS=
+    fi
     if [ -n "$LOOP_DEV" ]; then
         losetup -d "$LOOP_DEV"
         LOOP_DEV=
@@ -65,6 +89,7 @@ target_down() {
 targets_cleanup() {
     umount "$W/m" 2>/dev/null || true
     sleep 0.5
+    [ -z "$URING_WAS" ] || echo "$URING_WAS" >"$URING_PARAM"
     [ -z "$LOOP_DEV" ] || losetup -d "$LOOP_DEV" 2>/dev/null || true
     rm -rf "$W"
 }

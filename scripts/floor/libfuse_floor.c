@@ -16,7 +16,9 @@
  *   MT=1 libfuse_floor ...                    fuse_session_loop_mt, cloned
  *                                             descriptors, at most 2 threads
  */
+#ifndef FUSE_USE_VERSION
 #define FUSE_USE_VERSION 34
+#endif
 #include <fuse_lowlevel.h>
 #include <errno.h>
 #include <pthread.h>
