@@ -282,10 +282,13 @@ impl Core {
             io::CRTIME => io::CRTIME_EXTRA,
             _ => return,
         };
-        if let Ok((img, off)) = self.inode_image(ino) {
-            if self.has_extra(&img[off..], xoff) {
-                self.set_inode_bytes(ino, xoff, &extra.to_le_bytes(), InodeField::Times);
-            }
+        // Let go of the image before changing it: a second reference would
+        // make the change copy the whole block.
+        let has_extra = self
+            .inode_image(ino)
+            .is_ok_and(|(img, off)| self.has_extra(&img[off..], xoff));
+        if has_extra {
+            self.set_inode_bytes(ino, xoff, &extra.to_le_bytes(), InodeField::Times);
         }
     }
 
