@@ -62,6 +62,11 @@ pub struct CacheStats {
     pub hits: u64,
     /// Clean blocks evicted.
     pub evictions: u64,
+    /// Changes that copied a block's image first, because another
+    /// reference to the old image was alive: a plan's or a commit's
+    /// snapshot (the copy keeps what it writes stable), or a caller that
+    /// held the image while it changed the block (a waste).
+    pub copies: u64,
 }
 
 /// Cached block images.
@@ -248,6 +253,9 @@ impl BufferCache {
         }
         let generation = self.next_generation;
         self.next_generation += 1;
+        if Arc::strong_count(&e.data) > 1 {
+            self.stats.copies += 1;
+        }
         let data = Arc::make_mut(&mut e.data);
         if let Some(old) = old {
             old.extend_from_slice(&data[offset..offset + bytes.len()]);
