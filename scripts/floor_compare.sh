@@ -39,13 +39,9 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
     TARGETS+=(libfuse-mt mode=async)
 fi
 N=20000
-cargo build --release -q -p ordo
-B=$PWD/target/release/ordo
-W=$(mktemp -d /var/tmp/ordo-floors.XXXXXX)
-mkdir -p "$W/m"
 # shellcheck source=scripts/targets.sh
 . scripts/targets.sh
-trap targets_cleanup EXIT
+targets_setup floors
 LIBFUSE_FLOOR=$W/libfuse_floor
 # shellcheck disable=SC2046
 gcc -O2 -o "$LIBFUSE_FLOOR" scripts/floor/libfuse_floor.c $(pkg-config --cflags --libs fuse3)
@@ -62,7 +58,6 @@ if [ -n "${LIBFUSE_SRC:-}" ]; then
         -I"$LIBFUSE_SRC/include" -I"$W/libfuse-build" "$W/libfuse-build/lib/libfuse3.a" \
         -luring -lnuma -lpthread -ldl
 fi
-HZ=$(getconf CLK_TCK)
 
 declare -A rates
 kernel=

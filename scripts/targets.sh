@@ -1,8 +1,9 @@
 # Sourced, not run: mounting the targets the comparison scripts
 # (warm_opens.sh, floor_compare.sh) time, one at a time, on "$W/m".
 #
-# The caller sets B (the ordo binary) and W (a scratch directory holding
-# the mount point m) and calls `targets_cleanup` on exit. `target_up
+# The caller runs `targets_setup NAME` from the repository's root: it builds
+# ordo and sets B (the binary), W (a scratch directory /var/tmp/ordo-NAME.*
+# holding the mount point m, removed on exit) and HZ (clock ticks). `target_up
 # TARGET` mounts one and sets SERVER_PID (the FUSE server's, empty for the
 # kernel's ext4); `target_down` unmounts it and frees its loop device.
 #
@@ -20,6 +21,15 @@ LOOP_DEV=
 SERVER_PID=
 URING_PARAM=/sys/module/fuse/parameters/enable_uring
 URING_WAS=
+
+targets_setup() {
+    cargo build --release -q -p ordo
+    B=$PWD/target/release/ordo
+    W=$(mktemp -d "/var/tmp/ordo-$1.XXXXXX")
+    mkdir -p "$W/m"
+    HZ=$(getconf CLK_TCK)
+    trap targets_cleanup EXIT
+}
 
 target_up() {
     local target=$1

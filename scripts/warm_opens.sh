@@ -20,14 +20,9 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(ext4 floor mode=journal mode=journal,open_requests=off)
 N=5000
-cargo build --release -q -p ordo
-B=$PWD/target/release/ordo
-W=$(mktemp -d /var/tmp/ordo-warm.XXXXXX)
-mkdir -p "$W/m"
 # shellcheck source=scripts/targets.sh
 . scripts/targets.sh
-trap targets_cleanup EXIT
-HZ=$(getconf CLK_TCK)
+targets_setup warm
 
 one() {
     local target=$1
