@@ -501,9 +501,14 @@ impl Core {
             let mut found = None;
             let mut i = first_idx;
             while i < ipg as usize {
+                if i % 64 == 0 && i + 64 <= ipg as usize && img[i / 8..i / 8 + 8] == [0xff; 8] {
+                    // Sixty-four inodes in use: the used front of a group's
+                    // bitmap is passed over eight bytes at a time.
+                    i += 64;
+                    continue;
+                }
                 if i % 8 == 0 && img[i / 8] == 0xff {
-                    // A full byte: eight inodes in use (a full group's
-                    // bitmap is passed over a byte at a time).
+                    // A full byte: eight inodes in use.
                     i += 8;
                     continue;
                 }

@@ -140,14 +140,13 @@ impl Core {
             dtime: le32(raw, io::DTIME),
         };
         if inode.mode != 0 && self.seal.csum {
-            // A clean block is what the disk holds: check it in place. A
-            // dirty one was checked when it was read from the device.
-            let bad = if self.cache.is_dirty(block) {
-                self.inode_csum_bad.get(&ino).copied()
-            } else {
-                self.seal.verify_inode_csum(ino, raw).err()
-            };
-            if let Some((stored, computed)) = bad {
+            // Every inode of an inode-table block was checked when the
+            // block came from the device (`Core::read_block`), and the
+            // core seals each inode it rewrites: what failed then and has
+            // not been rewritten since is in `inode_csum_bad`, clean block
+            // or dirty. (Checking a clean block in place again on every
+            // read cost a checksum per lookup and stat.)
+            if let Some(&(stored, computed)) = self.inode_csum_bad.get(&ino) {
                 return Err(FsError::corrupt(
                     block,
                     format!("inode {ino} checksum"),

@@ -16,7 +16,8 @@
 //! protocol's intermediate writes, soft updates' rollbacks) recompute them
 //! through [`Sealer`], which knows what each block holds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ordo_dev::{BlockClass, BlockDevice};
@@ -117,23 +118,24 @@ impl SealCtx {
     /// Recompute the checksum of the inode at `off` of an inode-table image.
     pub fn inode_csum(&self, ino: Ino, raw: &[u8]) -> u32 {
         let generation = le32(raw, layout::ino::GENERATION);
-        let mut c = self.ino_seed(ino, generation);
+        let c = self.ino_seed(ino, generation);
         let isz = self.inode_size as usize;
-        c = layout::ext4_crc(c, &raw[..layout::ino::CHECKSUM_LO]);
-        c = layout::ext4_crc(c, &[0, 0]);
-        c = layout::ext4_crc(c, &raw[layout::ino::CHECKSUM_LO + 2..128]);
-        if isz > 128 {
-            let extra = le16(raw, layout::ino::EXTRA_ISIZE) as usize;
-            let has_hi = extra >= 4;
-            if has_hi {
-                c = layout::ext4_crc(c, &raw[128..layout::ino::CHECKSUM_HI]);
-                c = layout::ext4_crc(c, &[0, 0]);
-                c = layout::ext4_crc(c, &raw[layout::ino::CHECKSUM_HI + 2..isz]);
-            } else {
-                c = layout::ext4_crc(c, &raw[128..isz]);
-            }
+        // One pass over a copy with the checksum fields zeroed (on the
+        // stack for the usual inode sizes), rather than five around them.
+        let mut stack = [0u8; 512];
+        let mut heap = Vec::new();
+        let copy: &mut [u8] = if isz <= stack.len() {
+            &mut stack[..isz]
+        } else {
+            heap.resize(isz, 0);
+            &mut heap
+        };
+        copy.copy_from_slice(&raw[..isz]);
+        copy[layout::ino::CHECKSUM_LO..layout::ino::CHECKSUM_LO + 2].fill(0);
+        if isz > 128 && le16(raw, layout::ino::EXTRA_ISIZE) >= 4 {
+            copy[layout::ino::CHECKSUM_HI..layout::ino::CHECKSUM_HI + 2].fill(0);
         }
-        c
+        layout::ext4_crc(c, copy)
     }
 
     /// Checksum of a directory leaf block (over everything but the tail).
@@ -442,11 +444,13 @@ pub(crate) struct Core {
     next_plan_serial: u64,
     /// The newest generation of each block a queued plan sends home, while
     /// such a plan is queued or running (the write-order invariant).
-    home_generation: std::collections::HashMap<u64, u64>,
+    home_generation: HashMap<u64, u64>,
     /// In-use inodes whose checksum was wrong when their inode-table block
-    /// came from the device, with (stored, computed): once the block is
-    /// dirtied by a neighbour the bytes can no longer be checked in place,
-    /// yet the inode must keep failing as ext4's would.
+    /// came from the device, with (stored, computed), until the core
+    /// rewrites them: what `read_inode` judges an inode by, in a clean
+    /// block or in one a neighbour's change dirtied (whose bytes can no
+    /// longer be checked in place), so that the inode keeps failing as
+    /// ext4's would.
     pub inode_csum_bad: BTreeMap<Ino, (u32, u32)>,
     /// The current handle's undo log (kept for the operations that can
     /// fail for space once they changed something; see [`Core::rollback_to`]).
@@ -531,12 +535,12 @@ impl Core {
             in_handle: false,
             next_handle_id: 1,
             pending: PendingCsum::default(),
-            dirs: HashMap::new(),
+            dirs: HashMap::default(),
             dir_names: 0,
             dir_names_bound: usize::MAX,
             dir_uses: 0,
             dir_index_evictions: 0,
-            open_counts: HashMap::new(),
+            open_counts: HashMap::default(),
             dir_rotor: 0,
             rng: SplitMix64::new(seed),
             clock,
@@ -548,11 +552,11 @@ impl Core {
             undo_on: false,
             freed_in_handle: Vec::new(),
             frees: 0,
-            freed_set: HashSet::new(),
+            freed_set: HashSet::default(),
             use_reserve: true,
             short_for_space: false,
             alloc_from_group_start: false,
-            xattr_shared: HashMap::new(),
+            xattr_shared: HashMap::default(),
             backlinks: false,
             scan_needed: false,
             meta_scan: None,
@@ -583,7 +587,9 @@ impl Core {
         }
         let mut buf = vec![0u8; self.bs as usize];
         self.dev.read(block, &mut buf, class)?;
-        if class == BlockClass::InodeTable && self.seal.csum {
+        if self.seal.csum {
+            // Whatever class the caller asked for: an inode-table block's
+            // inodes are checked here once, and `read_inode` relies on it.
             self.note_inode_csums(block, &buf);
         }
         self.cache.insert_clean(block, class, buf);

@@ -814,7 +814,7 @@ pub struct Io<'a> {
     sealer: Option<&'a dyn Sealer>,
     /// The newest generation of each block that a queued or running plan
     /// sends home ([`Io::dirty_blocks_not_in_flight`]).
-    in_flight: Option<&'a std::collections::HashMap<u64, u64>>,
+    in_flight: Option<&'a rustc_hash::FxHashMap<u64, u64>>,
 }
 
 impl<'a> Io<'a> {
@@ -843,7 +843,7 @@ impl<'a> Io<'a> {
     /// Let [`Io::dirty_blocks_not_in_flight`] see what earlier plans send
     /// home: block -> the newest generation a queued or running plan
     /// writes.
-    pub fn with_in_flight(mut self, in_flight: &'a std::collections::HashMap<u64, u64>) -> Self {
+    pub fn with_in_flight(mut self, in_flight: &'a rustc_hash::FxHashMap<u64, u64>) -> Self {
         self.in_flight = Some(in_flight);
         self
     }
@@ -1520,7 +1520,7 @@ mod io_tests {
         }
         // 10 is in flight at its current image; 11 was in flight and has
         // changed since; 12 and 13 are in no plan.
-        let mut in_flight = std::collections::HashMap::new();
+        let mut in_flight = rustc_hash::FxHashMap::default();
         in_flight.insert(10, cache.generation(10));
         in_flight.insert(11, cache.generation(11));
         cache.modify(11, 0, &[0xee]);

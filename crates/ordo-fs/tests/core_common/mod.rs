@@ -29,6 +29,11 @@ pub fn can_mount() -> bool {
 
 /// Make an ext4 image with `mkfs.ext4` (`features` like "^has_journal").
 pub fn mkfs(path: &Path, size_mib: u64, block_size: u32, features: &str) {
+    mkfs_with(path, size_mib, block_size, features, &[]);
+}
+
+/// [`mkfs`] with more `mkfs.ext4` arguments (e.g. `["-I", "1024"]`).
+pub fn mkfs_with(path: &Path, size_mib: u64, block_size: u32, features: &str, more: &[&str]) {
     let mut cmd = Command::new("mkfs.ext4");
     cmd.arg("-F")
         .arg("-q")
@@ -37,6 +42,7 @@ pub fn mkfs(path: &Path, size_mib: u64, block_size: u32, features: &str) {
     if !features.is_empty() {
         cmd.arg("-O").arg(features);
     }
+    cmd.args(more);
     cmd.arg("-E").arg("lazy_itable_init=1,nodiscard");
     cmd.arg(path).arg(format!("{size_mib}M"));
     let out = cmd.output().expect("run mkfs.ext4");
