@@ -39,6 +39,9 @@ declare -A provider=(
   # building a newer libfuse for scripts/floor_compare.sh (LIBFUSE_SRC)
   [meson]=meson
   [ninja]=ninja-build
+  # counting a FUSE server's instructions (scripts/fuse_instructions.sh)
+  [valgrind]=valgrind
+  [mountpoint]=util-linux
   [python3]=python3
   [dd]=coreutils
   [truncate]=coreutils

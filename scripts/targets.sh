@@ -2,7 +2,7 @@
 # (warm_opens.sh, floor_compare.sh) time, one at a time, on "$W/m".
 #
 # The caller runs `targets_setup NAME` from the repository's root: it builds
-# ordo and sets B (the binary), W (a scratch directory /var/tmp/ordo-NAME.*
+# ordo (or takes $ORDO_BIN) and sets B (the binary), W (a scratch directory /var/tmp/ordo-NAME.*
 # holding the mount point m, removed on exit) and HZ (clock ticks). `target_up
 # TARGET` mounts one and sets SERVER_PID (the FUSE server's, empty for the
 # kernel's ext4); `target_down` unmounts it and frees its loop device.
@@ -17,14 +17,23 @@
 #                  `-o io_uring`; the kernel's transport is switched on
 #                  (/sys/module/fuse/parameters/enable_uring) while it runs
 #   anything else  an ordo mount of a fresh image with those options
+#
+# SERVER_WRAP, an array the caller may set after sourcing, is a command the
+# FUSE servers of `floor`, `floor1` and ordo mounts are started under
+# (fuse_instructions.sh: cachegrind).
 LOOP_DEV=
 SERVER_PID=
+SERVER_WRAP=()
 URING_PARAM=/sys/module/fuse/parameters/enable_uring
 URING_WAS=
 
 targets_setup() {
-    cargo build --release -q -p ordo
-    B=$PWD/target/release/ordo
+    if [ -n "${ORDO_BIN:-}" ]; then
+        B=$ORDO_BIN
+    else
+        cargo build --release -q -p ordo
+        B=$PWD/target/release/ordo
+    fi
     W=$(mktemp -d "/var/tmp/ordo-$1.XXXXXX")
     mkdir -p "$W/m"
     HZ=$(getconf CLK_TCK)
@@ -38,8 +47,8 @@ target_up() {
     floor | floor1)
         local threads=()
         [ "$target" = floor ] || threads=(--threads 1)
-        setsid "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
-        sleep 1
+        setsid "${SERVER_WRAP[@]}" "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
+        wait_mounted
         SERVER_PID=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
         ;;
     libfuse | libfuse-mt)
@@ -75,8 +84,8 @@ target_up() {
         truncate -s 2G "$W/img"
         LOOP_DEV=$(losetup -f --show "$W/img")
         "$B" mkfs "$LOOP_DEV" >/dev/null
-        "$B" mount "$LOOP_DEV" "$W/m" -o "$target" >/dev/null 2>&1
-        sleep 0.5
+        "${SERVER_WRAP[@]}" "$B" mount "$LOOP_DEV" "$W/m" -o "$target" >/dev/null 2>&1
+        wait_mounted
         SERVER_PID=$(pgrep -f "$B mount $LOOP_DEV" | tail -1)
         ;;
     esac
@@ -102,6 +111,18 @@ targets_cleanup() {
     [ -z "$URING_WAS" ] || echo "$URING_WAS" >"$URING_PARAM"
     [ -z "$LOOP_DEV" ] || losetup -d "$LOOP_DEV" 2>/dev/null || true
     rm -rf "$W"
+}
+
+# Wait (up to 30 s) until "$W/m" is a mount point: a server started under
+# SERVER_WRAP takes seconds to answer its first request.
+wait_mounted() {
+    local i
+    for i in $(seq 300); do
+        mountpoint -q "$W/m" && return 0
+        sleep 0.1
+    done
+    echo "targets.sh: nothing mounted on $W/m" >&2
+    return 1
 }
 
 # The CPU time (user + system, in ticks) of process $1 so far; 0 if none.

@@ -1,10 +1,11 @@
 //! The scripts under `scripts/` parse, and the C programs that
 //! `scripts/floor_compare.sh` builds compile cleanly and do their job: the
 //! load creates its files whole, and the libfuse floor serves a mount that
-//! the load runs on, in both of its loops.
+//! the load runs on, in both of its loops; `scripts/fuse_instructions.sh`
+//! counts the instructions of ordo's server and of the floor.
 //!
-//! Needs root and /dev/fuse (the floor is mounted), gcc, pkg-config and
-//! libfuse3-dev (scripts/deps.sh installs them).
+//! Needs root and /dev/fuse (the floor is mounted), gcc, pkg-config,
+//! libfuse3-dev and valgrind (scripts/deps.sh installs them).
 
 mod common;
 
@@ -176,4 +177,45 @@ fn the_libfuse_floor_serves_the_load() {
         m.stop_ok();
         assert!(!is_mounted(&mp), "{mp:?} is still mounted");
     }
+}
+
+/// `scripts/fuse_instructions.sh` counts each server's own instructions
+/// under cachegrind: a row per target, a positive count per file, and
+/// ordo's server, which stores what it is sent, above the floor's, which
+/// stores nothing.
+#[test]
+fn fuse_instructions_counts_each_server() {
+    require_mount_privileges();
+    assert!(
+        which("valgrind"),
+        "valgrind is missing: scripts/deps.sh installs it"
+    );
+    let o = Command::new("bash")
+        .arg(scripts_dir().join("fuse_instructions.sh"))
+        .args(["200", "2", "floor", "mode=async"])
+        .env("ORDO_BIN", env!("CARGO_BIN_EXE_ordo"))
+        .output()
+        .expect("run fuse_instructions.sh");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "fuse_instructions.sh failed:\n{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let per_file = |target: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(target))
+            .unwrap_or_else(|| panic!("no row for {target} in:\n{text}"));
+        line.split_whitespace()
+            .nth(3)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no count per file in {line:?}"))
+    };
+    let (floor, ordo) = (per_file("floor"), per_file("mode=async"));
+    assert!(floor > 0, "the floor's count per file is {floor}:\n{text}");
+    assert!(
+        ordo > floor,
+        "ordo's server counts {ordo} per file, the floor's {floor}:\n{text}"
+    );
 }
