@@ -1,9 +1,11 @@
 # Sourced, not run: mounting the targets the comparison scripts
-# (warm_opens.sh, floor_compare.sh) time, one at a time, on "$W/m".
+# (warm_opens.sh, floor_compare.sh, fuse_instructions.sh) measure, one at a
+# time, on "$W/m".
 #
 # The caller runs `targets_setup NAME` from the repository's root: it builds
-# ordo (or takes $ORDO_BIN) and sets B (the binary), W (a scratch directory /var/tmp/ordo-NAME.*
-# holding the mount point m, removed on exit) and HZ (clock ticks). `target_up
+# ordo (or takes $ORDO_BIN) and sets B (the binary), W (a scratch directory
+# /var/tmp/ordo-NAME.* holding the mount point m, removed on exit) and HZ
+# (clock ticks). `target_up
 # TARGET` mounts one and sets SERVER_PID (the FUSE server's, empty for the
 # kernel's ext4); `target_down` unmounts it and frees its loop device.
 #
@@ -57,7 +59,7 @@ target_up() {
         else
             MT=1 setsid "$LIBFUSE_FLOOR" -o default_permissions "$W/m" >/dev/null 2>&1 &
         fi
-        sleep 1
+        wait_mounted
         SERVER_PID=$(pgrep -f "$LIBFUSE_FLOOR" | tail -1)
         ;;
     libfuse-uring)
