@@ -17,6 +17,7 @@
 //! through [`Sealer`], which knows what each block holds.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -308,13 +309,43 @@ impl Sealer for SealCtx {
 /// Checksums to recompute at the end of the handle.
 #[derive(Clone, Default)]
 struct PendingCsum {
-    inodes: BTreeSet<Ino>,
-    dir_blocks: BTreeSet<u64>,
-    extent_blocks: BTreeSet<u64>,
-    block_bitmaps: BTreeSet<u32>,
-    inode_bitmaps: BTreeSet<u32>,
-    groups: BTreeSet<u32>,
+    inodes: FewSet<Ino>,
+    dir_blocks: FewSet<u64>,
+    extent_blocks: FewSet<u64>,
+    block_bitmaps: FewSet<u32>,
+    inode_bitmaps: FewSet<u32>,
+    groups: FewSet<u32>,
     superblock: bool,
+}
+
+/// An ordered set of the few keys one handle touches (an operation names
+/// one to four inodes, blocks or groups of each kind): a sorted inline
+/// vector, so that a handle allocates nothing for its checksums, and
+/// sealed in key order as a `BTreeSet` was (a `BTreeSet` allocated a node
+/// per kind and handle, ten allocations and frees per created file).
+#[derive(Clone, Debug)]
+struct FewSet<T: Ord + Copy>(SmallVec<[T; 4]>);
+
+impl<T: Ord + Copy> Default for FewSet<T> {
+    fn default() -> Self {
+        FewSet(SmallVec::new())
+    }
+}
+
+impl<T: Ord + Copy> FewSet<T> {
+    fn insert(&mut self, v: T) {
+        if let Err(at) = self.0.binary_search(&v) {
+            self.0.insert(at, v);
+        }
+    }
+}
+
+impl<T: Ord + Copy> IntoIterator for FewSet<T> {
+    type Item = T;
+    type IntoIter = smallvec::IntoIter<[T; 4]>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
 }
 
 /// One entry of a handle's undo log.
