@@ -21,11 +21,13 @@
 # 3.14, which has no io_uring transport), built here with meson and
 # ninja, liburing and libnuma (scripts/deps.sh installs them).
 #
-# The load (scripts/floor/createload.c) creates 20,000 files of 16 KiB:
-# open O_CREAT|O_EXCL, one write, close. Prints files/s, the ratio to the
-# kernel's ext4 of the same round, and the server's CPU per file (from
-# /proc/PID/stat); then each target's median. Needs root (loop devices,
-# mounts), gcc and libfuse3-dev (scripts/deps.sh installs them).
+# The load (scripts/floor/createload.c) creates FILES files (default
+# 20,000) of 16 KiB: open O_CREAT|O_EXCL, one write, close. Prints files/s
+# and the server's CPU per file (from /proc/PID/stat) of each run; then,
+# per target, the median files/s and server CPU, and the medians of its
+# ratio to the kernel's ext4 and to the floor of the same round. Needs
+# root (loop devices, mounts), gcc and libfuse3-dev (scripts/deps.sh
+# installs them).
 # DESIGN.md ("The FUSE path") has a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,7 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
     [ -z "${LIBFUSE_SRC:-}" ] || TARGETS+=(libfuse-uring)
     TARGETS+=(libfuse-mt mode=async)
 fi
-N=20000
+N=${FILES:-20000}
 # shellcheck source=scripts/targets.sh
 . scripts/targets.sh
 targets_setup floors
@@ -59,32 +61,58 @@ if [ -n "${LIBFUSE_SRC:-}" ]; then
         -luring -lnuma -lpthread -ldl
 fi
 
-declare -A rates
-kernel=
+# Per round and target: files/s and the server's CPU per file. A round runs
+# the targets in turn, starting one further along the list each round, so
+# that none is always first or last while the host's load drifts; ratios
+# are taken within a round (a target against the kernel or the floor of the
+# same round) and their medians printed, which the drift between rounds
+# moves less than the ratio of two medians.
+declare -A rate cpus
 one() {
-    local target=$1
+    local r=$1 target=$2
     target_up "$target" || exit 1
     local pid=$SERVER_PID
-    local t0 t1 rate cpu=- ratio=-
+    local t0 t1 cpu=-
     t0=$(cpu_ticks "$pid")
-    rate=$("$W/createload" "$W/m/c" "$N" "$THREADS")
+    rate[$r,$target]=$("$W/createload" "$W/m/c" "$N" "$THREADS")
     t1=$(cpu_ticks "$pid")
-    [ -z "$pid" ] || cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n=$N 'BEGIN { printf "%.0f", d * 1e6 / hz / n }')
-    [ "$target" != ext4 ] || kernel=$rate
-    [ -z "$kernel" ] || ratio=$(awk -v r="$rate" -v k="$kernel" 'BEGIN { printf "%.2fx", r / k }')
-    rates[$target]="${rates[$target]:-} $rate"
-    printf '%-24s %8s files/s  %6s the kernel'"'"'s  server CPU %4s us/file\n' "$target" "$rate" "$ratio" "$cpu"
+    [ -z "$pid" ] || cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }')
+    cpus[$r,$target]=$cpu
+    printf '%-24s %8s files/s  server CPU %4s us/file\n' "$target" "${rate[$r,$target]}" "$cpu"
     target_down
 }
 
+median() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+}
+
+# The median over rounds of target $1's rate divided by target $2's.
+median_ratio() {
+    local r
+    for r in $(seq 1 "$ROUNDS"); do
+        awk -v a="${rate[$r,$1]}" -v b="${rate[$r,$2]}" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }'
+    done | median
+}
+
+n=${#TARGETS[@]}
+has() {
+    local t
+    for t in "${TARGETS[@]}"; do [ "$t" != "$1" ] || return 0; done
+    return 1
+}
 for r in $(seq 1 "$ROUNDS"); do
     echo "round $r"
-    kernel=
-    for t in "${TARGETS[@]}"; do one "$t"; done
+    for k in $(seq 0 $((n - 1))); do one "$r" "${TARGETS[$(((k + r - 1) % n))]}"; done
 done
-echo "medians"
+echo "medians over $ROUNDS rounds (ratios taken within each round)"
+printf '%-24s %8s  %10s  %9s  %s\n' target files/s "x kernel" "x floor" "server CPU us/file"
 for t in "${TARGETS[@]}"; do
-    # shellcheck disable=SC2086
-    printf '%-24s %8s files/s\n' "$t" "$(printf '%s\n' ${rates[$t]} | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+    xk=-
+    xf=-
+    ! has ext4 || [ "$t" = ext4 ] || xk=$(median_ratio "$t" ext4)
+    ! has floor || [ "$t" = floor ] || xf=$(median_ratio "$t" floor)
+    med=$(for r in $(seq 1 "$ROUNDS"); do echo "${rate[$r,$t]}"; done | median)
+    cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${cpus[$r,$t]}"; done | awk '$1 != "-"' | median)
+    printf '%-24s %8s  %10s  %9s  %s\n' "$t" "$med" "$xk" "$xf" "$cpu"
 done
-echo "reproduce with: ${LIBFUSE_SRC:+LIBFUSE_SRC=$LIBFUSE_SRC }scripts/floor_compare.sh $ROUNDS $THREADS ${TARGETS[*]}"
+echo "reproduce with: ${FILES:+FILES=$FILES }${LIBFUSE_SRC:+LIBFUSE_SRC=$LIBFUSE_SRC }scripts/floor_compare.sh $ROUNDS $THREADS ${TARGETS[*]}"

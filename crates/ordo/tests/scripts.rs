@@ -2,7 +2,9 @@
 //! `scripts/floor_compare.sh` builds compile cleanly and do their job: the
 //! load creates its files whole, and the libfuse floor serves a mount that
 //! the load runs on, in both of its loops; `scripts/fuse_instructions.sh`
-//! counts the instructions of ordo's server and of the floor.
+//! counts the instructions of ordo's server and of the floor, and
+//! `scripts/floor_compare.sh` sums up its rounds with ratios taken within
+//! each.
 //!
 //! Needs root and /dev/fuse (the floor is mounted), gcc, pkg-config,
 //! libfuse3-dev and valgrind (scripts/deps.sh installs them).
@@ -217,5 +219,80 @@ fn fuse_instructions_counts_each_server() {
     assert!(
         ordo > floor,
         "ordo's server counts {ordo} per file, the floor's {floor}:\n{text}"
+    );
+}
+
+/// `floor_compare.sh` runs its targets in a turning order and sums up
+/// each target with the medians of its ratios to the floor taken within
+/// each round: with two rounds of a few hundred files, every run's row
+/// and the summary's ratios must be there, and the ratio must be the
+/// median of the rounds' own (recomputed here from the rows printed).
+#[test]
+fn floor_compare_sums_up_ratios_within_rounds() {
+    require_mount_privileges();
+    let o = Command::new("bash")
+        .arg(scripts_dir().join("floor_compare.sh"))
+        .args(["3", "2", "floor", "mode=async"])
+        .env("ORDO_BIN", env!("CARGO_BIN_EXE_ordo"))
+        .env("FILES", "300")
+        .output()
+        .expect("run floor_compare.sh");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "floor_compare.sh failed:\n{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The runs, round by round, in the order they ran.
+    let mut rounds: Vec<Vec<(String, f64)>> = Vec::new();
+    let mut summary = false;
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("round ") {
+            rounds.push(Vec::new());
+        } else if line.starts_with("medians over") {
+            summary = true;
+        } else if summary && !line.starts_with("target") && !line.starts_with("reproduce") {
+            rows.push(line.split_whitespace().map(str::to_owned).collect());
+        } else if let (false, Some(r)) = (summary, rounds.last_mut()) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let rate = f[1]
+                .parse()
+                .unwrap_or_else(|_| panic!("no rate in {line:?}"));
+            r.push((f[0].to_owned(), rate));
+        }
+    }
+    assert_eq!(rounds.len(), 3, "three rounds in:\n{text}");
+    // The order turns: each round starts with a different target.
+    assert_eq!(rounds[0][0].0, "floor", "{text}");
+    assert_eq!(rounds[1][0].0, "mode=async", "{text}");
+    let mut ratios: Vec<f64> = rounds
+        .iter()
+        .map(|r| {
+            let rate = |t: &str| r.iter().find(|(n, _)| n == t).expect("both ran").1;
+            assert!(rate("floor") > 0.0 && rate("mode=async") > 0.0, "{text}");
+            rate("mode=async") / rate("floor")
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let ordo = rows
+        .iter()
+        .find(|r| r[0] == "mode=async")
+        .unwrap_or_else(|| panic!("no summary row for mode=async in:\n{text}"));
+    let floor = rows.iter().find(|r| r[0] == "floor").expect("floor row");
+    assert_eq!(floor[3], "-", "the floor against itself: {floor:?}");
+    assert_eq!(ordo[2], "-", "no kernel among the targets: {ordo:?}");
+    let x: f64 = ordo[3]
+        .parse()
+        .unwrap_or_else(|_| panic!("no ratio in {ordo:?}"));
+    assert!(
+        (x - ratios[1]).abs() < 0.0015,
+        "summary says {x}x the floor, the rounds' median is {}:\n{text}",
+        ratios[1]
+    );
+    // A few hundred files may take under one clock tick of the server's.
+    assert!(
+        ordo[4].parse::<u32>().is_ok(),
+        "ordo's server CPU per file: {ordo:?}"
     );
 }
