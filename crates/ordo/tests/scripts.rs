@@ -81,6 +81,25 @@ fn createload(bin: &Path, dir: &Path, n: u32, threads: u32, bytes: Option<u32>) 
         .unwrap_or_else(|_| panic!("createload printed {text:?}, not a rate"))
 }
 
+/// Run `scripts/NAME ARGS` with this build's ordo (`ORDO_BIN`) and `env`;
+/// what it printed, once it succeeded.
+fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = Command::new("bash")
+        .arg(scripts_dir().join(name))
+        .args(args)
+        .env("ORDO_BIN", env!("CARGO_BIN_EXE_ordo"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{name} failed:\n{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}
+
 #[test]
 fn every_script_parses() {
     let (mut shell, mut python) = (0, 0);
@@ -192,17 +211,10 @@ fn fuse_instructions_counts_each_server() {
         which("valgrind"),
         "valgrind is missing: scripts/deps.sh installs it"
     );
-    let o = Command::new("bash")
-        .arg(scripts_dir().join("fuse_instructions.sh"))
-        .args(["200", "2", "floor", "mode=async"])
-        .env("ORDO_BIN", env!("CARGO_BIN_EXE_ordo"))
-        .output()
-        .expect("run fuse_instructions.sh");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "fuse_instructions.sh failed:\n{text}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let text = run_script(
+        "fuse_instructions.sh",
+        &["200", "2", "floor", "mode=async"],
+        &[],
     );
     let per_file = |target: &str| -> u64 {
         let line = text
@@ -230,18 +242,10 @@ fn fuse_instructions_counts_each_server() {
 #[test]
 fn floor_compare_sums_up_ratios_within_rounds() {
     require_mount_privileges();
-    let o = Command::new("bash")
-        .arg(scripts_dir().join("floor_compare.sh"))
-        .args(["3", "2", "floor", "mode=async"])
-        .env("ORDO_BIN", env!("CARGO_BIN_EXE_ordo"))
-        .env("FILES", "300")
-        .output()
-        .expect("run floor_compare.sh");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "floor_compare.sh failed:\n{text}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let text = run_script(
+        "floor_compare.sh",
+        &["3", "2", "floor", "mode=async"],
+        &[("FILES", "300")],
     );
     // The runs, round by round, in the order they ran.
     let mut rounds: Vec<Vec<(String, f64)>> = Vec::new();
