@@ -318,33 +318,73 @@ struct PendingCsum {
     superblock: bool,
 }
 
-/// An ordered set of the few keys one handle touches (an operation names
-/// one to four inodes, blocks or groups of each kind): a sorted inline
-/// vector, so that a handle allocates nothing for its checksums, and
-/// sealed in key order as a `BTreeSet` was (a `BTreeSet` allocated a node
-/// per kind and handle, ten allocations and frees per created file).
+/// An ordered set of the keys one handle touches. An operation names one
+/// to four inodes, blocks or groups of each kind, held in a sorted inline
+/// vector, so that a handle allocates nothing for its checksums (a
+/// `BTreeSet` allocated a node per kind and handle: ten allocations and
+/// frees per created file); past [`FewSet::INLINE_MAX`] keys (a truncation
+/// freeing across many groups) it becomes a `BTreeSet`, so that inserting
+/// stays logarithmic. Either way the keys come out in order.
 #[derive(Clone, Debug)]
-struct FewSet<T: Ord + Copy>(SmallVec<[T; 4]>);
+enum FewSet<T: Ord + Copy> {
+    Few(SmallVec<[T; 4]>),
+    Many(BTreeSet<T>),
+}
 
 impl<T: Ord + Copy> Default for FewSet<T> {
     fn default() -> Self {
-        FewSet(SmallVec::new())
+        FewSet::Few(SmallVec::new())
     }
 }
 
 impl<T: Ord + Copy> FewSet<T> {
+    /// The most keys kept in the sorted vector.
+    const INLINE_MAX: usize = 32;
+
     fn insert(&mut self, v: T) {
-        if let Err(at) = self.0.binary_search(&v) {
-            self.0.insert(at, v);
+        match self {
+            FewSet::Few(keys) => {
+                if let Err(at) = keys.binary_search(&v) {
+                    if keys.len() < Self::INLINE_MAX {
+                        keys.insert(at, v);
+                    } else {
+                        let mut set: BTreeSet<T> = keys.drain(..).collect();
+                        set.insert(v);
+                        *self = FewSet::Many(set);
+                    }
+                }
+            }
+            FewSet::Many(set) => {
+                set.insert(v);
+            }
+        }
+    }
+}
+
+/// The keys of a [`FewSet`], in order.
+enum FewIter<T: Ord + Copy> {
+    Few(smallvec::IntoIter<[T; 4]>),
+    Many(std::collections::btree_set::IntoIter<T>),
+}
+
+impl<T: Ord + Copy> Iterator for FewIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        match self {
+            FewIter::Few(it) => it.next(),
+            FewIter::Many(it) => it.next(),
         }
     }
 }
 
 impl<T: Ord + Copy> IntoIterator for FewSet<T> {
     type Item = T;
-    type IntoIter = smallvec::IntoIter<[T; 4]>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+    type IntoIter = FewIter<T>;
+    fn into_iter(self) -> FewIter<T> {
+        match self {
+            FewSet::Few(keys) => FewIter::Few(keys.into_iter()),
+            FewSet::Many(set) => FewIter::Many(set.into_iter()),
+        }
     }
 }
 
@@ -1312,5 +1352,48 @@ impl Core {
     /// The current time, from the mount's clock.
     pub fn now(&self) -> Timespec {
         self.clock.now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::SplitMix64;
+
+    /// A `FewSet` holds what a `BTreeSet` would and gives it back in the
+    /// same order, below and past the inline bound, keys repeated.
+    #[test]
+    fn few_set_is_an_ordered_set() {
+        let mut rng = SplitMix64::new(7);
+        for n in [0usize, 1, 4, 5, 31, 32, 33, 200] {
+            let mut few = FewSet::default();
+            let mut all = BTreeSet::new();
+            for _ in 0..n {
+                let k = rng.next_u64() % (n as u64 / 2 + 1);
+                few.insert(k);
+                all.insert(k);
+            }
+            let inline = matches!(few, FewSet::Few(_));
+            assert_eq!(
+                inline,
+                all.len() <= FewSet::<u64>::INLINE_MAX,
+                "{n} inserts, {} keys",
+                all.len()
+            );
+            let got: Vec<u64> = few.into_iter().collect();
+            let want: Vec<u64> = all.into_iter().collect();
+            assert_eq!(got, want, "{n} inserts");
+        }
+        // Distinct keys in a scattered order, each inserted once: the key
+        // that moves the set out of line is kept too.
+        for n in [32u64, 33, 100] {
+            let mut few = FewSet::default();
+            for k in 0..n {
+                few.insert(k * 7919 % 1009);
+            }
+            let mut want: Vec<u64> = (0..n).map(|k| k * 7919 % 1009).collect();
+            want.sort_unstable();
+            assert_eq!(few.into_iter().collect::<Vec<_>>(), want, "{n} keys");
+        }
     }
 }
