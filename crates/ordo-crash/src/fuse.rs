@@ -99,37 +99,24 @@ impl FuseMount {
     }
 }
 
-/// Unmount `path` with `umount2`, retrying `EBUSY` and finally detaching;
-/// true once it is unmounted. `EPERM` (not root) leaves the unmount to
-/// fuser, which goes through `fusermount3 -u` (false).
+/// Unmount `path`, retrying `EBUSY` ([`ordo_dev::loopdev::unmount_retrying`])
+/// and finally detaching; true once it is unmounted. `EPERM` (not root)
+/// leaves the unmount to fuser, which goes through `fusermount3 -u`
+/// (false).
 fn settle_unmount(path: &Path) -> io::Result<bool> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let umount2 = |flags: libc::c_int| {
-        // SAFETY: `c` is a valid NUL-terminated path for the whole call.
-        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+    use ordo_dev::{loopdev, DevError};
+    let errno = |e: &DevError| match e {
+        DevError::Io { source, .. } => source.raw_os_error(),
+        _ => None,
     };
-    const TRIES: u32 = 100;
-    for attempt in 0..TRIES {
-        match umount2(0) {
-            Ok(()) => return Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < TRIES => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                return umount2(libc::MNT_DETACH).map(|()| true);
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(false),
-            Err(e) => return Err(e),
-        }
+    match loopdev::unmount_retrying(path) {
+        Ok(()) => Ok(true),
+        Err(e) if errno(&e) == Some(libc::EPERM) => Ok(false),
+        Err(e) if errno(&e) == Some(libc::EBUSY) => loopdev::unmount_lazy(path)
+            .map(|()| true)
+            .map_err(io::Error::other),
+        Err(e) => Err(io::Error::other(e)),
     }
-    unreachable!("the last attempt returns")
 }
 
 impl Drop for FuseMount {

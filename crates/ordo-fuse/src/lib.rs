@@ -55,6 +55,7 @@ pub mod callers;
 pub mod floor;
 pub mod ioctl;
 mod sync_pool;
+pub mod unmount;
 
 use crate::sync_pool::SyncPool;
 
@@ -580,15 +581,22 @@ pub fn seek_whence(whence: i32) -> Result<SeekWhence, Errno> {
 /// whole extents in one device request. Needs root; the caller reports a
 /// failure and the mount goes on with the kernel's window.
 pub fn set_readahead(mountpoint: &Path, kib: u32) -> io::Result<()> {
-    // The device number comes from /proc/self/mountinfo, not from a stat
-    // of the mount point: that would be a request to this very mount,
-    // which may not be serving yet.
+    let dev = mounted_device(mountpoint)?;
+    std::fs::write(
+        format!("/sys/class/bdi/{dev}/read_ahead_kb"),
+        kib.to_string(),
+    )
+}
+
+/// The device (`MAJOR:MINOR`) of the mount in effect on `mountpoint` (the
+/// last one on the path), from /proc/self/mountinfo; NotFound if nothing
+/// is mounted there. Not from a stat of the mount point: that would be a
+/// request to this very mount, which may not be serving yet, or any more.
+pub(crate) fn mounted_device(mountpoint: &Path) -> io::Result<String> {
     let want = std::fs::canonicalize(mountpoint)?;
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // Fields: id parent MAJOR:MINOR root mountpoint ...; the last mount on
-    // the path is the one in effect.
-    let dev = info
-        .lines()
+    // Fields: id parent MAJOR:MINOR root mountpoint ...
+    info.lines()
         .filter_map(|l| {
             let mut f = l.split(' ');
             let dev = f.nth(2)?;
@@ -596,16 +604,13 @@ pub fn set_readahead(mountpoint: &Path, kib: u32) -> io::Result<()> {
             (unescape_mountinfo(point) == want.as_os_str().as_encoded_bytes()).then_some(dev)
         })
         .next_back()
+        .map(str::to_string)
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("{} is not in /proc/self/mountinfo", want.display()),
             )
-        })?;
-    std::fs::write(
-        format!("/sys/class/bdi/{dev}/read_ahead_kb"),
-        kib.to_string(),
-    )
+        })
 }
 
 /// A path as /proc/self/mountinfo writes it (space, tab, newline and

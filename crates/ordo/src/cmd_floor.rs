@@ -57,15 +57,7 @@ pub fn run(a: &FloorArgs) -> u8 {
                 return EXIT_MOUNT_FAILED;
             }
         };
-    let mut unmounter = session.unmount_callable();
-    let mountpoint = a.mountpoint.clone();
-    if let Err(e) = ctrlc::set_handler(move || {
-        if let Err(e) = unmounter.unmount() {
-            eprintln!("ordo fuse-floor: unmounting {}: {e}", mountpoint.display());
-        }
-    }) {
-        eprintln!("ordo fuse-floor: cannot handle Ctrl-C/SIGTERM: {e}");
-    }
+    crate::cmd_mount::unmount_on_signals(&mut session, &a.mountpoint, "ordo fuse-floor");
     eprintln!(
         "ordo: FUSE floor (stores nothing) mounted on {} ({threads} threads); unmount with: umount {}",
         a.mountpoint.display(),

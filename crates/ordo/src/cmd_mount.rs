@@ -175,15 +175,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
             parsed.readahead_kib
         );
     }
-    let mut unmounter = session.unmount_callable();
-    let mountpoint = a.mountpoint.clone();
-    if let Err(e) = ctrlc::set_handler(move || {
-        if let Err(e) = unmounter.unmount() {
-            eprintln!("ordo mount: unmounting {}: {e}", mountpoint.display());
-        }
-    }) {
-        eprintln!("ordo mount: cannot handle Ctrl-C/SIGTERM: {e}");
-    }
+    unmount_on_signals(&mut session, &a.mountpoint, "ordo mount");
     eprintln!(
         "ordo: {} mounted on {} (mode={}{}, {} threads); unmount with: umount {}",
         a.image.display(),
@@ -254,6 +246,21 @@ fn report_counters(dev: &dyn BlockDevice, mode: &str, stats: &[(String, u64)]) {
             "ordo mount: cannot write counters to {}: {e}",
             std::path::Path::new(&path).display()
         );
+    }
+}
+
+/// Make SIGINT and SIGTERM unmount `session`'s mount, so that its
+/// `run` returns and the server finishes as after `umount`. A busy mount
+/// is retried, then detached ([`ordo_fuse::unmount`]); what happened goes
+/// to stderr as `program: ...`.
+pub(crate) fn unmount_on_signals<FS: fuser::Filesystem>(
+    session: &mut fuser::Session<FS>,
+    mountpoint: &Path,
+    program: &'static str,
+) {
+    let mut unmounter = ordo_fuse::unmount::SignalUnmounter::new(session, mountpoint);
+    if let Err(e) = ctrlc::set_handler(move || unmounter.unmount_and_report(program)) {
+        eprintln!("{program}: cannot handle Ctrl-C/SIGTERM: {e}");
     }
 }
 

@@ -45,7 +45,9 @@ enum Cmd {
     Mkfs(cmd_mkfs::MkfsArgs),
     /// Mount an image through FUSE; detach once the mount is live (-f:
     /// stay in the foreground) and serve it until it is unmounted (umount
-    /// MOUNTPOINT, fusermount3 -u MOUNTPOINT, or SIGTERM / Ctrl-C).
+    /// MOUNTPOINT, fusermount3 -u MOUNTPOINT, or SIGTERM / Ctrl-C; a
+    /// mount still in use then is detached after 5 s, and served until
+    /// its last open file is closed).
     Mount(cmd_mount::MountArgs),
     /// Check an image (read-only unless -p or -y). Exit codes as e2fsck:
     /// 0 clean, 1 errors corrected, 4 errors left uncorrected, 8

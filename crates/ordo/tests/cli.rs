@@ -5,7 +5,9 @@
 mod common;
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -160,6 +162,47 @@ fn sigterm_and_sigint_unmount_cleanly() {
     let e = fs::write(mp.join("nope"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     m.stop_ok();
+}
+
+/// A signal to a mount that a program still uses (a file held open)
+/// cannot unmount it at once: `ordo mount` tries again, then detaches it
+/// as `umount -l` does, says so, and goes on serving the open file; it
+/// finishes when the file is closed, and what was written through it,
+/// after the signal too, is on the image.
+#[test]
+fn a_busy_mount_is_detached_on_a_signal() {
+    require_mount_privileges();
+    let s = Scratch::new();
+    let image = s.path("img");
+    mkfs(&image, "32M");
+    let mp = s.mkdir("mnt");
+    let mut m = OrdoMount::start(&image, &mp, "");
+    let mut held = fs::File::create(mp.join("held")).unwrap();
+    held.write_all(b"before the signal\n").unwrap();
+    m.send(libc::SIGTERM);
+    // The retries last 5 s (ordo_fuse::unmount::BUSY_RETRY); the detach
+    // follows them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while is_mounted(&mp) {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM left the busy mount in place"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(m.running(), "ordo mount ended with a file still open");
+    held.write_all(b"after the signal\n").unwrap();
+    held.sync_all().unwrap();
+    drop(held);
+    let (status, err) = m.wait();
+    assert!(status.success(), "exit {status}: {err}");
+    assert!(err.contains("detached it"), "{err}");
+    assert_e2fsck_clean(&image);
+    let out = run("debugfs", &["-R", "cat /held", image.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "before the signal\nafter the signal\n"
+    );
 }
 
 #[test]

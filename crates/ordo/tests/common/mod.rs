@@ -195,23 +195,33 @@ impl OrdoMount {
 
     /// Wait (up to 60 s) for `ordo mount` to exit after an unmount made
     /// elsewhere (a lazy one, say); returns its exit status and standard
-    /// error.
-    pub fn wait(mut self) -> (ExitStatus, String) {
+    /// error. Past 60 s it is killed, and the panic shows what it printed.
+    pub fn wait(self) -> (ExitStatus, String) {
+        self.wait_for("ordo mount did not exit after being unmounted")
+    }
+
+    fn wait_for(mut self, what: &str) -> (ExitStatus, String) {
         let mut child = self.child.take().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
             if let Some(s) = child.try_wait().expect("wait ordo mount") {
-                break s;
+                break Some(s);
             }
-            assert!(
-                Instant::now() < deadline,
-                "ordo mount did not exit after being unmounted"
-            );
+            if Instant::now() >= deadline {
+                break None;
+            }
             sleep(Duration::from_millis(20));
         };
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).ok();
-        (status, err)
+        match status {
+            Some(s) => (s, err),
+            None => panic!("{what} within 60 s; it printed:\n{err}"),
+        }
     }
 
     /// Unmount and assert `ordo mount` exited 0.
@@ -222,21 +232,22 @@ impl OrdoMount {
 
     /// Send a signal to `ordo mount` (SIGINT, SIGTERM) and wait for its
     /// exit.
-    pub fn signal(mut self, sig: i32) -> (ExitStatus, String) {
-        let mut child = self.child.take().unwrap();
-        // SAFETY: kill on a child we own.
+    pub fn signal(self, sig: i32) -> (ExitStatus, String) {
+        self.send(sig);
+        self.wait_for(&format!("ordo mount ignored signal {sig}"))
+    }
+
+    /// Send a signal to `ordo mount` without waiting.
+    pub fn send(&self, sig: i32) {
+        let child = self.child.as_ref().unwrap();
+        // SAFETY: kill on a child we own, not yet reaped.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait ordo mount") {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "ordo mount ignored signal {sig}");
-            sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).ok();
-        (status, err)
+    }
+
+    /// Whether `ordo mount` is still running.
+    pub fn running(&mut self) -> bool {
+        let child = self.child.as_mut().unwrap();
+        child.try_wait().expect("wait ordo mount").is_none()
     }
 }
 
