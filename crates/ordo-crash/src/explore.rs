@@ -834,12 +834,12 @@ mod tests {
     #[test]
     fn faults_reorder_the_log() {
         let w = |b| LogEvent {
-            kind: EventKind::Write(LoggedWrite {
-                block: b,
-                data: Arc::from(vec![0u8; 512]),
-                fua: b == 9,
-                class: BlockClass::Data,
-            }),
+            kind: EventKind::Write(LoggedWrite::new(
+                b,
+                Arc::from(vec![0u8; 512]),
+                b == 9,
+                BlockClass::Data,
+            )),
             op: 1,
         };
         let fl = || LogEvent {

@@ -9,7 +9,7 @@
 //! a crash point (`op` of the last event issued), whatever the protocol
 //! buffered before.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ordo_dev::{
     BlockClass, BlockDevice, Event, EventKind as DevEventKind, MemDevice, RecordingDevice,
@@ -26,6 +26,37 @@ pub struct LoggedWrite {
     pub fua: bool,
     /// What the file system said the block is.
     pub class: BlockClass,
+    /// `data` cut into one shared image per block, made the first time a
+    /// state applies the write whole: every later state that holds it
+    /// shares those images instead of copying the bytes again (most of
+    /// the cost of building a state, before).
+    per_block: OnceLock<Box<[Arc<[u8]>]>>,
+}
+
+impl LoggedWrite {
+    /// A write of `data` (whole blocks) at `block`.
+    pub fn new(block: u64, data: Arc<[u8]>, fua: bool, class: BlockClass) -> Self {
+        LoggedWrite {
+            block,
+            data,
+            fua,
+            class,
+            per_block: OnceLock::new(),
+        }
+    }
+
+    /// The image of each block, shared.
+    fn per_block(&self, block_size: usize) -> &[Arc<[u8]>] {
+        let v = self.per_block.get_or_init(|| {
+            self.data
+                .chunks_exact(block_size)
+                .map(Arc::from)
+                .collect::<Vec<_>>()
+                .into_boxed_slice()
+        });
+        debug_assert_eq!(v.len(), self.data.len() / block_size, "one image per block");
+        v
+    }
 }
 
 /// What happened.
@@ -104,12 +135,7 @@ pub fn convert(log: &[Event]) -> Vec<LogEvent> {
                 fua,
                 class,
                 ..
-            } => EventKind::Write(LoggedWrite {
-                block: *block,
-                data: data.clone(),
-                fua: *fua,
-                class: *class,
-            }),
+            } => EventKind::Write(LoggedWrite::new(*block, data.clone(), *fua, *class)),
             DevEventKind::Flush => EventKind::Flush,
             DevEventKind::Mark(label) => {
                 if let Some(n) = label.strip_prefix(OP_MARK).and_then(|n| n.parse().ok()) {
@@ -135,26 +161,26 @@ pub fn convert(log: &[Event]) -> Vec<LogEvent> {
 /// request).
 pub fn apply_write(image: &MemDevice, write: &LoggedWrite, sectors: Option<&[bool]>) {
     let bs = image.block_size() as usize;
+    let Some(mask) = sectors else {
+        for (i, data) in write.per_block(bs).iter().enumerate() {
+            image.put_block(write.block + i as u64, data.clone());
+        }
+        return;
+    };
+    let per_block = bs / SECTOR_BYTES;
     for (i, chunk) in write.data.chunks_exact(bs).enumerate() {
         let block = write.block + i as u64;
-        let new: Arc<[u8]> = match sectors {
-            None => Arc::from(chunk),
-            Some(mask) => {
-                let mut cur = match image.block(block) {
-                    Some(b) => b.to_vec(),
-                    None => vec![0u8; bs],
-                };
-                let per_block = bs / SECTOR_BYTES;
-                for s in 0..per_block {
-                    if mask.get(i * per_block + s).copied().unwrap_or(false) {
-                        let r = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
-                        cur[r.clone()].copy_from_slice(&chunk[r]);
-                    }
-                }
-                Arc::from(cur)
-            }
+        let mut cur = match image.block(block) {
+            Some(b) => b.to_vec(),
+            None => vec![0u8; bs],
         };
-        image.put_block(block, new);
+        for s in 0..per_block {
+            if mask.get(i * per_block + s).copied().unwrap_or(false) {
+                let r = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
+                cur[r.clone()].copy_from_slice(&chunk[r]);
+            }
+        }
+        image.put_block(block, Arc::from(cur));
     }
 }
 
@@ -193,12 +219,7 @@ mod tests {
     #[test]
     fn torn_write_applies_only_chosen_sectors() {
         let img = MemDevice::new(1024, 4).unwrap();
-        let w = LoggedWrite {
-            block: 1,
-            data: Arc::from(vec![7u8; 2048]),
-            fua: false,
-            class: BlockClass::Data,
-        };
+        let w = LoggedWrite::new(1, Arc::from(vec![7u8; 2048]), false, BlockClass::Data);
         apply_write(&img, &w, Some(&[true, false, false, true]));
         let b1 = img.block(1).unwrap();
         assert!(b1[..512].iter().all(|&x| x == 7));

@@ -285,7 +285,7 @@ fn first_foreign(data: &[u8], off: u64, contents: &[Arc<Vec<u8>>]) -> Option<u64
     let whole = contents.iter().any(|c| {
         let start = (off as usize).min(c.len());
         let n = (c.len() - start).min(data.len());
-        data[..n] == c[start..start + n] && data[n..].iter().all(|&b| b == 0)
+        data[..n] == c[start..start + n] && ordo_dev::is_zero(&data[n..])
     });
     if whole {
         return None;

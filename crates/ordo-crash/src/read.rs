@@ -5,20 +5,29 @@
 
 use ordo_fs::{DirEntry, Fs, Ino};
 
-/// The first `size` bytes of file `ino`, read a MiB at a time. A read that
+/// The first `size` bytes of file `ino`, in one read when the file is
+/// under 64 MiB and a MiB at a time past that. A read that
 /// returns nothing before `size` (a size the extents do not back) is an
 /// error, not a short file.
 pub fn whole_file(fs: &Fs, ino: Ino, size: u64) -> Result<Vec<u8>, String> {
-    let mut data = Vec::with_capacity(size as usize);
+    // The first request asks for up to 64 MiB and its reply becomes the
+    // buffer (the explorer's files are smaller than that: one request, no
+    // copy); a short reply is continued 1 MiB at a time.
+    let mut data = Vec::new();
     while (data.len() as u64) < size {
-        let want = (size - data.len() as u64).min(1 << 20) as u32;
+        let limit = if data.is_empty() { 64 << 20 } else { 1 << 20 };
+        let want = (size - data.len() as u64).min(limit) as u32;
         let chunk = fs
             .read(ino, data.len() as u64, want)
             .map_err(|e| format!("read at {}: {e}", data.len()))?;
         if chunk.is_empty() {
             return Err(format!("read returned nothing at {} of {size}", data.len()));
         }
-        data.extend_from_slice(&chunk);
+        if data.is_empty() {
+            data = chunk;
+        } else {
+            data.extend_from_slice(&chunk);
+        }
     }
     Ok(data)
 }

@@ -78,6 +78,10 @@ pub struct Recording {
     /// The [`Listing`] of every snapshot, built on first use
     /// ([`Recording::listing`]).
     listings: std::sync::OnceLock<Vec<Listing>>,
+    /// Every name any directory of each inode ever held, with the first
+    /// snapshot it appears in, built on first use
+    /// ([`Recording::had_entry`]).
+    entry_names: std::sync::OnceLock<EntryIndex>,
     /// Recorded operations ordo answered with ENOSPC (a full file system,
     /// the `enospc` workload).
     pub out_of_space: usize,
@@ -94,6 +98,10 @@ pub struct Recording {
 /// it appears in, in snapshot order.
 type VersionIndex = HashMap<Ino, std::collections::BTreeMap<NodeId, Vec<(usize, Node)>>>;
 
+/// inode -> entry name -> the first snapshot in which a directory node
+/// holding that inode had it.
+type EntryIndex = HashMap<Ino, HashMap<Vec<u8>, usize>>;
+
 impl Recording {
     /// The model nodes that had inode `ino` in some snapshot `0..=j`, each
     /// with every version it had there (the oracle's candidates for what an
@@ -101,20 +109,7 @@ impl Recording {
     /// recording, so a state costs a lookup instead of a scan of every
     /// snapshot.
     pub fn versions_of(&self, ino: Ino, j: usize) -> Vec<(NodeId, Vec<&Node>)> {
-        let index = self.versions.get_or_init(|| {
-            let mut idx: VersionIndex = HashMap::new();
-            for (si, snap) in self.snapshots.iter().enumerate() {
-                for (id, n) in snap.nodes.iter().enumerate() {
-                    let Some(n) = n else { continue };
-                    let v = idx.entry(n.ino).or_default().entry(id).or_default();
-                    if !v.iter().any(|(_, old)| old == n) {
-                        v.push((si, n.clone()));
-                    }
-                }
-            }
-            idx
-        });
-        let Some(by_node) = index.get(&ino) else {
+        let Some(by_node) = self.version_index().get(&ino) else {
             return Vec::new();
         };
         by_node
@@ -128,6 +123,49 @@ impl Recording {
                 (!v.is_empty()).then_some((id, v))
             })
             .collect()
+    }
+
+    /// The version index, built on the first call.
+    fn version_index(&self) -> &VersionIndex {
+        self.versions.get_or_init(|| {
+            let mut idx: VersionIndex = HashMap::new();
+            for (si, snap) in self.snapshots.iter().enumerate() {
+                for (id, n) in snap.nodes.iter().enumerate() {
+                    let Some(n) = n else { continue };
+                    let v = idx.entry(n.ino).or_default().entry(id).or_default();
+                    if !v.iter().any(|(_, old)| old == n) {
+                        v.push((si, n.clone()));
+                    }
+                }
+            }
+            idx
+        })
+    }
+
+    /// Whether a directory node that had inode `ino` in some snapshot
+    /// `0..=j` had an entry `name` in one of its versions there: the
+    /// names of [`Recording::versions_of`]`(ino, j)`'s directory versions,
+    /// answered from an index built once per recording, so that a state
+    /// does not gather every version's entries again.
+    pub fn had_entry(&self, ino: Ino, name: &[u8], j: usize) -> bool {
+        let index = self.entry_names.get_or_init(|| {
+            let mut idx: EntryIndex = HashMap::new();
+            for (ino, by_node) in self.version_index() {
+                let names = idx.entry(*ino).or_default();
+                // Each node's versions are in snapshot order.
+                for (si, n) in by_node.values().flatten() {
+                    for name in n.entries().into_iter().flat_map(|e| e.keys()) {
+                        let first = names.entry(name.clone()).or_insert(*si);
+                        *first = (*first).min(*si);
+                    }
+                }
+            }
+            idx
+        });
+        index
+            .get(&ino)
+            .and_then(|names| names.get(name))
+            .is_some_and(|&first| first <= j.min(self.snapshots.len() - 1))
     }
 
     /// The [`Listing`] of `snapshots[k]` (the tree after operation `k`).
@@ -772,6 +810,7 @@ pub fn record(
         promises,
         versions: std::sync::OnceLock::new(),
         listings: std::sync::OnceLock::new(),
+        entry_names: std::sync::OnceLock::new(),
         out_of_space: enospc_ops,
         through_fuse: params.fuse,
         stream_candidates: std::sync::OnceLock::new(),

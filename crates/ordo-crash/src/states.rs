@@ -295,12 +295,12 @@ mod tests {
 
     fn w(block: u64, fua: bool) -> LogEvent {
         LogEvent {
-            kind: EventKind::Write(LoggedWrite {
+            kind: EventKind::Write(LoggedWrite::new(
                 block,
-                data: Arc::from(vec![block as u8; 1024]),
+                Arc::from(vec![block as u8; 1024]),
                 fua,
-                class: BlockClass::Data,
-            }),
+                BlockClass::Data,
+            )),
             op: 1,
         }
     }

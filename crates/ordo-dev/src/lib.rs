@@ -55,7 +55,7 @@ pub use counting::{AtomicCounters, Bookkeeping, TicketTracker};
 pub use file::{FileDevice, OpenOptions};
 pub use gate::GateDevice;
 pub use loopdev::{KernelMount, LoopDevice};
-pub use mem::MemDevice;
+pub use mem::{is_zero, MemDevice};
 pub use nobarrier::NoBarrierDevice;
 pub use overlay::OverlayDevice;
 pub use record::{Event, EventKind, RecordingDevice};

@@ -413,13 +413,31 @@ impl Fs {
         }
         between();
         let bs = u64::from(self.shared.dev.block_size());
+        let end = offset + out.len() as u64;
+        let mut bounce = Vec::new();
         for r in &runs {
-            let mut buf = vec![0u8; (r.blocks * bs) as usize];
-            self.shared
-                .dev
-                .read(r.pblk, &mut buf, ordo_dev::BlockClass::Data)?;
-            for (j, img) in buf.chunks_exact(bs as usize).enumerate() {
-                crate::state::Core::copy_out(bs, img, r.byte + j as u64 * bs, offset, &mut out);
+            // The run's blocks wholly inside the reply are read straight
+            // into it, in one device request; only a block cut by the
+            // reply's start or end goes through a block-sized buffer.
+            let whole_from = offset.saturating_sub(r.byte).div_ceil(bs).min(r.blocks);
+            let whole_to = (end.saturating_sub(r.byte) / bs)
+                .min(r.blocks)
+                .max(whole_from);
+            if whole_to > whole_from {
+                let at = (r.byte + whole_from * bs - offset) as usize;
+                let n = ((whole_to - whole_from) * bs) as usize;
+                self.shared.dev.read(
+                    r.pblk + whole_from,
+                    &mut out[at..at + n],
+                    ordo_dev::BlockClass::Data,
+                )?;
+            }
+            for j in (0..whole_from).chain(whole_to..r.blocks) {
+                bounce.resize(bs as usize, 0);
+                self.shared
+                    .dev
+                    .read(r.pblk + j, &mut bounce, ordo_dev::BlockClass::Data)?;
+                crate::state::Core::copy_out(bs, &bounce, r.byte + j * bs, offset, &mut out);
             }
         }
         if self.shared.read(|c| Ok(c.frees()))? != frees {

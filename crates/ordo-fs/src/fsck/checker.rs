@@ -44,6 +44,24 @@ impl Bits {
     pub(crate) fn get(&self, i: u64) -> bool {
         i < self.len && self.words[(i / 64) as usize] & (1 << (i % 64)) != 0
     }
+    /// Bits `start..start + n` (`n <= 64`) as the low bits of a word, bit
+    /// `start` lowest; bits past the end read as clear.
+    pub(crate) fn word_at(&self, start: u64, n: u32) -> u64 {
+        debug_assert!(n <= 64);
+        if n == 0 || start >= self.len {
+            return 0;
+        }
+        let w = (start / 64) as usize;
+        let s = start % 64;
+        let mut v = self.words[w] >> s;
+        if s > 0 {
+            v |= self.words.get(w + 1).copied().unwrap_or(0) << (64 - s);
+        }
+        if n < 64 {
+            v &= (1u64 << n) - 1;
+        }
+        v
+    }
     /// Set bit `i`; returns whether it was already set.
     pub(crate) fn set(&mut self, i: u64) -> bool {
         if i >= self.len {
