@@ -163,6 +163,27 @@ impl MemDevice {
         }
     }
 
+    /// One write request of `parts` (each whole blocks, or the request
+    /// is refused) from `block` on, one stored image per block.
+    fn write_parts(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        check_request(self.block_size, self.block_count, block, len)?;
+        let bs = self.block_size as usize;
+        self.book.write(flags, len as u64, |_| {
+            let mut map = self.write_map();
+            let chunks = parts.iter().flat_map(|p| p.chunks_exact(bs));
+            for (i, chunk) in chunks.enumerate() {
+                let b = block + i as u64;
+                if is_zero(chunk) {
+                    map.remove(&b);
+                } else {
+                    map.insert(b, Arc::from(chunk));
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Block numbers that hold non-zero data, ascending.
     pub fn populated_blocks(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.read_map().keys().copied().collect();
@@ -207,44 +228,17 @@ impl BlockDevice for MemDevice {
     }
 
     fn write(&self, block: u64, data: &[u8], flags: WriteFlags) -> io::Result<Ticket> {
-        check_request(self.block_size, self.block_count, block, data.len())?;
-        let bs = self.block_size as usize;
-        self.book.write(flags, data.len() as u64, |_| {
-            let mut map = self.write_map();
-            for (i, chunk) in data.chunks_exact(bs).enumerate() {
-                let b = block + i as u64;
-                if is_zero(chunk) {
-                    map.remove(&b);
-                } else {
-                    map.insert(b, Arc::from(chunk));
-                }
-            }
-            Ok(())
-        })
+        self.write_parts(block, &[data], flags)
     }
 
     fn write_vectored(&self, block: u64, parts: &[&[u8]], flags: WriteFlags) -> io::Result<Ticket> {
         let bs = self.block_size as usize;
-        if parts.len() == 1 || parts.iter().any(|p| p.len() % bs != 0) {
+        if parts.iter().any(|p| p.len() % bs != 0) {
             return crate::write_joined(self, block, parts, flags);
         }
         // Whole blocks in every part: stored from the parts as they are,
         // with no joined copy in between.
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        check_request(self.block_size, self.block_count, block, len)?;
-        self.book.write(flags, len as u64, |_| {
-            let mut map = self.write_map();
-            let chunks = parts.iter().flat_map(|p| p.chunks_exact(bs));
-            for (i, chunk) in chunks.enumerate() {
-                let b = block + i as u64;
-                if is_zero(chunk) {
-                    map.remove(&b);
-                } else {
-                    map.insert(b, Arc::from(chunk));
-                }
-            }
-            Ok(())
-        })
+        self.write_parts(block, parts, flags)
     }
 
     fn flush(&self) -> io::Result<()> {
