@@ -152,7 +152,8 @@ impl Recording {
             let mut idx: EntryIndex = HashMap::new();
             for (ino, by_node) in self.version_index() {
                 let names = idx.entry(*ino).or_default();
-                // Each node's versions are in snapshot order.
+                // Several nodes may have held the inode: the earliest
+                // snapshot of any of them counts.
                 for (si, n) in by_node.values().flatten() {
                     for name in n.entries().into_iter().flat_map(|e| e.keys()) {
                         let first = names.entry(name.clone()).or_insert(*si);
