@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
-//! | `fuse-floor[,open_requests=off]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option |
+//! | `fuse-floor[,open_requests=off][,io_uring]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option; with `io_uring` it is served through FUSE over io_uring, as ordo with `-o io_uring` |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
 //! | `ordo-lib:MODE[,data=D][,sched=P][,nobarrier][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`), with `nobarrier` issuing no flush and no FUA (`-o nobarrier`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
 //!
@@ -76,6 +76,9 @@ pub enum TargetKind {
     FuseFloor {
         /// OPEN and RELEASE are served (the default).
         open_requests: bool,
+        /// Served through FUSE over io_uring (`fuse-floor,io_uring`), as
+        /// ordo with `-o io_uring`.
+        io_uring: bool,
     },
     /// ordo through FUSE with these `-o` options (starting with `mode=`).
     Ordo {
@@ -119,7 +122,7 @@ pub struct TargetSpec {
 pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
-        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off], \
+        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off][,io_uring], \
 ordo:MODE[,OPT=V...], ordo:all[,OPT=V...] (every MODE), ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,nobarrier][,fuse] (MODE: {})",
         modes.join(", ")
     )
@@ -133,12 +136,21 @@ impl std::str::FromStr for TargetSpec {
         };
         let kind = match s.split_once(':') {
             None if s == "tmpfs" => TargetKind::Tmpfs,
-            None if s == "fuse-floor" => TargetKind::FuseFloor {
-                open_requests: true,
-            },
-            None if s == "fuse-floor,open_requests=off" => TargetKind::FuseFloor {
-                open_requests: false,
-            },
+            None if s.split(',').next() == Some("fuse-floor") => {
+                let mut open_requests = true;
+                let mut io_uring = false;
+                for opt in s.split(',').skip(1) {
+                    match opt {
+                        "open_requests=off" => open_requests = false,
+                        "io_uring" => io_uring = true,
+                        _ => return Err(bad(format!("unknown fuse-floor option '{opt}'"))),
+                    }
+                }
+                TargetKind::FuseFloor {
+                    open_requests,
+                    io_uring,
+                }
+            }
             Some(("ext4", m)) => TargetKind::Ext4(match m {
                 "ordered" => Ext4Mode::Ordered,
                 "fast_commit" => Ext4Mode::FastCommit,
@@ -806,12 +818,18 @@ impl Instance {
                     .env(COUNTERS_ENV, &counters);
                 self.start_fuse(cmd)?;
             }
-            TargetKind::FuseFloor { open_requests } => {
+            TargetKind::FuseFloor {
+                open_requests,
+                io_uring,
+            } => {
                 let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
                 let mut cmd = Command::new(ordo);
                 cmd.arg("fuse-floor").arg(&self.mnt);
                 if !open_requests {
                     cmd.arg("--open-requests").arg("off");
+                }
+                if *io_uring {
+                    cmd.arg("--io-uring");
                 }
                 self.start_fuse(cmd)?;
             }
@@ -1302,14 +1320,25 @@ mod tests {
         assert_eq!(
             t.kind,
             TargetKind::FuseFloor {
-                open_requests: true
+                open_requests: true,
+                io_uring: false,
             }
         );
+        let t: TargetSpec = "fuse-floor,io_uring,open_requests=off".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::FuseFloor {
+                open_requests: false,
+                io_uring: true,
+            }
+        );
+        assert!("fuse-floor,io_uring=yes".parse::<TargetSpec>().is_err());
         let t: TargetSpec = "fuse-floor,open_requests=off".parse().unwrap();
         assert_eq!(
             t.kind,
             TargetKind::FuseFloor {
-                open_requests: false
+                open_requests: false,
+                io_uring: false,
             }
         );
         assert!(!t.is_ordo() && !t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));

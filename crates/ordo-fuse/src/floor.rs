@@ -1315,12 +1315,14 @@ impl fuser::Filesystem for FloorFs {
 
 /// The mount configuration of a floor: ordo's defaults (threads aside).
 /// With `open_requests` off, OPEN is answered with ENOSYS, as ordo does
-/// with `-o open_requests=off`.
-pub fn floor_config(threads: usize, open_requests: bool) -> MountConfig {
+/// with `-o open_requests=off`; with `io_uring`, requests come through FUSE
+/// over io_uring when the kernel offers it, as with `-o io_uring`.
+pub fn floor_config(threads: usize, open_requests: bool, io_uring: bool) -> MountConfig {
     MountConfig {
         threads: threads.max(1),
         fsname: FLOOR_FSNAME.to_string(),
         open_requests,
+        io_uring,
         ..MountConfig::default()
     }
 }
@@ -1331,8 +1333,9 @@ pub fn mount_floor(
     mountpoint: &Path,
     threads: usize,
     open_requests: bool,
+    io_uring: bool,
 ) -> io::Result<Session<FloorFs>> {
-    let config = floor_config(threads, open_requests);
+    let config = floor_config(threads, open_requests, io_uring);
     session(
         FloorFs::for_config(&config),
         mountpoint,
@@ -1343,8 +1346,13 @@ pub fn mount_floor(
 
 /// Mount a floor on `mountpoint` and serve it in the foreground; returns
 /// once it is unmounted.
-pub fn serve_floor(mountpoint: &Path, threads: usize, open_requests: bool) -> io::Result<()> {
-    mount_floor(mountpoint, threads, open_requests)?.run()
+pub fn serve_floor(
+    mountpoint: &Path,
+    threads: usize,
+    open_requests: bool,
+    io_uring: bool,
+) -> io::Result<()> {
+    mount_floor(mountpoint, threads, open_requests, io_uring)?.run()
 }
 
 #[cfg(test)]

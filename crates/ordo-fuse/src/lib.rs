@@ -59,6 +59,11 @@ pub mod unmount;
 
 use crate::sync_pool::SyncPool;
 
+/// What a mount asked to use io_uring says when the kernel did not offer it.
+pub const IO_URING_NOT_OFFERED: &str = "io_uring: the kernel does not offer FUSE over io_uring \
+(Linux 6.14 or later with CONFIG_FUSE_IO_URING, and as root: echo Y > \
+/sys/module/fuse/parameters/enable_uring); serving /dev/fuse";
+
 /// The longest name ext4 stores in a directory entry, in bytes.
 pub const NAME_MAX_BYTES: usize = 255;
 
@@ -94,6 +99,14 @@ pub struct MountConfig {
     /// open, so the adapter counts the kernel's references
     /// ([`OrdoFuse`]); see docs/DESIGN.md, "The FUSE path".
     pub open_requests: bool,
+    /// Serve requests through FUSE over io_uring when the kernel offers it
+    /// (`-o io_uring`; `enable_uring` of the fuse module on, Linux 6.14 and
+    /// later): one queue per CPU, each served by a thread of its own,
+    /// beside the `/dev/fuse` workers, which still serve FORGET and what
+    /// the kernel sends before the queues are registered. Whether the
+    /// kernel took it: [`fuser::Session::io_uring`]. See docs/DESIGN.md,
+    /// "The FUSE path".
+    pub io_uring: bool,
     /// The most threads serving FSYNC and FSYNCDIR apart from the
     /// request workers (`-o fsync_threads=N`); 0 (the default here; see
     /// [`MountConfig::for_mode`]) serves them on the worker that read
@@ -116,6 +129,7 @@ impl Default for MountConfig {
             fsname: "ordo".to_string(),
             direct_io_on_create: true,
             open_requests: true,
+            io_uring: false,
             fsync_threads: 0,
         }
     }
@@ -157,6 +171,7 @@ impl MountConfig {
         };
         config.n_threads = Some(self.threads.max(1));
         config.clone_fd = true;
+        config.io_uring = self.io_uring;
         config
     }
 }

@@ -1,4 +1,4 @@
-//! `ordo fuse-floor MOUNTPOINT [--threads N] [--open-requests on|off]` (hidden): the FUSE floor of
+//! `ordo fuse-floor MOUNTPOINT [--threads N] [--open-requests on|off] [--io-uring]` (hidden): the FUSE floor of
 //! the benchmarks, a FUSE file system that stores nothing, served with the
 //! session of `ordo mount` (`ordo_fuse::floor`). It stays in the
 //! foreground until unmounted (umount MOUNTPOINT, fusermount3 -u
@@ -22,6 +22,10 @@ pub struct FloorArgs {
     /// -o open_requests=off` does.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub open_requests: String,
+    /// Serve requests through FUSE over io_uring when the kernel offers
+    /// it, as `ordo mount -o io_uring` does.
+    #[arg(long)]
+    pub io_uring: bool,
 }
 
 /// Run `ordo fuse-floor`; returns the exit code.
@@ -46,21 +50,29 @@ pub fn run(a: &FloorArgs) -> u8 {
     let threads = a
         .threads
         .map_or(ordo_fuse::MountConfig::default().threads, usize::from);
-    let mut session =
-        match ordo_fuse::floor::mount_floor(&a.mountpoint, threads, a.open_requests == "on") {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!(
-                    "ordo fuse-floor: {}: FUSE mount failed: {e}",
-                    a.mountpoint.display()
-                );
-                return EXIT_MOUNT_FAILED;
-            }
-        };
+    let mut session = match ordo_fuse::floor::mount_floor(
+        &a.mountpoint,
+        threads,
+        a.open_requests == "on",
+        a.io_uring,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "ordo fuse-floor: {}: FUSE mount failed: {e}",
+                a.mountpoint.display()
+            );
+            return EXIT_MOUNT_FAILED;
+        }
+    };
     crate::cmd_mount::unmount_on_signals(&mut session, &a.mountpoint, "ordo fuse-floor");
+    if a.io_uring && !session.io_uring() {
+        eprintln!("ordo fuse-floor: {}", ordo_fuse::IO_URING_NOT_OFFERED);
+    }
     eprintln!(
-        "ordo: FUSE floor (stores nothing) mounted on {} ({threads} threads); unmount with: umount {}",
+        "ordo: FUSE floor (stores nothing) mounted on {} ({threads} threads{}); unmount with: umount {}",
         a.mountpoint.display(),
+        if session.io_uring() { ", io_uring" } else { "" },
         a.mountpoint.display()
     );
     match session.run() {

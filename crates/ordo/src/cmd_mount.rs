@@ -144,6 +144,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         threads: parsed.threads(),
         direct_io_on_create: parsed.direct_create,
         open_requests: parsed.open_requests,
+        io_uring: parsed.io_uring,
         fsync_threads: parsed.fsync_threads(),
         allow_other: true,
         read_only: parsed.fs.read_only,
@@ -176,13 +177,18 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         );
     }
     unmount_on_signals(&mut session, &a.mountpoint, "ordo mount");
+    if parsed.io_uring && !session.io_uring() {
+        eprintln!("ordo mount: {}", ordo_fuse::IO_URING_NOT_OFFERED);
+    }
+    let transport = session.transport_stats();
     eprintln!(
-        "ordo: {} mounted on {} (mode={}{}, {} threads); unmount with: umount {}",
+        "ordo: {} mounted on {} (mode={}{}, {} threads{}); unmount with: umount {}",
         a.image.display(),
         a.mountpoint.display(),
         parsed.fs.mode.name(),
         if parsed.fs.read_only { ",ro" } else { "" },
         parsed.threads(),
+        if session.io_uring() { ", io_uring" } else { "" },
         a.mountpoint.display()
     );
     if let Some(d) = detached.as_mut() {
@@ -206,6 +212,17 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         format_counts(&mode, &stats.iter().cloned().collect())
     );
     report_counters(&*dev, &mode, &stats);
+    if parsed.io_uring {
+        eprintln!(
+            "ordo: {} requests served through io_uring ({} queues)",
+            transport
+                .ring_requests
+                .load(std::sync::atomic::Ordering::Relaxed),
+            transport
+                .ring_queues
+                .load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     if let Err(e) = &served {
         eprintln!("ordo mount: FUSE session ended with an error: {e}");
     }

@@ -33,6 +33,9 @@ pub struct ParsedMount {
     /// (FUSE's `no_open`) and an unlinked inode lives until the kernel
     /// forgets it.
     pub open_requests: bool,
+    /// `io_uring=on|off` (default off): serve requests through FUSE over
+    /// io_uring when the kernel offers it, `/dev/fuse` otherwise.
+    pub io_uring: bool,
     /// `readahead=SIZE` (default 1M): the kernel's readahead window for
     /// the mount, in KiB (FUSE's own default is 128K).
     pub readahead_kib: u32,
@@ -109,7 +112,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, fsync_threads=N, readahead=SIZE, barrier=0|1, nobarrier",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, io_uring=on|off, fsync_threads=N, readahead=SIZE, barrier=0|1, nobarrier",
         modes.join("|")
     )
 }
@@ -147,6 +150,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
     let mut fsync_threads = None;
     let mut direct_create = true;
     let mut open_requests = true;
+    let mut io_uring = false;
     let mut readahead_kib = 1024u32;
     let mut attr_ttl = Duration::from_secs(1);
     let mut mode: Option<ProtocolKind> = None;
@@ -264,6 +268,13 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     v => return Err(format!("open_requests={v}: must be on or off")),
                 };
             }
+            "io_uring" => {
+                io_uring = match value {
+                    None | Some("on") => true,
+                    Some("off") => false,
+                    Some(v) => return Err(format!("io_uring={v}: must be on or off")),
+                };
+            }
             "commit" => {
                 let secs: u64 = need(value)?
                     .parse()
@@ -333,6 +344,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         data_given: data,
         direct_create,
         open_requests,
+        io_uring,
         readahead_kib,
         fsync_threads_given: fsync_threads,
     };
@@ -498,6 +510,10 @@ mod tests {
         assert!(parse("direct_create=on").unwrap().direct_create);
         assert!(parse("mode=journal").unwrap().open_requests);
         assert!(!parse("open_requests=off").unwrap().open_requests);
+        assert!(!parse("mode=journal").unwrap().io_uring);
+        assert!(parse("io_uring").unwrap().io_uring);
+        assert!(parse("io_uring=on").unwrap().io_uring);
+        assert!(!parse("io_uring=off").unwrap().io_uring);
         assert_eq!(parse("mode=journal").unwrap().readahead_kib, 1024);
         assert_eq!(parse("readahead=128K").unwrap().readahead_kib, 128);
         for bad in [
@@ -506,6 +522,8 @@ mod tests {
             "direct_create=yes",
             "open_requests",
             "open_requests=no",
+            "io_uring=yes",
+            "io_uring=",
             "readahead=0",
             "readahead=1000",
             "readahead=1G",

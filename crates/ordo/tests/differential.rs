@@ -1063,6 +1063,74 @@ fn syscall_sequences_match_the_kernels_ext4_with_a_long_attribute_lifetime() {
     differential("open_requests=off,attr_timeout=10", &[16, 17]);
 }
 
+/// Over FUSE's io_uring transport (`-o io_uring`): every request but
+/// FORGET comes from a per-CPU ring, and what each call returns must not
+/// depend on the transport. The kernel's `enable_uring` is on for the test
+/// and set back after; [`stop_ordo`] checks that the ring served the
+/// requests.
+#[test]
+fn syscall_sequences_and_error_cases_match_the_kernels_ext4_over_io_uring() {
+    let Some(_uring) = EnableUring::on() else {
+        return;
+    };
+    differential("io_uring", &[18, 19]);
+    error_cases("io_uring");
+    nearly_full("io_uring");
+}
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The kernel's `enable_uring`, on while this lives, then as it was.
+struct EnableUring {
+    was: String,
+}
+
+impl EnableUring {
+    fn on() -> Option<EnableUring> {
+        let Ok(was) = std::fs::read_to_string(ENABLE_URING) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{ENABLE_URING} is missing: CI's kernel is expected to have FUSE over io_uring"
+            );
+            eprintln!("skipped: this kernel has no FUSE over io_uring");
+            return None;
+        };
+        std::fs::write(ENABLE_URING, "Y").unwrap();
+        Some(EnableUring {
+            was: was.trim().to_string(),
+        })
+    }
+}
+
+impl Drop for EnableUring {
+    fn drop(&mut self) {
+        let _ = std::fs::write(ENABLE_URING, &self.was);
+    }
+}
+
+/// Unmount ordo and check it exited 0; with `io_uring` among the options,
+/// also that requests were served through the ring (`ordo mount` reports
+/// how many at its end).
+fn stop_ordo(om: OrdoMount, options: &str) {
+    let (status, err) = om.stop();
+    assert!(status.success(), "ordo mount exited with {status}: {err}");
+    if options
+        .split(',')
+        .any(|o| o == "io_uring" || o == "io_uring=on")
+    {
+        let served = err.lines().find_map(|l| {
+            let (n, _) = l
+                .strip_prefix("ordo: ")?
+                .split_once(" requests served through io_uring")?;
+            n.parse::<u64>().ok()
+        });
+        assert!(
+            served.is_some_and(|n| n >= 100),
+            "the ring served {served:?} requests: {err}"
+        );
+    }
+}
+
 #[test]
 fn syscall_sequences_match_the_kernels_ext4_under_backpointers() {
     differential("mode=backpointers", &[13]);
@@ -1151,7 +1219,7 @@ fn differential_steps(options: &str, default_seeds: &[u64], default_steps: usize
         run_sequence(&kernel, &ordo, seed, steps, &names);
     }
     km.stop();
-    om.stop_ok();
+    stop_ordo(om, options);
     assert_e2fsck_clean(&oimg);
     assert_e2fsck_clean(&kimg);
 }
@@ -1422,7 +1490,7 @@ fn error_cases(options: &str) {
         }
     }
     km.stop();
-    om.stop_ok();
+    stop_ordo(om, options);
     assert_e2fsck_clean(&oimg);
 }
 
@@ -1659,7 +1727,7 @@ fn nearly_full(options: &str) {
         );
     }
     km.stop();
-    om.stop_ok();
+    stop_ordo(om, options);
     assert_e2fsck_clean(&oimg);
     assert_e2fsck_clean(&kimg);
 }

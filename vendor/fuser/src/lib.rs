@@ -79,6 +79,7 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+pub use crate::session::TransportStats;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -99,6 +100,8 @@ mod rename_flags;
 mod reply;
 mod request;
 mod request_param;
+#[cfg(target_os = "linux")]
+mod ring;
 mod session;
 mod time;
 

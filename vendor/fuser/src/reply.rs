@@ -38,6 +38,9 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// Into the io_uring entry the request came in (`crate::ring`).
+    #[cfg(target_os = "linux")]
+    Ring(crate::ring::RingSender),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -45,10 +48,27 @@ pub(crate) enum ReplySender {
 }
 
 impl ReplySender {
+    /// A sender for another reply to the same request (only one is sent).
+    pub(crate) fn duplicate(&self) -> ReplySender {
+        match self {
+            ReplySender::Channel(sender) => ReplySender::Channel(sender.clone()),
+            #[cfg(target_os = "linux")]
+            ReplySender::Ring(sender) => ReplySender::Ring(sender.clone()),
+            #[cfg(test)]
+            ReplySender::Assert(_) | ReplySender::Sync(_) => {
+                unreachable!("test senders are not duplicated")
+            }
+        }
+    }
+}
+
+impl ReplySender {
     /// Send data.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Ring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +83,8 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Ring(sender) => sender.channel().open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +96,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Ring(sender) => unsafe { sender.channel().wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

@@ -54,6 +54,10 @@ use crate::request::RequestWithSender;
 /// and 128k on other systems.
 pub(crate) const MAX_WRITE_SIZE: usize = 16 * 1024 * 1024;
 
+/// The largest `max_write` a session served over io_uring negotiates: each
+/// ring entry's payload buffer is that large.
+const RING_MAX_WRITE: u32 = 1 << 20;
+
 #[derive(Default, Debug, Eq, PartialEq, Clone, Copy)]
 /// How requests should be filtered based on the calling UID.
 pub enum SessionACL {
@@ -139,6 +143,19 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The payload size of an io_uring entry, when the handshake
+    /// negotiated FUSE over io_uring.
+    ring_payload: Option<usize>,
+    stats: Arc<TransportStats>,
+}
+
+/// Counters of a session's transports ([`Session::transport_stats`]).
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Requests served from io_uring entries.
+    pub ring_requests: std::sync::atomic::AtomicU64,
+    /// io_uring queues the kernel accepted entries for.
+    pub ring_queues: std::sync::atomic::AtomicU64,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +203,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            ring_payload: None,
+            stats: Arc::default(),
         };
 
         session.handshake()?;
@@ -214,6 +233,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            ring_payload: None,
+            stats: Arc::default(),
         };
 
         session.handshake()?;
@@ -252,6 +273,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            ring_payload,
+            stats,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -268,6 +291,41 @@ impl<FS: Filesystem> Session<FS> {
         };
 
         let mut filesystem = Arc::new(filesystem);
+
+        #[cfg(target_os = "linux")]
+        let rings = ring_payload.and_then(|payload| {
+            let depth = if config.io_uring_depth == 0 {
+                8
+            } else {
+                config.io_uring_depth
+            };
+            crate::ring::Rings::new(depth, payload, &ch)
+                .map_err(|err| {
+                    warn!("FUSE over io_uring: queues not set up, serving /dev/fuse: {err}")
+                })
+                .ok()
+        });
+        #[cfg(target_os = "linux")]
+        let mut ring_threads = Vec::new();
+        #[cfg(target_os = "linux")]
+        for queue in rings.iter().flat_map(|r| r.queues.iter().cloned()) {
+            let thread_name = format!("fuser-ring-{}", ring_threads.len());
+            let event_loop = SessionEventLoop {
+                thread_name: thread_name.clone(),
+                filesystem: filesystem.clone(),
+                ch: ch.clone(),
+                allowed,
+                session_owner,
+            };
+            let stats = stats.clone();
+            ring_threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                let qid = queue.qid();
+                crate::ring::serve(queue, &event_loop, &stats)
+                    .inspect_err(|err| warn!("FUSE over io_uring: queue {qid} stopped: {err}"))
+            })?);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (ring_payload, &stats);
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -317,6 +375,21 @@ impl<FS: Filesystem> Session<FS> {
             if let Err(e) = res {
                 if reply.is_ok() {
                     reply = Err(e);
+                }
+            }
+        }
+
+        // The `/dev/fuse` workers end when the connection does; by then the
+        // kernel has ended every ring entry too. A queue whose thread still
+        // waits (it never registered) is told to stop.
+        #[cfg(target_os = "linux")]
+        {
+            for queue in rings.iter().flat_map(|r| r.queues.iter()) {
+                queue.stop();
+            }
+            for thread in ring_threads {
+                if thread.join().is_err() {
+                    return Err(io::Error::other("io_uring queue thread panicked"));
                 }
             }
         }
@@ -432,6 +505,26 @@ impl<FS: Filesystem> Session<FS> {
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
+            if self.config.io_uring {
+                if init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+                    config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                    // Every ring entry holds a payload of `max_write`;
+                    // the kernel's page limit (256 pages by default) caps a
+                    // request at 1 MiB anyway.
+                    config.max_write = config.max_write.min(RING_MAX_WRITE);
+                } else {
+                    info!("FUSE over io_uring: not offered by the kernel, serving /dev/fuse");
+                }
+            }
+            if cfg!(target_os = "linux")
+                && (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                // The kernel's `max_payload_sz`: the largest of its read
+                // buffer minimum, `max_write` and `max_pages`.
+                let pages = usize::from(config.max_pages()) * page_size::get();
+                self.ring_payload = Some(8192.max(config.max_write as usize).max(pages));
+            }
+
             // Log capability status for debugging
             for bit in 0..64 {
                 let bitflags = InitFlags::from_bits_retain(1 << bit);
@@ -475,6 +568,20 @@ impl<FS: Filesystem> Session<FS> {
 
             return Ok(());
         }
+    }
+
+    /// Whether the handshake negotiated FUSE over io_uring: requests are
+    /// then served from io_uring queues once [`Session::run`] registers
+    /// them (and FORGET, INTERRUPT and requests sent before that through
+    /// `/dev/fuse`).
+    pub fn io_uring(&self) -> bool {
+        self.ring_payload.is_some()
+    }
+
+    /// The session's transport counters, shared: they keep counting while
+    /// the session runs.
+    pub fn transport_stats(&self) -> Arc<TransportStats> {
+        self.stats.clone()
     }
 
     /// Unmount the filesystem
@@ -530,7 +637,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(
+                    ReplySender::Channel(self.ch.sender()),
+                    &buf[..size],
+                ) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

@@ -18,6 +18,13 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests through FUSE over io_uring when the kernel offers it
+    /// (Linux 6.14 and later, with `/sys/module/fuse/parameters/enable_uring`
+    /// on); otherwise the session serves `/dev/fuse` alone. See
+    /// `Session::io_uring`. With the ring, `max_write` is at most 1 MiB.
+    pub io_uring: bool,
+    /// Entries in each io_uring queue (one queue per CPU); 0 means 8.
+    pub io_uring_depth: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
