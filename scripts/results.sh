@@ -15,6 +15,7 @@
 #   WORKLOADS=nofs scripts/results.sh        # NoFS: Table 3, Figures 4, 5, 6(a) and 6(b), HDD model and loop (NOFS_SCALE=small|medium|paper)
 #   WORKLOADS=protocols scripts/results.sh   # every protocol beside the kernel's ext4, fsync-bound (PROTO_REPEAT=5 runs a row)
 #   WORKLOADS=fuse scripts/results.sh        # the FUSE path: ordo beside fuse-floor and ext4 (FUSE_SCALE=medium, FUSE_REPEAT=5 runs a row)
+#   WORKLOADS=fuse-uring scripts/results.sh  # FUSE over io_uring: the floor and ordo through the ring beside /dev/fuse and ext4 (FUSE_SCALE, FUSE_REPEAT as for fuse)
 #   WORKLOADS=page scripts/results.sh        # only rewrite RESULTS.md from docs/results/
 #
 # Needs root (loop devices, mounts), e2fsprogs, fuse3, sqlite3, git; postmark
@@ -171,6 +172,21 @@ for w in $WORKLOADS; do
             --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-read read --targets "ext4:ordered,ordo:journal" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT" --repeat "$FR"
+        ;;
+    fuse-uring)
+        # FUSE over io_uring (`-o io_uring`, `fuse-floor,io_uring`): the
+        # floor and ordo served through the kernel's per-CPU rings beside
+        # the same over /dev/fuse and the kernel's ext4; the harness turns
+        # the kernel's enable_uring on for the run and back after.
+        UT="ext4:ordered,fuse-floor,fuse-floor,io_uring,ordo:async,ordo:async,io_uring,ordo:journal,ordo:journal,io_uring"
+        FR=${FUSE_REPEAT:-5}
+        SCALE=${FUSE_SCALE:-medium} bench fuse-uring-create fcmicro --fsync-every 1024 --targets "$UT" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-uring-createfiles createfiles --targets "$UT" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-uring-stat stat --targets "$UT" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-uring-fsync fcmicro \
+            --targets "ext4:fast_commit,ordo:fast_commit,ordo:fast_commit,io_uring,ordo:optimistic,ordo:optimistic,io_uring" --repeat "$FR"
+        SCALE=${FUSE_SCALE:-medium} bench fuse-uring-read read \
+            --targets "ext4:ordered,ordo:journal,ordo:journal,io_uring" --repeat "$FR"
         ;;
     protocols)
         # Every protocol of the registry side by side (`ordo:all`) through

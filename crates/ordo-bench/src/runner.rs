@@ -58,6 +58,12 @@ pub fn run_plan(plan: &Plan, mut on_row: impl FnMut(&Row)) -> Result<Vec<Row>> {
             "a plan runs each case at least once (repeat 0)".into(),
         ));
     }
+    // On for the whole run: a target's mount reads it at its INIT.
+    let _uring = plan
+        .targets
+        .iter()
+        .any(TargetSpec::uses_io_uring)
+        .then(crate::sys::FuseUring::on);
     let mut rows = Vec::new();
     for &w in &plan.workloads {
         let cases = workload::cases(w, plan.scale, &plan.overrides)?;

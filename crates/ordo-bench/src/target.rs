@@ -236,6 +236,18 @@ impl TargetSpec {
         }
     }
 
+    /// True for a target served through FUSE over io_uring
+    /// (`fuse-floor,io_uring`, `ordo:MODE,...,io_uring[=on]`).
+    pub fn uses_io_uring(&self) -> bool {
+        match &self.kind {
+            TargetKind::FuseFloor { io_uring, .. } => *io_uring,
+            TargetKind::Ordo { options, .. } => options
+                .split(',')
+                .any(|o| o == "io_uring" || o == "io_uring=on"),
+            _ => false,
+        }
+    }
+
     /// True for ordo targets (not the FUSE floor, which has no image).
     pub fn is_ordo(&self) -> bool {
         matches!(
@@ -1332,7 +1344,17 @@ mod tests {
                 io_uring: true,
             }
         );
+        assert!(t.uses_io_uring());
         assert!("fuse-floor,io_uring=yes".parse::<TargetSpec>().is_err());
+        assert!("ordo:journal,io_uring"
+            .parse::<TargetSpec>()
+            .unwrap()
+            .uses_io_uring());
+        assert!(!"ordo:journal,io_uring=off"
+            .parse::<TargetSpec>()
+            .unwrap()
+            .uses_io_uring());
+        assert!(!"fuse-floor".parse::<TargetSpec>().unwrap().uses_io_uring());
         let t: TargetSpec = "fuse-floor,open_requests=off".parse().unwrap();
         assert_eq!(
             t.kind,

@@ -214,7 +214,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     report_counters(&*dev, &mode, &stats);
     if parsed.io_uring {
         eprintln!(
-            "ordo: {} requests served through io_uring ({} queues)",
+            "ordo: {} requests served through io_uring (by {} of its per-CPU queues)",
             transport
                 .ring_requests
                 .load(std::sync::atomic::Ordering::Relaxed),

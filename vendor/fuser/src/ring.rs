@@ -437,7 +437,7 @@ pub(crate) fn serve<FS: Filesystem>(
 }
 
 /// Serve the request in entry `idx`: rebuild it as `/dev/fuse` would have
-/// given it, dispatch it, and make sure it is answered.
+/// given it, and dispatch it.
 fn serve_entry<FS: Filesystem>(
     queue: &Arc<RingQueue>,
     idx: u16,
@@ -458,13 +458,13 @@ fn serve_entry<FS: Filesystem>(
     let op_in = len
         .checked_sub(IN_HEADER_BYTES + payload_sz)
         .filter(|&n| n <= OP_IN_BYTES && payload_sz <= entry.payload.len());
-    let sender = ReplySender::Ring(RingSender {
+    let sender = RingSender {
         queue: queue.clone(),
         idx,
-    });
+    };
     let Some(op_in) = op_in else {
         error!("FUSE ring request {unique}: length {len} does not fit its payload of {payload_sz}");
-        answer_error(sender, unique, ll::Errno::EIO);
+        answer_error(ReplySender::Ring(sender), unique, ll::Errno::EIO);
         return;
     };
     request.clear();
@@ -472,6 +472,17 @@ fn serve_entry<FS: Filesystem>(
     request.extend_from_slice(&header[OP_IN_OFFSET..OP_IN_OFFSET + op_in]);
     // SAFETY: as above; the kernel wrote `payload_sz` bytes.
     request.extend_from_slice(unsafe { std::slice::from_raw_parts(entry.payload.ptr, payload_sz) });
+    dispatch(request, ReplySender::Ring(sender), unique, se);
+}
+
+/// Dispatch one request in `/dev/fuse` layout, answered through `sender`,
+/// and make sure it is answered.
+fn dispatch<FS: Filesystem>(
+    request: &[u8],
+    sender: ReplySender,
+    unique: u64,
+    se: &SessionEventLoop<FS>,
+) {
     let Some(req) = RequestWithSender::new(sender.duplicate(), request) else {
         answer_error(sender, unique, ll::Errno::EIO);
         return;

@@ -154,7 +154,10 @@ pub struct Session<FS: Filesystem> {
 pub struct TransportStats {
     /// Requests served from io_uring entries.
     pub ring_requests: std::sync::atomic::AtomicU64,
-    /// io_uring queues the kernel accepted entries for.
+    /// io_uring queues that served at least one request. The kernel uses
+    /// the ring only once every queue has registered its entries, so one
+    /// request through any queue shows that they all did; a queue counts
+    /// here once a process on its CPU makes a request.
     pub ring_queues: std::sync::atomic::AtomicU64,
 }
 
