@@ -8,6 +8,8 @@
 //! Deterministic, not timed: the device's flush waits at a gate the test
 //! opens once the file system reports the waiters it expects.
 
+mod common;
+
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -15,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ordo_dev::{GateDevice, MemDevice};
-use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::{Fs, MountOptions, ProtocolKind, ROOT_INO};
 use ordo_fuse::MountConfig;
 
@@ -44,18 +45,7 @@ fn wait_until(dev: &GateDevice<MemDevice>, what: &str, mut f: impl FnMut() -> bo
 
 #[test]
 fn fsyncs_wait_for_a_commit_together_while_the_one_worker_serves() {
-    let mem = MemDevice::new(4096, 8192).unwrap();
-    let features = parse_features("has_journal", DEFAULT_FEATURES).unwrap();
-    mkfs(
-        &mem,
-        &MkfsOptions {
-            block_size: 4096,
-            features,
-            journal_blocks: Some(1024),
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
+    let mem = common::journaled_image(8192);
     let dev = Arc::new(GateDevice::new(mem));
     let mode = ProtocolKind::named("journal");
     let opts = MountOptions {

@@ -13,6 +13,8 @@
 //! it was. On a kernel without the transport only the fallback is checked,
 //! and the test says so.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
@@ -22,7 +24,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ordo_dev::MemDevice;
-use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::{Fs, MountOptions, ProtocolKind};
 use ordo_fuse::MountConfig;
 
@@ -48,19 +49,7 @@ impl Drop for EnableUring {
 }
 
 fn image() -> Arc<MemDevice> {
-    let mem = MemDevice::new(4096, 16384).unwrap();
-    let features = parse_features("has_journal", DEFAULT_FEATURES).unwrap();
-    mkfs(
-        &mem,
-        &MkfsOptions {
-            block_size: 4096,
-            features,
-            journal_blocks: Some(1024),
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    Arc::new(mem)
+    Arc::new(common::journaled_image(16384))
 }
 
 fn mount_fs(dev: &Arc<MemDevice>) -> Arc<Fs> {
