@@ -63,7 +63,7 @@ pub fn run_plan(plan: &Plan, mut on_row: impl FnMut(&Row)) -> Result<Vec<Row>> {
         .targets
         .iter()
         .any(TargetSpec::uses_io_uring)
-        .then(crate::sys::FuseUring::on);
+        .then(crate::sys::fuse_uring_on);
     let mut rows = Vec::new();
     for &w in &plan.workloads {
         let cases = workload::cases(w, plan.scale, &plan.overrides)?;

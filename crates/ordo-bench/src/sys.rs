@@ -350,6 +350,27 @@ pub fn mem_total_mib() -> u64 {
         .unwrap_or(0)
 }
 
+/// The kernel's FUSE over io_uring turned on for a run whose targets ask
+/// for it (`ordo:MODE,io_uring`, `fuse-floor,io_uring`), and set back to
+/// what it was when the returned switch is dropped; `None` (and a message)
+/// when this kernel has no such switch or it cannot be written (it needs
+/// root): such targets then run over `/dev/fuse`, and `ordo mount` says so
+/// too. Only a server that asks for the ring in INIT gets it, so the other
+/// targets of the run are served as before.
+pub fn fuse_uring_on() -> Option<ordo_fuse::uring_switch::RingSwitch> {
+    use ordo_fuse::uring_switch::{RingSwitch, ENABLE_URING};
+    match RingSwitch::set(true) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!(
+                "ordo bench: cannot turn on {ENABLE_URING} ({e}; the kernel needs FUSE over \
+io_uring, and root): io_uring targets are served over /dev/fuse"
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,55 +432,5 @@ mod tests {
         let e = run_words(&["sh", "-c", "echo oops >&2; exit 3"]).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("oops") && msg.contains("sh -c"), "{msg}");
-    }
-}
-
-/// The fuse module's switch for FUSE over io_uring.
-pub const FUSE_ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// The kernel's FUSE over io_uring turned on for a run whose targets ask
-/// for it (`ordo:MODE,io_uring`, `fuse-floor,io_uring`), and set back to
-/// what it was when dropped. The switch is the kernel's, for every FUSE
-/// mount, but only a server that asks for the ring in INIT gets it, so the
-/// other targets of the run are served as before.
-#[derive(Debug)]
-pub struct FuseUring {
-    was: String,
-}
-
-impl FuseUring {
-    /// Turn the switch on; `None` (and a message) when this kernel has no
-    /// such switch or it cannot be written: such targets then run over
-    /// `/dev/fuse`, and `ordo mount` says so too.
-    pub fn on() -> Option<FuseUring> {
-        let was = match std::fs::read_to_string(FUSE_ENABLE_URING) {
-            Ok(s) => s.trim().to_string(),
-            Err(e) => {
-                eprintln!(
-                    "ordo bench: {FUSE_ENABLE_URING}: {e}: this kernel has no FUSE over io_uring; \
-io_uring targets are served over /dev/fuse"
-                );
-                return None;
-            }
-        };
-        if let Err(e) = std::fs::write(FUSE_ENABLE_URING, "Y") {
-            eprintln!(
-                "ordo bench: cannot turn on {FUSE_ENABLE_URING} ({e}; it needs root): io_uring \
-targets are served over /dev/fuse"
-            );
-            return None;
-        }
-        Some(FuseUring { was })
-    }
-}
-
-impl Drop for FuseUring {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(FUSE_ENABLE_URING, &self.was) {
-            eprintln!(
-                "ordo bench: cannot set {FUSE_ENABLE_URING} back to {}: {e}",
-                self.was
-            );
-        }
     }
 }

@@ -56,6 +56,7 @@ pub mod floor;
 pub mod ioctl;
 mod sync_pool;
 pub mod unmount;
+pub mod uring_switch;
 
 use crate::sync_pool::SyncPool;
 

@@ -25,28 +25,8 @@ use std::sync::Arc;
 
 use ordo_dev::MemDevice;
 use ordo_fs::{Fs, MountOptions, ProtocolKind};
+use ordo_fuse::uring_switch::{kernel_has_ring, RingSwitch, ENABLE_URING};
 use ordo_fuse::MountConfig;
-
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// Sets `enable_uring` and puts the old value back when dropped.
-struct EnableUring {
-    was: String,
-}
-
-impl EnableUring {
-    fn set(on: bool) -> EnableUring {
-        let was = fs::read_to_string(ENABLE_URING).unwrap().trim().to_string();
-        fs::write(ENABLE_URING, if on { "Y" } else { "N" }).unwrap();
-        EnableUring { was }
-    }
-}
-
-impl Drop for EnableUring {
-    fn drop(&mut self) {
-        let _ = fs::write(ENABLE_URING, &self.was);
-    }
-}
 
 fn image() -> Arc<MemDevice> {
     Arc::new(common::journaled_image(16384))
@@ -203,21 +183,13 @@ fn e2fsck_clean(dev: &MemDevice) {
     );
 }
 
-/// Whether this kernel can serve FUSE over io_uring at all: the fuse
-/// module has the switch, and io_uring itself is not disabled.
-fn ring_available() -> bool {
-    let io_uring_on =
-        fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |s| s.trim() == "0");
-    Path::new(ENABLE_URING).exists() && io_uring_on
-}
-
 #[test]
 fn requests_go_through_the_ring_and_fall_back_to_dev_fuse_when_not_offered() {
     let dev = image();
     let mnt = tempfile::tempdir().unwrap();
     let mut want: BTreeMap<String, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
-    if ring_available() {
-        let _on = EnableUring::set(true);
+    if kernel_has_ring() {
+        let _on = RingSwitch::set(true).unwrap();
         let fs = mount_fs(&dev);
         let session = ordo_fuse::mount(fs.clone(), mnt.path(), &config(true)).unwrap();
         assert!(
@@ -263,7 +235,7 @@ disabled): only the fallback to /dev/fuse is checked"
     // served over /dev/fuse, and reads what the ring wrote.
     let _off = Path::new(ENABLE_URING)
         .exists()
-        .then(|| EnableUring::set(false));
+        .then(|| RingSwitch::set(false).unwrap());
     let fs = mount_fs(&dev);
     let session = ordo_fuse::mount(fs.clone(), mnt.path(), &config(true)).unwrap();
     assert!(!session.io_uring());

@@ -1070,46 +1070,18 @@ fn syscall_sequences_match_the_kernels_ext4_with_a_long_attribute_lifetime() {
 /// requests.
 #[test]
 fn syscall_sequences_and_error_cases_match_the_kernels_ext4_over_io_uring() {
-    let Some(_uring) = EnableUring::on() else {
+    use ordo_fuse::uring_switch::{kernel_has_ring, RingSwitch, ENABLE_URING};
+    if !kernel_has_ring() {
+        eprintln!(
+            "skipped: this kernel cannot serve FUSE over io_uring ({ENABLE_URING} missing or \
+io_uring disabled)"
+        );
         return;
-    };
+    }
+    let _uring = RingSwitch::set(true).unwrap();
     differential("io_uring", &[18, 19]);
     error_cases("io_uring");
     nearly_full("io_uring");
-}
-
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// The kernel's `enable_uring`, on while this lives, then as it was.
-struct EnableUring {
-    was: String,
-}
-
-impl EnableUring {
-    fn on() -> Option<EnableUring> {
-        let io_uring_on = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-            .map_or(true, |s| s.trim() == "0");
-        let was = match std::fs::read_to_string(ENABLE_URING) {
-            Ok(was) if io_uring_on => was,
-            _ => {
-                eprintln!(
-                    "skipped: this kernel cannot serve FUSE over io_uring ({ENABLE_URING} \
-missing or io_uring disabled)"
-                );
-                return None;
-            }
-        };
-        std::fs::write(ENABLE_URING, "Y").unwrap();
-        Some(EnableUring {
-            was: was.trim().to_string(),
-        })
-    }
-}
-
-impl Drop for EnableUring {
-    fn drop(&mut self) {
-        let _ = std::fs::write(ENABLE_URING, &self.was);
-    }
 }
 
 /// Unmount ordo and check it exited 0; with `io_uring` among the options,
