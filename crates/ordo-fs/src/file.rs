@@ -366,7 +366,18 @@ impl Core {
 
     /// Read up to `size` bytes at `off` of regular file `ino`.
     pub fn file_read(&mut self, ino: Ino, off: u64, size: u32) -> Result<Vec<u8>> {
-        self.file_read_inner(ino, off, size, None)
+        let mut out = Vec::new();
+        let n = self.file_read_inner(ino, off, size.into(), Self::grow(&mut out), None)?;
+        debug_assert_eq!(n, out.len());
+        Ok(out)
+    }
+
+    /// [`Core::file_read`] into `buf` (as many bytes as it holds), returning
+    /// how many bytes of it the read filled: a caller that owns a buffer
+    /// (FUSE over io_uring lends the request's own) saves a copy.
+    pub fn file_read_into(&mut self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = buf.len() as u64;
+        self.file_read_inner(ino, off, size, Self::lend(buf), None)
     }
 
     /// [`Core::file_read`] with the device reads left to the caller: the
@@ -384,17 +395,51 @@ impl Core {
         size: u32,
     ) -> Result<(Vec<u8>, Vec<DeferredRead>, u64)> {
         let mut runs = Vec::new();
-        let out = self.file_read_inner(ino, off, size, Some(&mut runs))?;
+        let mut out = Vec::new();
+        self.file_read_inner(ino, off, size.into(), Self::grow(&mut out), Some(&mut runs))?;
         Ok((out, runs, self.frees()))
     }
 
-    fn file_read_inner(
+    /// [`Core::file_read_deferred`] into `buf`, as [`Core::file_read_into`]:
+    /// returns the bytes filled (counting those the runs will fill), the
+    /// runs and [`Core::frees`].
+    pub fn file_read_deferred_into(
         &mut self,
         ino: Ino,
         off: u64,
-        size: u32,
+        buf: &mut [u8],
+    ) -> Result<(usize, Vec<DeferredRead>, u64)> {
+        let mut runs = Vec::new();
+        let size = buf.len() as u64;
+        let n = self.file_read_inner(ino, off, size, Self::lend(buf), Some(&mut runs))?;
+        Ok((n, runs, self.frees()))
+    }
+
+    /// A read's output grown to the read's length: already zeros.
+    fn grow<'b>(out: &'b mut Vec<u8>) -> impl FnOnce(usize) -> (&'b mut [u8], bool) {
+        move |len| {
+            // Allocated zeroed (calloc): a large read gets fresh zero pages.
+            *out = vec![0u8; len];
+            (&mut out[..], true)
+        }
+    }
+
+    /// A read's output in a caller's buffer, whose bytes are not zeros.
+    fn lend<'b>(buf: &'b mut [u8]) -> impl FnOnce(usize) -> (&'b mut [u8], bool) {
+        move |len| (&mut buf[..len], false)
+    }
+
+    /// Read up to `size` bytes at `off` of `ino` into the buffer `out`
+    /// gives for the read's length (and whether it is already zeros);
+    /// returns that length.
+    fn file_read_inner<'b>(
+        &mut self,
+        ino: Ino,
+        off: u64,
+        size: u64,
+        out: impl FnOnce(usize) -> (&'b mut [u8], bool),
         mut defer: Option<&mut Vec<DeferredRead>>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<usize> {
         let i = self.live_inode(ino)?;
         if i.is_dir() {
             return Err(errno(libc::EISDIR));
@@ -403,10 +448,9 @@ impl Core {
             return Err(errno(libc::EINVAL));
         }
         if off >= i.size || size == 0 {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let len = (size as u64).min(i.size - off) as usize;
-        let mut out = vec![0u8; len];
+        let len = size.min(i.size - off) as usize;
         let bs = self.bs as u64;
         let first = off / bs;
         let last = (off + len as u64 - 1) / bs;
@@ -437,10 +481,15 @@ impl Core {
                 return Err(errno(libc::EIO));
             }
         }
-        for m in maps.iter().filter(|m| !m.unwritten) {
-            self.read_run(m, off, &mut out, defer.as_deref_mut(), check)?;
+        let (out, zeroed) = out(len);
+        assert_eq!(out.len(), len, "a read's buffer holds the read");
+        if !zeroed {
+            zero_holes(&maps, bs, off, out);
         }
-        Ok(out)
+        for m in maps.iter().filter(|m| !m.unwritten) {
+            self.read_run(m, off, out, defer.as_deref_mut(), check)?;
+        }
+        Ok(len)
     }
 
     fn read_run(
@@ -948,5 +997,33 @@ impl Core {
         }
         let _ = InodeField::Blocks;
         Ok(())
+    }
+}
+
+/// Zero the bytes of `out` (file bytes `off..off + out.len()`) that no
+/// written mapping of `maps` covers: holes and unwritten extents read as
+/// zeros, and the mapped bytes are all filled by the read.
+fn zero_holes(maps: &[Mapping], bs: u64, off: u64, out: &mut [u8]) {
+    let end = off + out.len() as u64;
+    let mut spans: Vec<(u64, u64)> = maps
+        .iter()
+        .filter(|m| !m.unwritten)
+        .map(|m| {
+            let a = (u64::from(m.lblk) * bs).max(off);
+            let b = ((u64::from(m.lblk) + u64::from(m.len)) * bs).min(end);
+            (a, b)
+        })
+        .filter(|(a, b)| a < b)
+        .collect();
+    spans.sort_unstable();
+    let mut at = off;
+    for (a, b) in spans {
+        if a > at {
+            out[(at - off) as usize..(a - off) as usize].fill(0);
+        }
+        at = at.max(b);
+    }
+    if at < end {
+        out[(at - off) as usize..].fill(0);
     }
 }

@@ -24,6 +24,7 @@ use ordo_format::Superblock;
 use crate::cache::CacheStats;
 use crate::error::{errno, Result};
 use crate::exec::Shared;
+use crate::file::DeferredRead;
 use crate::protocol::{self, DurabilityCalls, WriteBackReason};
 use crate::stream::{Caller, StreamId};
 use crate::types::*;
@@ -394,6 +395,13 @@ impl Fs {
         self.read_unlocked_then(ino, offset, size, || {})
     }
 
+    /// [`Fs::read`] into `buf`, as many bytes as it holds; returns how many
+    /// it filled. FUSE over io_uring lends the request's own buffer, so a
+    /// read's bytes go from the device to the kernel with no copy between.
+    pub fn read_into(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_into_unlocked_then(ino, offset, buf, || {})
+    }
+
     /// [`Fs::read`], running `between` after the lock is released and
     /// before the device is read (tests put a racing operation there).
     #[doc(hidden)]
@@ -412,10 +420,44 @@ impl Fs {
             return Ok(out);
         }
         between();
+        self.read_runs(&runs, offset, &mut out)?;
+        if self.shared.read(|c| Ok(c.frees()))? != frees {
+            return self.shared.read(|c| c.file_read(ino, offset, size));
+        }
+        Ok(out)
+    }
+
+    /// [`Fs::read_into`], with `between` as in [`Fs::read_unlocked_then`].
+    #[doc(hidden)]
+    pub fn read_into_unlocked_then(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        between: impl FnOnce(),
+    ) -> Result<usize> {
+        let (n, runs, frees) = self.shared.read(|c| {
+            c.file_read_deferred_into(ino, offset, buf)
+                .map_err(|e| c.nofs_eio(e))
+        })?;
+        if runs.is_empty() {
+            return Ok(n);
+        }
+        between();
+        self.read_runs(&runs, offset, &mut buf[..n])?;
+        if self.shared.read(|c| Ok(c.frees()))? != frees {
+            return self.shared.read(|c| c.file_read_into(ino, offset, buf));
+        }
+        Ok(n)
+    }
+
+    /// Read a read's uncached runs from the device into `out`, the file's
+    /// bytes from `offset` on.
+    fn read_runs(&self, runs: &[DeferredRead], offset: u64, out: &mut [u8]) -> Result<()> {
         let bs = u64::from(self.shared.dev.block_size());
         let end = offset + out.len() as u64;
         let mut bounce = Vec::new();
-        for r in &runs {
+        for r in runs {
             // The run's blocks wholly inside the reply are read straight
             // into it, in one device request; only a block cut by the
             // reply's start or end goes through a block-sized buffer.
@@ -437,13 +479,10 @@ impl Fs {
                 self.shared
                     .dev
                     .read(r.pblk + j, &mut bounce, ordo_dev::BlockClass::Data)?;
-                crate::state::Core::copy_out(bs, &bounce, r.byte + j * bs, offset, &mut out);
+                crate::state::Core::copy_out(bs, &bounce, r.byte + j * bs, offset, out);
             }
         }
-        if self.shared.read(|c| Ok(c.frees()))? != frees {
-            return self.shared.read(|c| c.file_read(ino, offset, size));
-        }
-        Ok(out)
+        Ok(())
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
         self.write_as(ino, offset, data, &Creds::root())

@@ -854,6 +854,16 @@ impl Runner {
                 let off = self.rng.gen_range(0..100_000u64);
                 let len = self.rng.gen_range(0..30_000u32);
                 let got = fs.read(f, off, len).unwrap();
+                // The same read into a buffer that holds stale bytes (as
+                // a lent transport buffer does): holes and unwritten
+                // extents must come back as zeros all the same.
+                let mut lent = vec![0xee_u8; len as usize + 7];
+                let filled = fs.read_into(f, off, &mut lent[..len as usize]).unwrap();
+                assert_eq!(&lent[..filled], &got[..], "op {n}: read_into {f} at {off}");
+                assert!(
+                    lent[len as usize..].iter().all(|&b| b == 0xee),
+                    "op {n}: read_into {f} wrote past its buffer"
+                );
                 if let Content::File(d) = &self.m.inodes[&f].content {
                     let s = (off as usize).min(d.len());
                     let e = (off as usize + len as usize).min(d.len());

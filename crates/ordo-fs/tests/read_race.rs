@@ -42,6 +42,17 @@ fn blocks_full_of(dev: &MemDevice, b: u8) -> Vec<u64> {
 
 #[test]
 fn a_read_racing_a_free_and_reuse_never_returns_the_new_owners_bytes() {
+    race(false);
+}
+
+/// The same race through `Fs::read_into`, which fills a caller's buffer
+/// (FUSE over io_uring lends the request's own) holding stale bytes.
+#[test]
+fn a_read_into_a_lent_buffer_racing_a_free_and_reuse_never_returns_them() {
+    race(true);
+}
+
+fn race(lent: bool) {
     let dev = image();
     let c = Creds::root();
     {
@@ -60,24 +71,32 @@ fn a_read_racing_a_free_and_reuse_never_returns_the_new_owners_bytes() {
     // (some of) its blocks and writes them.
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     let x = fs.lookup(ROOT_INO, b"x").unwrap().ino;
-    let got = fs
-        .read_unlocked_then(x, 0, LEN as u32, || {
-            fs.setattr(
-                x,
-                &SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                },
-            )
-            .unwrap();
-            fs.sync().unwrap();
-            let y = fs
-                .create(ROOT_INO, b"y", FileType::Regular, 0o644, 0, &c)
-                .unwrap();
-            fs.write(y.ino, 0, &[0x55; LEN]).unwrap();
-            fs.fsync(y.ino, false).unwrap();
-        })
+    let meanwhile = || {
+        fs.setattr(
+            x,
+            &SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            },
+        )
         .unwrap();
+        fs.sync().unwrap();
+        let y = fs
+            .create(ROOT_INO, b"y", FileType::Regular, 0o644, 0, &c)
+            .unwrap();
+        fs.write(y.ino, 0, &[0x55; LEN]).unwrap();
+        fs.fsync(y.ino, false).unwrap();
+    };
+    let got = if lent {
+        let mut buf = vec![0x11; LEN];
+        let n = fs
+            .read_into_unlocked_then(x, 0, &mut buf, meanwhile)
+            .unwrap();
+        buf.truncate(n);
+        buf
+    } else {
+        fs.read_unlocked_then(x, 0, LEN as u32, meanwhile).unwrap()
+    };
     let reused = old
         .iter()
         .filter(|&&b| dev.block(b).is_some_and(|d| d.iter().all(|&v| v == 0x55)))

@@ -112,6 +112,17 @@ fn work(dir: &Path, w: usize) -> BTreeMap<String, Vec<u8>> {
     drop(f);
     let d = want.get_mut("f2").unwrap();
     d.resize(4000, 0);
+    // A sparse file: a read is filled straight into the buffer the
+    // transport lends (the ring entry's payload, which last held another
+    // reply), so its holes must be written as zeros, not left as they were.
+    let f = fs::File::create(dir.join("sparse")).unwrap();
+    let mut d = vec![0u8; 3 << 20];
+    for (at, bytes) in [(0, &b"head"[..]), ((2 << 20) + 7, &b"middle"[..])] {
+        f.write_all_at(bytes, at as u64).unwrap();
+        d[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    f.set_len(d.len() as u64).unwrap();
+    want.insert("sparse".to_string(), d);
     want
 }
 

@@ -169,6 +169,44 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// Reply with the bytes `fill` writes into a buffer of at most `max`
+    /// the transport lends ([`ReplyData::data_with`]).
+    pub(crate) fn send_filled(
+        mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    ) {
+        #[cfg(target_os = "linux")]
+        if let Some(ReplySender::Ring(ring)) = &self.sender {
+            let ring = ring.clone();
+            self.sender = None;
+            if let Err(err) = ring.send_filled(self.unique, max, fill) {
+                error!("Failed to send FUSE reply: {err}");
+            }
+            return;
+        }
+        FILL_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < max {
+                buf.resize(max, 0);
+            }
+            match fill(&mut buf[..max]) {
+                Ok(n) if n <= max => self.send_ll(&ll::ResponseSlice(&buf[..n])),
+                Ok(n) => {
+                    error!("FUSE reply of {n} bytes filled a buffer of {max}");
+                    self.error(ll::Errno::EIO);
+                }
+                Err(err) => self.error(err),
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// The buffer [`ReplyRaw::send_filled`] lends over `/dev/fuse`: it grows
+    /// to the largest reply the thread has sent and stays.
+    static FILL_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Drop for ReplyRaw {
@@ -231,6 +269,19 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// Reply with at most `max` bytes that `fill` writes into a buffer the
+    /// transport lends: `fill` returns how many bytes of the buffer it
+    /// wrote, from its start, or an error to reply with instead.
+    ///
+    /// Through io_uring the buffer is the request's own payload buffer,
+    /// which the kernel copies from, so the data is written once. Over
+    /// `/dev/fuse` it is a buffer of the thread's, reused from one reply to
+    /// the next. Either way it holds stale bytes: every byte `fill` counts
+    /// must be written.
+    pub fn data_with(self, max: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>) {
+        self.reply.send_filled(max, fill);
     }
 
     /// Reply to a request with the given error code

@@ -39,6 +39,7 @@ use io_uring::squeue;
 use io_uring::types;
 use log::error;
 use log::warn;
+use zerocopy::IntoBytes;
 
 use crate::Filesystem;
 use crate::channel::Channel;
@@ -187,7 +188,6 @@ impl RingSender {
         // below (see `RingQueue`); the copies stay inside both buffers.
         unsafe {
             std::ptr::copy_nonoverlapping(out.as_ptr(), entry.header.ptr, OUT_HEADER_BYTES);
-            let mut payload_sz = 0u32;
             if total > entry.payload.len() {
                 // Too large for the entry: answer EIO rather than leave the
                 // request without an answer.
@@ -195,12 +195,7 @@ impl RingSender {
                     "FUSE reply of {total} bytes exceeds the ring entry's {}",
                     entry.payload.len()
                 );
-                let error = -libc::EIO;
-                std::ptr::copy_nonoverlapping(
-                    error.to_ne_bytes().as_ptr(),
-                    entry.header.ptr.add(4),
-                    4,
-                );
+                self.set_error(ll::Errno::EIO);
             } else {
                 let mut at = 0;
                 for slice in rest {
@@ -211,15 +206,87 @@ impl RingSender {
                     );
                     at += slice.len();
                 }
-                payload_sz = total as u32;
+                self.set_payload_sz(total as u32);
             }
+        }
+        self.queue.commit(self.idx)
+    }
+
+    /// Reply to request `unique` with the bytes `fill` writes straight into
+    /// the entry's payload buffer (at most `max`), which the kernel copies
+    /// from: no copy of the data in between ([`crate::ReplyData::data_with`]).
+    pub(crate) fn send_filled(
+        &self,
+        unique: ll::RequestId,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, ll::Errno>,
+    ) -> io::Result<()> {
+        let entry = &self.queue.entries[self.idx as usize];
+        let result = if max > entry.payload.len() {
+            error!(
+                "FUSE reply of up to {max} bytes exceeds the ring entry's {}",
+                entry.payload.len()
+            );
+            Err(ll::Errno::EIO)
+        } else {
+            // SAFETY: the entry belongs to this request's reply until the
+            // commit below (see `RingQueue`), and its request was copied out
+            // when it was served, so the payload buffer is free to write.
+            let payload = unsafe { std::slice::from_raw_parts_mut(entry.payload.ptr, max) };
+            match fill(payload) {
+                Ok(n) if n <= max => Ok(n),
+                Ok(n) => {
+                    error!("FUSE reply of {n} bytes filled a buffer of {max}");
+                    Err(ll::Errno::EIO)
+                }
+                Err(err) => Err(err),
+            }
+        };
+        let n = *result.as_ref().unwrap_or(&0);
+        let header = ll::fuse_abi::fuse_out_header {
+            len: (OUT_HEADER_BYTES + n) as u32,
+            error: result.err().map_or(0, |e| -e.code()),
+            unique: unique.0,
+        };
+        let header = header.as_bytes();
+        // SAFETY: as above; the header buffer holds an out header.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_ptr(), entry.header.ptr, header.len());
+        }
+        self.set_payload_sz(n as u32);
+        self.queue.commit(self.idx)
+    }
+
+    /// Turn the out header already in the entry into an error reply with no
+    /// payload.
+    fn set_error(&self, err: ll::Errno) {
+        let entry = &self.queue.entries[self.idx as usize];
+        let error = -err.code();
+        // SAFETY: the entry is this reply's (see `send`); bytes 4..8 of the
+        // out header are its `error`, and 0..4 its `len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(error.to_ne_bytes().as_ptr(), entry.header.ptr.add(4), 4);
             std::ptr::copy_nonoverlapping(
-                payload_sz.to_ne_bytes().as_ptr(),
+                (OUT_HEADER_BYTES as u32).to_ne_bytes().as_ptr(),
+                entry.header.ptr,
+                4,
+            );
+        }
+        self.set_payload_sz(0);
+    }
+
+    /// The payload size the commit tells the kernel.
+    fn set_payload_sz(&self, n: u32) {
+        let entry = &self.queue.entries[self.idx as usize];
+        // SAFETY: the entry is this reply's (see `send`); the field is inside
+        // the header buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                n.to_ne_bytes().as_ptr(),
                 entry.header.ptr.add(PAYLOAD_SZ_OFFSET),
                 4,
             );
         }
-        self.queue.commit(self.idx)
     }
 
     pub(crate) fn channel(&self) -> &ChannelSender {
