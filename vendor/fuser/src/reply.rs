@@ -186,8 +186,15 @@ impl ReplyRaw {
             }
             return;
         }
-        FILL_BUF.with(|buf| {
-            let mut buf = buf.borrow_mut();
+        FILL_BUF.with(|shared| {
+            // A `fill` that itself sends a filled reply on this thread finds
+            // the buffer lent out, and gets one of its own.
+            let mut own = Vec::new();
+            let mut lent = shared.try_borrow_mut();
+            let buf = match lent.as_deref_mut() {
+                Ok(buf) => buf,
+                Err(_) => &mut own,
+            };
             if buf.len() < max {
                 buf.resize(max, 0);
             }
