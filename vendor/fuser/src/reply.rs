@@ -33,6 +33,7 @@ use crate::ll::reply::DirEntryPlus;
 use crate::ll::reply::Response;
 use crate::ll::{self};
 use crate::passthrough::BackingId;
+use zerocopy::IntoBytes;
 
 /// Generic reply callback to send data
 #[derive(Debug)]
@@ -191,14 +192,16 @@ impl ReplyRaw {
             // the buffer lent out, and gets one of its own.
             let mut own = Vec::new();
             let mut lent = shared.try_borrow_mut();
-            let buf = match lent.as_deref_mut() {
-                Ok(buf) => buf,
+            let pages = match lent.as_deref_mut() {
+                Ok(pages) => pages,
                 Err(_) => &mut own,
             };
-            if buf.len() < max {
-                buf.resize(max, 0);
+            let want = max.div_ceil(FillPage::BYTES);
+            if pages.len() < want {
+                pages.resize(want, FillPage::ZERO);
             }
-            match fill(&mut buf[..max]) {
+            let buf = &mut pages.as_mut_bytes()[..max];
+            match fill(buf) {
                 Ok(n) if n <= max => self.send_ll(&ll::ResponseSlice(&buf[..n])),
                 Ok(n) => {
                     error!("FUSE reply of {n} bytes filled a buffer of {max}");
@@ -210,10 +213,29 @@ impl ReplyRaw {
     }
 }
 
+/// A page of the buffer [`ReplyRaw::send_filled`] lends over `/dev/fuse`:
+/// page-aligned, as the ring's entries are, so that a file system can read
+/// into it with `O_DIRECT` without a bounce buffer.
+#[derive(
+    Clone,
+    Copy,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::KnownLayout,
+    zerocopy::Immutable,
+)]
+#[repr(C, align(4096))]
+struct FillPage([u8; 4096]);
+
+impl FillPage {
+    const BYTES: usize = 4096;
+    const ZERO: FillPage = FillPage([0; 4096]);
+}
+
 thread_local! {
     /// The buffer [`ReplyRaw::send_filled`] lends over `/dev/fuse`: it grows
     /// to the largest reply the thread has sent and stays.
-    static FILL_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static FILL_BUF: std::cell::RefCell<Vec<FillPage>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Drop for ReplyRaw {
@@ -285,7 +307,8 @@ impl ReplyData {
     /// Through io_uring the buffer is the request's own payload buffer,
     /// which the kernel copies from, so the data is written once. Over
     /// `/dev/fuse` it is a buffer of the thread's, reused from one reply to
-    /// the next. Either way it holds stale bytes: every byte `fill` counts
+    /// the next. Either way it is page-aligned (a file system may read into
+    /// it with `O_DIRECT`) and holds stale bytes: every byte `fill` counts
     /// must be written.
     pub fn data_with(self, max: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>) {
         self.reply.send_filled(max, fill);
