@@ -181,8 +181,12 @@ impl ReplyRaw {
         #[cfg(target_os = "linux")]
         if let Some(ReplySender::Ring(ring)) = &self.sender {
             let ring = ring.clone();
+            // The sender stays in `self` while `fill` runs: should it panic,
+            // dropping `self` still answers the request (EIO) and hands the
+            // entry back to the kernel.
+            let sent = ring.send_filled(self.unique, max, fill);
             self.sender = None;
-            if let Err(err) = ring.send_filled(self.unique, max, fill) {
+            if let Err(err) = sent {
                 error!("Failed to send FUSE reply: {err}");
             }
             return;
