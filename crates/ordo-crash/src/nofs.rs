@@ -696,14 +696,22 @@ impl Check<'_> {
             let partial = (self.j > promise.op)
                 .then(|| rec.sequence.ops.get(self.j.wrapping_sub(1)))
                 .flatten();
+            // The operation between `win[k - 1]` and `win[k]` is `ops[k - 1]`.
+            let ops = rec.sequence.ops.get(promise.op..).unwrap_or_default();
             let mut broken = Vec::new();
             match &promise.what {
                 Promised::All => {
                     for (path, node) in win[0].walk() {
                         match win[0].node(node).map(|n| &n.data) {
-                            Some(NodeData::File { .. }) => {
-                                self.promised_file(win, node, &path, None, partial, &mut broken)
-                            }
+                            Some(NodeData::File { .. }) => self.promised_file(
+                                win,
+                                ops,
+                                node,
+                                &path,
+                                None,
+                                partial,
+                                &mut broken,
+                            ),
                             Some(NodeData::Dir { .. }) => {
                                 self.promised_dir(win, node, &path, &mut broken)
                             }
@@ -712,7 +720,7 @@ impl Check<'_> {
                     }
                 }
                 Promised::File { node, name, .. } => {
-                    self.promised_file(win, *node, "", name.as_ref(), partial, &mut broken)
+                    self.promised_file(win, ops, *node, "", name.as_ref(), partial, &mut broken)
                 }
                 Promised::Dir { node } => self.promised_dir(win, *node, "", &mut broken),
                 Promised::Stream { .. } => {}
@@ -729,9 +737,11 @@ impl Check<'_> {
     /// A promised file: still that inode (number and generation), a size
     /// and bytes of the window's versions, EIO only where the window
     /// changed the block, one version's attributes, its covered name.
+    #[allow(clippy::too_many_arguments)]
     fn promised_file(
         &mut self,
         win: &[Arc<Tree>],
+        ops: &[crate::workload::Op],
         node: NodeId,
         path: &str,
         name: Option<&(NodeId, Vec<u8>)>,
@@ -813,7 +823,16 @@ impl Check<'_> {
                     Err(errno) => {
                         let n = self.bs as usize;
                         let first = padded(&contents[0], off, n);
-                        let changed = contents.iter().any(|c| padded(c, off, n) != first);
+                        // A write after the promise changed the block even
+                        // when its bytes equal the ones it replaced (a write
+                        // of zeros over a hole): it placed a block the crash
+                        // may have left unwritten.
+                        let changed = contents.iter().any(|c| padded(c, off, n) != first)
+                            || (1..win.len()).any(|k| {
+                                ops.get(k - 1).is_some_and(|op| {
+                                    oracle::writes_block_at(op, win, k, node, lblk as u64, self.bs)
+                                })
+                            });
                         if !changed {
                             broken.push(format!(
                                 "{what}: block {lblk} fails ({}) though no operation after the promise changed it",

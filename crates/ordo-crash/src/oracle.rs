@@ -1345,6 +1345,38 @@ pub(crate) fn writes_to_at(op: &Op, win: &[Arc<Tree>], k: usize, node: NodeId) -
     k >= 1 && k < win.len() && win[k - 1].resolve(path) == Some(node)
 }
 
+/// Whether `op`, the operation between `win[k - 1]` and `win[k]`, writes
+/// bytes into block `lblk` (of `bs` bytes) of `node`, whatever bytes they
+/// are.
+pub(crate) fn writes_block_at(
+    op: &Op,
+    win: &[Arc<Tree>],
+    k: usize,
+    node: NodeId,
+    lblk: u64,
+    bs: u64,
+) -> bool {
+    if !writes_to_at(op, win, k, node) {
+        return false;
+    }
+    let (off, len) = match op {
+        Op::Write { off, len, .. } => (*off, *len),
+        Op::Append { len, .. } => {
+            let size = win[k - 1]
+                .node(node)
+                .and_then(|n| n.content())
+                .map(|c| c.len() as u64);
+            match size {
+                Some(size) => (size, *len),
+                // Not a file before: it wrote somewhere, say anywhere.
+                None => return true,
+            }
+        }
+        _ => return false,
+    };
+    len > 0 && off < (lblk + 1) * bs && off + len > lblk * bs
+}
+
 pub(crate) fn dedup(mut v: Vec<usize>) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();

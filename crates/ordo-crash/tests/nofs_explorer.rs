@@ -124,6 +124,7 @@ fn the_soaks_cases_pass_and_the_stale_attribute_block_is_caught() {
         ("tests/scenarios/nofs-collapse-moving.scenario", 30),
         ("tests/scenarios/nofs-xattr-reuse.scenario", 15),
         ("tests/scenarios/nofs-attr-then-data.scenario", 15),
+        ("tests/scenarios/nofs-zero-write.scenario", 30),
     ] {
         let r = run(w, None, E2fsckPolicy::Every);
         assert_clean(w, &r);
