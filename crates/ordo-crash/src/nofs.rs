@@ -692,26 +692,16 @@ impl Check<'_> {
         let rec = self.rec;
         for idx in oracle::promises_to_check(rec, state) {
             let promise = &rec.promises[idx];
-            let win = oracle::window(rec, promise.op, self.j);
-            let partial = (self.j > promise.op)
-                .then(|| rec.sequence.ops.get(self.j.wrapping_sub(1)))
-                .flatten();
-            // The operation between `win[k - 1]` and `win[k]` is `ops[k - 1]`.
-            let ops = rec.sequence.ops.get(promise.op..).unwrap_or_default();
+            let w = oracle::Window::of(rec, promise.op, self.j);
+            let win = w.trees;
             let mut broken = Vec::new();
             match &promise.what {
                 Promised::All => {
                     for (path, node) in win[0].walk() {
                         match win[0].node(node).map(|n| &n.data) {
-                            Some(NodeData::File { .. }) => self.promised_file(
-                                win,
-                                ops,
-                                node,
-                                &path,
-                                None,
-                                partial,
-                                &mut broken,
-                            ),
+                            Some(NodeData::File { .. }) => {
+                                self.promised_file(&w, node, &path, None, &mut broken)
+                            }
                             Some(NodeData::Dir { .. }) => {
                                 self.promised_dir(win, node, &path, &mut broken)
                             }
@@ -720,7 +710,7 @@ impl Check<'_> {
                     }
                 }
                 Promised::File { node, name, .. } => {
-                    self.promised_file(win, ops, *node, "", name.as_ref(), partial, &mut broken)
+                    self.promised_file(&w, *node, "", name.as_ref(), &mut broken)
                 }
                 Promised::Dir { node } => self.promised_dir(win, *node, "", &mut broken),
                 Promised::Stream { .. } => {}
@@ -737,17 +727,15 @@ impl Check<'_> {
     /// A promised file: still that inode (number and generation), a size
     /// and bytes of the window's versions, EIO only where the window
     /// changed the block, one version's attributes, its covered name.
-    #[allow(clippy::too_many_arguments)]
     fn promised_file(
         &mut self,
-        win: &[Arc<Tree>],
-        ops: &[crate::workload::Op],
+        w: &oracle::Window<'_>,
         node: NodeId,
         path: &str,
         name: Option<&(NodeId, Vec<u8>)>,
-        partial: Option<&crate::workload::Op>,
         broken: &mut Vec<String>,
     ) {
+        let win = w.trees;
         let Some(versions) = win
             .iter()
             .map(|t| t.node(node))
@@ -789,7 +777,9 @@ impl Check<'_> {
         }
         // A write in flight may have reached the disk in part: any size
         // between the sizes before and after it.
-        let growing = partial.is_some_and(|op| oracle::writes_to(op, win, node)) && win.len() >= 2;
+        let growing = w
+            .partial()
+            .is_some_and(|op| oracle::writes_to(op, win, node));
         let in_flight = if growing {
             let len = |t: &Tree| t.node(node).and_then(|n| n.content()).map(|c| c.len());
             match (len(&win[win.len() - 2]), len(&win[win.len() - 1])) {
@@ -828,11 +818,7 @@ impl Check<'_> {
                         // of zeros over a hole): it placed a block the crash
                         // may have left unwritten.
                         let changed = contents.iter().any(|c| padded(c, off, n) != first)
-                            || (1..win.len()).any(|k| {
-                                ops.get(k - 1).is_some_and(|op| {
-                                    oracle::writes_block_at(op, win, k, node, lblk as u64, self.bs)
-                                })
-                            });
+                            || w.writes_block(node, lblk as u64, self.bs);
                         if !changed {
                             broken.push(format!(
                                 "{what}: block {lblk} fails ({}) though no operation after the promise changed it",

@@ -1154,10 +1154,65 @@ pub(crate) fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
     &rec.snapshots[p..=end]
 }
 
+/// A promise's window (see [`window`]) with the operations between its
+/// snapshots: what a checker needs to tell a change the crash may have left
+/// half done from one that cannot have happened.
+pub(crate) struct Window<'a> {
+    /// The snapshots from the promise's to the one after the operation in
+    /// flight at the crash.
+    pub(crate) trees: &'a [Arc<Tree>],
+    /// The operations from the promise's on: `ops[k - 1]` ran between
+    /// `trees[k - 1]` and `trees[k]`.
+    ops: &'a [Op],
+    /// Whether the crash came after the promise's operation: the window
+    /// then ends with the operation in flight.
+    past: bool,
+    /// The operation in flight at the crash, when it came after the
+    /// promise.
+    partial: Option<&'a Op>,
+}
+
+impl<'a> Window<'a> {
+    /// The window of the promise made after op `p`, judged when op `j` was
+    /// in flight.
+    pub(crate) fn of(rec: &'a Recording, p: usize, j: usize) -> Window<'a> {
+        Window {
+            trees: window(rec, p, j),
+            ops: rec.sequence.ops.get(p..).unwrap_or_default(),
+            past: j > p,
+            partial: (j > p).then(|| rec.sequence.ops.get(j - 1)).flatten(),
+        }
+    }
+
+    /// The operation between `trees[k - 1]` and `trees[k]`.
+    pub(crate) fn op(&self, k: usize) -> Option<&'a Op> {
+        match k {
+            0 => None,
+            k if k < self.trees.len() => self.ops.get(k - 1),
+            _ => None,
+        }
+    }
+
+    /// The operation in flight at the crash, if it came after the promise.
+    pub(crate) fn partial(&self) -> Option<&'a Op> {
+        self.partial
+    }
+
+    /// Whether any operation of the window wrote bytes into block `lblk`
+    /// (of `bs` bytes) of `node`, whatever bytes they were.
+    pub(crate) fn writes_block(&self, node: NodeId, lblk: u64, bs: u64) -> bool {
+        (1..self.trees.len()).any(|k| {
+            self.op(k)
+                .is_some_and(|op| writes_block_at(op, self.trees, k, node, lblk, bs))
+        })
+    }
+}
+
 /// Oracle 4: promise `idx` holds.
 fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> Vec<Failure> {
     let promise = &rec.promises[idx];
-    let win = window(rec, promise.op, j);
+    let w = Window::of(rec, promise.op, j);
+    let win = w.trees;
     // The writes a crash may leave split: the operation in flight, when the
     // window extends past the promise; through FUSE, every write of the
     // window, since the kernel sends one write as several requests and no
@@ -1165,8 +1220,8 @@ fn check_promise(rec: &Recording, idx: usize, j: usize, reader: &mut Reader) -> 
     // kernel's ext4 may also be left at a page boundary).
     let split: Vec<(usize, &Op)> = (1..win.len())
         .filter(|&k| rec.through_fuse || k == win.len() - 1)
-        .filter(|_| j > promise.op)
-        .filter_map(|k| rec.sequence.ops.get(promise.op + k - 1).map(|op| (k, op)))
+        .filter(|_| w.past)
+        .filter_map(|k| w.op(k).map(|op| (k, op)))
         .collect();
     let at = &win[0];
     let broken = |d: String| {
