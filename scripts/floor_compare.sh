@@ -13,7 +13,8 @@
 #              libfuse-mt (its multi-threaded loop: cloned descriptors, at
 #              most 2 threads), libfuse-uring (the same program on a newer
 #              libfuse, over FUSE's io_uring transport; needs LIBFUSE_SRC),
-#              or an ordo mount's options (`mode=async`)
+#              floor-uring (`ordo fuse-floor --io-uring`), or an ordo
+#              mount's options (`mode=async`, `mode=async,io_uring`)
 #     default: 3 rounds of ext4 floor floor1 libfuse libfuse-mt mode=async,
 #              and libfuse-uring after libfuse when LIBFUSE_SRC is set
 #
@@ -23,9 +24,11 @@
 #
 # The load (scripts/floor/createload.c) creates FILES files (default
 # 20,000) of 16 KiB: open O_CREAT|O_EXCL, one write, close. Prints files/s
-# and the server's CPU per file (from /proc/PID/stat) of each run; then,
+# and the server's CPU per file (from /proc/PID/stat; and of it, the time
+# in user space: the server's own code) of each run; then,
 # per target, the median files/s and server CPU, and the medians of its
-# ratio to the kernel's ext4 and to the floor of the same round. Needs
+# ratio to the kernel's ext4 and to the floor of the same round (an ordo
+# mount over the ring to floor-uring's, when that ran). Needs
 # root (loop devices, mounts), gcc and libfuse3-dev (scripts/deps.sh
 # installs them).
 # DESIGN.md ("The FUSE path") has a run.
@@ -67,18 +70,23 @@ fi
 # are taken within a round (a target against the kernel or the floor of the
 # same round) and their medians printed, which the drift between rounds
 # moves less than the ratio of two medians.
-declare -A rate cpus
+declare -A rate cpus users
 one() {
     local r=$1 target=$2
     target_up "$target" || exit 1
     local pid=$SERVER_PID
-    local t0 t1 cpu=-
+    local t0 t1 u0 u1 cpu=- user=-
     t0=$(cpu_ticks "$pid")
+    u0=$(user_ticks "$pid")
     rate[$r,$target]=$("$W/createload" "$W/m/c" "$N" "$THREADS")
     t1=$(cpu_ticks "$pid")
-    [ -z "$pid" ] || cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }')
+    u1=$(user_ticks "$pid")
+    per_file() { awk -v d="$1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }'; }
+    [ -z "$pid" ] || cpu=$(per_file $((t1 - t0)))
+    [ -z "$pid" ] || user=$(per_file $((u1 - u0)))
     cpus[$r,$target]=$cpu
-    printf '%-24s %8s files/s  server CPU %4s us/file\n' "$target" "${rate[$r,$target]}" "$cpu"
+    users[$r,$target]=$user
+    printf '%-24s %8s files/s  server CPU %4s us/file (user %s)\n' "$target" "${rate[$r,$target]}" "$cpu" "$user"
     target_down
 }
 
@@ -105,14 +113,20 @@ for r in $(seq 1 "$ROUNDS"); do
     for k in $(seq 0 $((n - 1))); do one "$r" "${TARGETS[$(((k + r - 1) % n))]}"; done
 done
 echo "medians over $ROUNDS rounds (ratios taken within each round)"
-printf '%-24s %8s  %10s  %9s  %s\n' target files/s "x kernel" "x floor" "server CPU us/file"
+printf '%-24s %8s  %10s  %9s  %s\n' target files/s "x kernel" "x floor" "server CPU us/file (user)"
 for t in "${TARGETS[@]}"; do
     xk=-
     xf=-
     ! has ext4 || [ "$t" = ext4 ] || xk=$(median_ratio "$t" ext4)
-    ! has floor || [ "$t" = floor ] || xf=$(median_ratio "$t" floor)
+    # A target over the ring against the ring's floor, when it ran.
+    fl=floor
+    case ",$t," in
+    *,io_uring,*) ! has floor-uring || fl=floor-uring ;;
+    esac
+    ! has "$fl" || [ "$t" = "$fl" ] || xf=$(median_ratio "$t" "$fl")
     med=$(for r in $(seq 1 "$ROUNDS"); do echo "${rate[$r,$t]}"; done | median)
     cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${cpus[$r,$t]}"; done | awk '$1 != "-"' | median)
-    printf '%-24s %8s  %10s  %9s  %s\n' "$t" "$med" "$xk" "$xf" "$cpu"
+    user=$(for r in $(seq 1 "$ROUNDS"); do echo "${users[$r,$t]}"; done | awk '$1 != "-"' | median)
+    printf '%-24s %8s  %10s  %9s  %s (%s)\n' "$t" "$med" "$xk" "$xf" "$cpu" "$user"
 done
 echo "reproduce with: ${FILES:+FILES=$FILES }${LIBFUSE_SRC:+LIBFUSE_SRC=$LIBFUSE_SRC }scripts/floor_compare.sh $ROUNDS $THREADS ${TARGETS[*]}"

@@ -12,13 +12,18 @@
 #   ext4           the kernel's ext4 on a loop device over a 2 GiB file
 #   floor          `ordo fuse-floor` with ordo's worker count
 #   floor1         `ordo fuse-floor --threads 1`
+#   floor-uring    `ordo fuse-floor --io-uring`: the floor over FUSE's
+#                  io_uring transport, which is switched on
+#                  (/sys/module/fuse/parameters/enable_uring) while it runs
 #   libfuse        $LIBFUSE_FLOOR (scripts/floor/libfuse_floor.c), one thread
 #   libfuse-mt     the same, its multi-threaded loop
 #   libfuse-uring  $LIBFUSE_URING_FLOOR (the same program built against a
 #                  libfuse with FUSE over io_uring, 3.18 or later) with
 #                  `-o io_uring`; the kernel's transport is switched on
 #                  (/sys/module/fuse/parameters/enable_uring) while it runs
-#   anything else  an ordo mount of a fresh image with those options
+#   anything else  an ordo mount of a fresh image with those options (with
+#                  `io_uring` among them, the transport is switched on as
+#                  for floor-uring)
 #
 # SERVER_WRAP, an array the caller may set after sourcing, is a command the
 # FUSE servers of `floor`, `floor1` and ordo mounts are started under
@@ -53,6 +58,13 @@ target_up() {
         wait_mounted
         SERVER_PID=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
         ;;
+    floor-uring)
+        uring_on || return 1
+        setsid "${SERVER_WRAP[@]}" "$B" fuse-floor --io-uring "$W/m" >/dev/null 2>&1 &
+        wait_mounted
+        SERVER_PID=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)
+        uring_served || return 1
+        ;;
     libfuse | libfuse-mt)
         if [ "$target" = libfuse ]; then
             env -u MT setsid "$LIBFUSE_FLOOR" -o default_permissions "$W/m" >/dev/null 2>&1 &
@@ -63,18 +75,11 @@ target_up() {
         SERVER_PID=$(pgrep -f "$LIBFUSE_FLOOR" | tail -1)
         ;;
     libfuse-uring)
-        [ -w "$URING_PARAM" ] || { echo "targets.sh: this kernel has no FUSE over io_uring ($URING_PARAM)" >&2; return 1; }
-        URING_WAS=$(cat "$URING_PARAM")
-        echo Y >"$URING_PARAM"
+        uring_on || return 1
         env -u MT setsid "$LIBFUSE_URING_FLOOR" -o default_permissions,io_uring "$W/m" >/dev/null 2>&1 &
         sleep 1
         SERVER_PID=$(pgrep -f "$LIBFUSE_URING_FLOOR" | tail -1)
-        # The library falls back to /dev/fuse quietly if the ring cannot
-        # start: say so rather than time the wrong transport.
-        if ! ls -l "/proc/$SERVER_PID/fd" 2>/dev/null | grep -q io_uring; then
-            echo "targets.sh: $LIBFUSE_URING_FLOOR runs without an io_uring" >&2
-            return 1
-        fi
+        uring_served || return 1
         ;;
     ext4)
         truncate -s 2G "$W/img"
@@ -86,9 +91,13 @@ target_up() {
         truncate -s 2G "$W/img"
         LOOP_DEV=$(losetup -f --show "$W/img")
         "$B" mkfs "$LOOP_DEV" >/dev/null
+        case ",$target," in
+        *,io_uring,*) uring_on || return 1 ;;
+        esac
         "${SERVER_WRAP[@]}" "$B" mount "$LOOP_DEV" "$W/m" -o "$target" >/dev/null 2>&1
         wait_mounted
         SERVER_PID=$(pgrep -f "$B mount $LOOP_DEV" | tail -1)
+        [ -z "$URING_WAS" ] || uring_served || return 1
         ;;
     esac
 }
@@ -115,6 +124,23 @@ targets_cleanup() {
     rm -rf "$W"
 }
 
+# Switch the kernel's FUSE over io_uring on until target_down.
+uring_on() {
+    [ -w "$URING_PARAM" ] || { echo "targets.sh: this kernel has no FUSE over io_uring ($URING_PARAM)" >&2; return 1; }
+    [ -n "$URING_WAS" ] || URING_WAS=$(cat "$URING_PARAM")
+    echo Y >"$URING_PARAM"
+}
+
+# Whether the server SERVER_PID holds an io_uring: a server falls back to
+# /dev/fuse when the ring cannot start, so say so rather than time the
+# wrong transport.
+uring_served() {
+    if ! ls -l "/proc/$SERVER_PID/fd" 2>/dev/null | grep -q io_uring; then
+        echo "targets.sh: the server of $W/m runs without an io_uring" >&2
+        return 1
+    fi
+}
+
 # Wait (up to 30 s) until "$W/m" is a mount point: a server started under
 # SERVER_WRAP takes seconds to answer its first request.
 wait_mounted() {
@@ -129,3 +155,6 @@ wait_mounted() {
 
 # The CPU time (user + system, in ticks) of process $1 so far; 0 if none.
 cpu_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# The same, user time alone.
+user_ticks() { [ -z "$1" ] && echo 0 || awk '{print $14}' "/proc/$1/stat"; }

@@ -295,8 +295,14 @@ fn floor_compare_sums_up_ratios_within_rounds() {
         ratios[1]
     );
     // A few hundred files may take under one clock tick of the server's.
-    assert!(
-        ordo[4].parse::<u32>().is_ok(),
-        "ordo's server CPU per file: {ordo:?}"
-    );
+    let cpu: u32 = ordo[4]
+        .parse()
+        .unwrap_or_else(|_| panic!("ordo's server CPU per file: {ordo:?}"));
+    // Of it, the time in user space, in parentheses, never more.
+    let user: u32 = ordo[5]
+        .trim_matches(|c| c == '(' || c == ')')
+        .parse()
+        .unwrap_or_else(|_| panic!("ordo's server user CPU per file: {ordo:?}"));
+    assert!(user <= cpu, "user {user} of {cpu} µs per file: {ordo:?}");
+    assert!(cpu < 1_000_000, "ordo's server CPU per file: {ordo:?}");
 }
