@@ -71,6 +71,8 @@ fi
 # same round) and their medians printed, which the drift between rounds
 # moves less than the ratio of two medians.
 declare -A rate cpus users
+# Ticks $1 of the server's CPU over the N files of a run, in µs per file.
+per_file() { awk -v d="$1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }'; }
 one() {
     local r=$1 target=$2
     target_up "$target" || exit 1
@@ -81,7 +83,6 @@ one() {
     rate[$r,$target]=$("$W/createload" "$W/m/c" "$N" "$THREADS")
     t1=$(cpu_ticks "$pid")
     u1=$(user_ticks "$pid")
-    per_file() { awk -v d="$1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }'; }
     [ -z "$pid" ] || cpu=$(per_file $((t1 - t0)))
     [ -z "$pid" ] || user=$(per_file $((u1 - u0)))
     cpus[$r,$target]=$cpu
