@@ -777,9 +777,7 @@ impl Check<'_> {
         }
         // A write in flight may have reached the disk in part: any size
         // between the sizes before and after it.
-        let growing = w
-            .partial()
-            .is_some_and(|op| oracle::writes_to(op, win, node));
+        let growing = w.in_flight_writes_to(node);
         let in_flight = if growing {
             let len = |t: &Tree| t.node(node).and_then(|n| n.content()).map(|c| c.len());
             match (len(&win[win.len() - 2]), len(&win[win.len() - 1])) {

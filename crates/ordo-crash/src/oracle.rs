@@ -1147,16 +1147,10 @@ fn check_foreign(
     out
 }
 
-/// The window of snapshots a promise made after op `p` is judged against
-/// when op `j` was in flight.
-pub(crate) fn window(rec: &Recording, p: usize, j: usize) -> &[Arc<Tree>] {
-    let end = j.max(p).min(rec.snapshots.len() - 1);
-    &rec.snapshots[p..=end]
-}
-
-/// A promise's window (see [`window`]) with the operations between its
-/// snapshots: what a checker needs to tell a change the crash may have left
-/// half done from one that cannot have happened.
+/// The window a promise is judged against: the snapshots from the
+/// promise's to the crash, with the operations between them, which is what
+/// a checker needs to tell a change the crash may have left half done from
+/// one that cannot have happened.
 pub(crate) struct Window<'a> {
     /// The snapshots from the promise's to the one after the operation in
     /// flight at the crash.
@@ -1176,8 +1170,9 @@ impl<'a> Window<'a> {
     /// The window of the promise made after op `p`, judged when op `j` was
     /// in flight.
     pub(crate) fn of(rec: &'a Recording, p: usize, j: usize) -> Window<'a> {
+        let end = j.max(p).min(rec.snapshots.len() - 1);
         Window {
-            trees: window(rec, p, j),
+            trees: &rec.snapshots[p..=end],
             ops: rec.sequence.ops.get(p..).unwrap_or_default(),
             past: j > p,
             partial: (j > p).then(|| rec.sequence.ops.get(j - 1)).flatten(),
@@ -1186,16 +1181,17 @@ impl<'a> Window<'a> {
 
     /// The operation between `trees[k - 1]` and `trees[k]`.
     pub(crate) fn op(&self, k: usize) -> Option<&'a Op> {
-        match k {
-            0 => None,
-            k if k < self.trees.len() => self.ops.get(k - 1),
-            _ => None,
-        }
+        (1..self.trees.len())
+            .contains(&k)
+            .then(|| self.ops.get(k - 1))
+            .flatten()
     }
 
-    /// The operation in flight at the crash, if it came after the promise.
-    pub(crate) fn partial(&self) -> Option<&'a Op> {
+    /// Whether the operation in flight at the crash, if it came after the
+    /// promise, writes data into `node`.
+    pub(crate) fn in_flight_writes_to(&self, node: NodeId) -> bool {
         self.partial
+            .is_some_and(|op| writes_to_at(op, self.trees, self.trees.len() - 1, node))
     }
 
     /// Whether any operation of the window wrote bytes into block `lblk`
@@ -1382,12 +1378,6 @@ fn check_file(
         }
     }
     out
-}
-
-/// Whether `op` writes data into `node` (as resolved in the window's last
-/// snapshot but one: the tree the operation ran on).
-pub(crate) fn writes_to(op: &Op, win: &[Arc<Tree>], node: NodeId) -> bool {
-    win.len() >= 2 && writes_to_at(op, win, win.len() - 1, node)
 }
 
 /// Whether `op`, the operation between `win[k - 1]` and `win[k]`, writes

@@ -304,5 +304,4 @@ fn floor_compare_sums_up_ratios_within_rounds() {
         .parse()
         .unwrap_or_else(|_| panic!("ordo's server user CPU per file: {ordo:?}"));
     assert!(user <= cpu, "user {user} of {cpu} µs per file: {ordo:?}");
-    assert!(cpu < 1_000_000, "ordo's server CPU per file: {ordo:?}");
 }
