@@ -25,7 +25,9 @@
 # The load (scripts/floor/createload.c) creates FILES files (default
 # 20,000) of 16 KiB: open O_CREAT|O_EXCL, one write, close. Prints files/s
 # and the server's CPU per file (from /proc/PID/stat; and of it, the time
-# in user space: the server's own code) of each run; then,
+# in user space: the server's own code) of each run, and the whole
+# machine's (from /proc/stat: the load, the server, and the kernel's
+# threads that carry the writes to the device); then,
 # per target, the median files/s and server CPU, and the medians of its
 # ratio to the kernel's ext4 and to the floor of the same round (an ordo
 # mount over the ring to floor-uring's, when that ran). Needs
@@ -70,24 +72,30 @@ fi
 # are taken within a round (a target against the kernel or the floor of the
 # same round) and their medians printed, which the drift between rounds
 # moves less than the ratio of two medians.
-declare -A rate cpus users
+declare -A rate cpus users machines
+# Busy ticks of all CPUs so far (user, nice, system, irq, softirq; not
+# the time the hypervisor gave to other guests).
+machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
 # Ticks $1 of the server's CPU over the N files of a run, in µs per file.
 per_file() { awk -v d="$1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }'; }
 one() {
     local r=$1 target=$2
     target_up "$target" || exit 1
     local pid=$SERVER_PID
-    local t0 t1 u0 u1 cpu=- user=-
+    local t0 t1 u0 u1 m0 m1 cpu=- user=-
+    m0=$(machine_ticks)
     t0=$(cpu_ticks "$pid")
     u0=$(user_ticks "$pid")
     rate[$r,$target]=$("$W/createload" "$W/m/c" "$N" "$THREADS")
     t1=$(cpu_ticks "$pid")
     u1=$(user_ticks "$pid")
+    m1=$(machine_ticks)
     [ -z "$pid" ] || cpu=$(per_file $((t1 - t0)))
     [ -z "$pid" ] || user=$(per_file $((u1 - u0)))
     cpus[$r,$target]=$cpu
     users[$r,$target]=$user
-    printf '%-24s %8s files/s  server CPU %4s us/file (user %s)\n' "$target" "${rate[$r,$target]}" "$cpu" "$user"
+    machines[$r,$target]=$(per_file $((m1 - m0)))
+    printf '%-24s %8s files/s  server CPU %4s us/file (user %s)  machine %s\n' "$target" "${rate[$r,$target]}" "$cpu" "$user" "${machines[$r,$target]}"
     target_down
 }
 
@@ -114,7 +122,7 @@ for r in $(seq 1 "$ROUNDS"); do
     for k in $(seq 0 $((n - 1))); do one "$r" "${TARGETS[$(((k + r - 1) % n))]}"; done
 done
 echo "medians over $ROUNDS rounds (ratios taken within each round)"
-printf '%-24s %8s  %10s  %9s  %s\n' target files/s "x kernel" "x floor" "server CPU us/file (user)"
+printf '%-24s %8s  %10s  %9s  %s\n' target files/s "x kernel" "x floor" "server CPU us/file (user)  machine CPU us/file"
 for t in "${TARGETS[@]}"; do
     xk=-
     xf=-
@@ -128,6 +136,7 @@ for t in "${TARGETS[@]}"; do
     med=$(for r in $(seq 1 "$ROUNDS"); do echo "${rate[$r,$t]}"; done | median)
     cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${cpus[$r,$t]}"; done | awk '$1 != "-"' | median)
     user=$(for r in $(seq 1 "$ROUNDS"); do echo "${users[$r,$t]}"; done | awk '$1 != "-"' | median)
-    printf '%-24s %8s  %10s  %9s  %s (%s)\n' "$t" "$med" "$xk" "$xf" "$cpu" "$user"
+    mach=$(for r in $(seq 1 "$ROUNDS"); do echo "${machines[$r,$t]}"; done | median)
+    printf '%-24s %8s  %10s  %9s  %s (%s)  %s\n' "$t" "$med" "$xk" "$xf" "$cpu" "$user" "$mach"
 done
 echo "reproduce with: ${FILES:+FILES=$FILES }${LIBFUSE_SRC:+LIBFUSE_SRC=$LIBFUSE_SRC }scripts/floor_compare.sh $ROUNDS $THREADS ${TARGETS[*]}"

@@ -179,13 +179,22 @@ impl Core {
             CounterKind::UsedDirs => (gd::USED_DIRS_LO, gd::USED_DIRS_HI),
             CounterKind::ItableUnused => (gd::ITABLE_UNUSED_LO, gd::ITABLE_UNUSED_HI),
         };
-        let v = self.gd_count(g, lo, hi)? as i64 + delta;
+        let old = self.gd_count(g, lo, hi)?;
+        let v = (old as i64 + delta).clamp(0, u32::MAX as i64) as u32;
         let kind = UpdateKind::Counter {
             what,
             group: Some(g),
             delta,
         };
-        self.set_gd_count(g, lo, hi, v.max(0) as u32, kind);
+        // Only the halves that change: the high half of a group's counter
+        // (above 65,535) almost never does, and a change that writes the
+        // bytes already there is no change (`Core::modify`).
+        if v as u16 != old as u16 {
+            self.set_gd16(g, lo, v as u16, kind.clone());
+        }
+        if self.seal.desc_size >= 64 && v >> 16 != old >> 16 {
+            self.set_gd16(g, hi, (v >> 16) as u16, kind);
+        }
         Ok(())
     }
 

@@ -223,13 +223,14 @@ impl BufferCache {
 
     /// Change `bytes` of a cached block at `offset`; returns the old bytes.
     /// Bumps the generation and marks the block dirty, unless the bytes
-    /// were already there (then nothing changed, and a protocol that was
-    /// told of nothing finds nothing to write). Panics if the block is not
-    /// cached or the range is out of the block (core invariants).
-    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> UpdateBytes {
+    /// were already there: then nothing changed, `None` says so, and a
+    /// protocol that was told of nothing finds nothing to write. Panics if
+    /// the block is not cached or the range is out of the block (core
+    /// invariants).
+    pub fn modify(&mut self, block: u64, offset: usize, bytes: &[u8]) -> Option<UpdateBytes> {
         let mut old = UpdateBytes::new();
-        self.change(block, offset, bytes, Some(&mut old));
-        old
+        self.change(block, offset, bytes, Some(&mut old))
+            .then_some(old)
     }
 
     /// [`BufferCache::modify`] without the bytes it replaced (file data:
@@ -238,7 +239,14 @@ impl BufferCache {
         self.change(block, offset, bytes, None);
     }
 
-    fn change(&mut self, block: u64, offset: usize, bytes: &[u8], old: Option<&mut UpdateBytes>) {
+    /// Whether the bytes changed.
+    fn change(
+        &mut self,
+        block: u64,
+        offset: usize,
+        bytes: &[u8],
+        old: Option<&mut UpdateBytes>,
+    ) -> bool {
         let tick = self.next_tick();
         let e = self
             .map
@@ -246,10 +254,7 @@ impl BufferCache {
             .unwrap_or_else(|| panic!("modify of uncached block {block}"));
         assert!(offset + bytes.len() <= e.data.len());
         if e.data[offset..offset + bytes.len()] == *bytes {
-            if let Some(old) = old {
-                old.extend_from_slice(bytes);
-            }
-            return;
+            return false;
         }
         let generation = self.next_generation;
         self.next_generation += 1;
@@ -267,6 +272,7 @@ impl BufferCache {
             e.dirty = true;
             self.dirty.insert(block);
         }
+        true
     }
 
     /// Change the class of a cached block (a freed block reused for another
@@ -376,7 +382,7 @@ mod tests {
         assert!(!c.is_dirty(5));
         let snap = c.snapshot(5).unwrap();
         let g0 = c.generation(5);
-        let old = c.modify(5, 10, &[1, 2, 3]);
+        let old = c.modify(5, 10, &[1, 2, 3]).expect("a change");
         assert_eq!(old.as_slice(), [0, 0, 0]);
         assert!(c.is_dirty(5));
         assert!(c.generation(5) > g0);
@@ -404,9 +410,12 @@ mod tests {
             c.get(7).unwrap()[99..111],
             [4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 4]
         );
-        // modify still returns what it replaced, or the bytes when equal.
-        assert_eq!(c.modify(7, 100, &[6, 6]).as_slice(), [5, 5]);
-        assert_eq!(c.modify(7, 100, &[6, 6]).as_slice(), [6, 6]);
+        // modify still returns what it replaced, and nothing when the
+        // bytes were there already (no change, the generation stays).
+        assert_eq!(c.modify(7, 100, &[6, 6]).unwrap().as_slice(), [5, 5]);
+        let g1 = c.generation(7);
+        assert_eq!(c.modify(7, 100, &[6, 6]), None);
+        assert_eq!(c.generation(7), g1);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!
 //! Lookups must not be O(n): on first access a directory's blocks are read
 //! once into a `HashMap` from name to position, kept up to date by every
-//! add and remove, together with each block's largest free slot.
+//! add and remove, together with where each block has room ([`Room`]): an
+//! add that can only go after a block's last entry does not walk it.
 //!
 //! Indexed (htree) directories made by the kernel are read by scanning their
 //! leaf blocks (the dx root's `.`/`..` parse as ordinary entries, dx nodes
@@ -61,8 +62,23 @@ pub(crate) struct DirIndex {
     pub last_use: u64,
     /// Physical block of each logical block (0: hole).
     pub pblks: Vec<u64>,
-    /// Largest record length a new entry could take in each block.
-    pub free: Vec<u16>,
+    /// Where each block has room for a new entry.
+    pub room: Vec<Room>,
+}
+
+/// Where a directory block has room for a new entry, kept with the index
+/// so that a create need not walk its block. Entries are appended, so a
+/// new name usually goes into the slack of the block's last entry: when no
+/// other entry has room for it (`before_last`), the last entry is the only
+/// candidate, and the first fit a walk would find is that entry, at `last`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// The largest record length a new entry could take in the block.
+    pub most: u16,
+    /// The same, over every entry but the last.
+    pub before_last: u16,
+    /// The offset of the block's last entry.
+    pub last: u16,
 }
 
 /// One parsed entry.
@@ -252,12 +268,15 @@ pub(crate) fn parse_block(img: &[u8], block: u64, dir: Ino) -> Result<Vec<RawEnt
         .collect()
 }
 
-/// The largest record length a new entry could take in a directory block
-/// (its framing validated).
-fn block_free(img: &[u8], block: u64, dir: Ino) -> Result<u16> {
-    let mut most = 0;
-    for_each_dirent(img, block, dir, |e| most = most.max(e.room()))?;
-    Ok(most as u16)
+/// Where a directory block has room (its framing validated).
+fn block_room(img: &[u8], block: u64, dir: Ino) -> Result<Room> {
+    let mut r = Room::default();
+    for_each_dirent(img, block, dir, |e| {
+        r.before_last = r.most;
+        r.most = r.most.max(e.room() as u16);
+        r.last = e.off as u16;
+    })?;
+    Ok(r)
 }
 
 /// The extent store of an inode, over the core.
@@ -269,9 +288,9 @@ pub(crate) struct InodeTree<'a> {
 
 /// What [`Core::dir_slot`] found in a directory block.
 enum SlotSearch {
-    /// The bytes to write at an offset, the new entry's offset, and the
-    /// most room the block has left once they are written.
-    Found((usize, Vec<u8>, usize, u16)),
+    /// The bytes to write at an offset, the new entry's offset, and where
+    /// the block has room once they are written.
+    Found((usize, Vec<u8>, usize, Room)),
     /// Room, all of it held back by the protocol's reuse rules.
     Refused,
     /// No room.
@@ -284,6 +303,36 @@ fn no_room(p: u64, dir: Ino) -> FsError {
         format!("directory {dir} free-space index"),
         "no room where the index said there was",
     )
+}
+
+/// The bytes that put entry `name -> ino` into the room of entry `e` of
+/// block image `img`, the offset to write them at, the new entry's offset
+/// and the room it leaves: a free record is taken whole, a live one is
+/// split after its name.
+fn place(img: &[u8], e: Dirent, name: &[u8], ino: Ino, ft: u8) -> (usize, Vec<u8>, usize, usize) {
+    let need = de::rec_len_for(name.len());
+    if e.ino == 0 {
+        let mut bytes = vec![0u8; 8 + name.len()];
+        put32(&mut bytes, 0, ino);
+        put16(&mut bytes, 4, e.rec_len as u16);
+        bytes[6] = name.len() as u8;
+        bytes[7] = ft;
+        bytes[8..].copy_from_slice(name);
+        (e.off, bytes, e.off, e.rec_len - need)
+    } else {
+        let used = de::rec_len_for(e.name_len);
+        let new_off = e.off + used;
+        let mut bytes = vec![0u8; used + 8 + name.len()];
+        bytes[..used].copy_from_slice(&img[e.off..e.off + used]);
+        put16(&mut bytes, 4, used as u16);
+        put32(&mut bytes, used, ino);
+        put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
+        bytes[used + 6] = name.len() as u8;
+        bytes[used + 7] = ft;
+        bytes[used + 8..].copy_from_slice(name);
+        // The entry split keeps no room; the new one has the rest.
+        (e.off, bytes, new_off, e.rec_len - used - need)
+    }
 }
 
 impl Core {
@@ -383,7 +432,7 @@ impl Core {
         let mut idx = DirIndex {
             names: HashMap::new(),
             pblks: pblks.clone(),
-            free: vec![0; nblocks as usize],
+            room: vec![Room::default(); nblocks as usize],
             last_use: 0,
         };
         for (l, &p) in pblks.iter().enumerate() {
@@ -420,7 +469,7 @@ impl Core {
             }
             let entries = parse_block(&img, p, dir)?;
             if !(indexed && l == 0) {
-                idx.free[l] = block_free(&img, p, dir)?;
+                idx.room[l] = block_room(&img, p, dir)?;
             }
             for e in entries {
                 if e.ino != 0 {
@@ -674,8 +723,8 @@ impl Core {
             if let Some(n) = new {
                 self.modify(p, 0, &n, UpdateKind::DirBlockInit { dir });
                 self.csum_dir_block(p);
-                let f = block_free(&n, p, dir)?;
-                self.dir_index(dir)?.free[l] = f;
+                let r = block_room(&n, p, dir)?;
+                self.dir_index(dir)?.room[l] = r;
             }
         }
         Ok(())
@@ -696,20 +745,24 @@ impl Core {
         // The first block with room whose room the protocol lets this
         // handle reuse (streams hold another stream's freed space), else a
         // new block.
-        let candidates: Vec<u32> = {
+        let candidates: Vec<(u32, Room)> = {
             let idx = self.dir_index(dir)?;
-            idx.free
+            idx.room
                 .iter()
                 .enumerate()
-                .filter(|(l, &f)| f as usize >= need && idx.pblks[*l] != 0)
-                .map(|(l, _)| l as u32)
+                .filter(|(l, r)| r.most as usize >= need && idx.pblks[*l] != 0)
+                .map(|(l, r)| (l as u32, *r))
                 .collect()
         };
         let mut done = None;
         let mut lblk = 0;
-        for l in candidates {
+        for (l, room) in candidates {
             let p = self.dir_index(dir)?.pblks[l as usize];
-            match self.dir_slot(dir, p, name, ino, ft, true)? {
+            let found = match self.dir_slot_last(p, room, name, ino, ft)? {
+                Some(found) => found,
+                None => self.dir_slot(dir, p, name, ino, ft, true)?,
+            };
+            match found {
                 SlotSearch::Found(d) => {
                     done = Some(d);
                     lblk = l;
@@ -719,7 +772,7 @@ impl Core {
                 SlotSearch::NoRoom => return Err(no_room(p, dir)),
             }
         }
-        let (at, bytes, new_off, f) = match done {
+        let (at, bytes, new_off, room) = match done {
             Some(d) => d,
             None => {
                 lblk = self.dir_append_block(dir)?;
@@ -745,12 +798,12 @@ impl Core {
         self.csum_dir_block(p);
         self.touch_inode(dir);
         debug_assert_eq!(
-            Some(f),
-            block_free(&self.cache.snapshot(p).expect("cached"), p, dir).ok(),
+            Some(room),
+            block_room(&self.cache.snapshot(p).expect("cached"), p, dir).ok(),
             "room left in directory block {p}"
         );
         let idx = self.dir_index(dir)?;
-        idx.free[lblk as usize] = f;
+        idx.room[lblk as usize] = room;
         let added = idx.names.insert(
             name.to_vec(),
             Slot {
@@ -766,9 +819,52 @@ impl Core {
         Ok(())
     }
 
+    /// [`Core::dir_slot`] without walking the block, when the index says
+    /// that only the block's last entry can take the new one: that entry
+    /// is framed, checked to end the block's entries, and split (or, free,
+    /// taken whole). `None` when the index does not settle it, and the
+    /// block is walked.
+    fn dir_slot_last(
+        &mut self,
+        p: u64,
+        room: Room,
+        name: &[u8],
+        ino: Ino,
+        ft: u8,
+    ) -> Result<Option<SlotSearch>> {
+        let need = de::rec_len_for(name.len());
+        if room.before_last as usize >= need {
+            return Ok(None);
+        }
+        let img = self.read_block(p, BlockClass::Directory)?;
+        let off = room.last as usize;
+        let Ok(e) = frame_at(&img, off) else {
+            return Ok(None);
+        };
+        let end = walk_end(&img).unwrap_or(img.len());
+        if e.off + e.rec_len != end || e.room() < need {
+            return Ok(None);
+        }
+        if !self
+            .proto
+            .can_reuse_dir_space(p, e.off..e.off + e.rec_len, &self.handle)
+        {
+            return Ok(Some(SlotSearch::Refused));
+        }
+        let (at, bytes, new_off, left) = place(&img, e, name, ino, ft);
+        // The entries before the last keep their room; a split last entry
+        // keeps none, and the new one is last.
+        let room = Room {
+            most: room.before_last.max(left as u16),
+            before_last: room.before_last,
+            last: new_off as u16,
+        };
+        Ok(Some(SlotSearch::Found((at, bytes, new_off, room))))
+    }
+
     /// Where in directory block `p` a new entry `name` goes: the bytes to
-    /// write at an offset, the new entry's offset and the room the block
-    /// has left with it (what [`block_free`] would find after the write,
+    /// write at an offset, the new entry's offset and where the block has
+    /// room with it (what [`block_room`] would find after the write,
     /// counted on this one walk); else whether some
     /// entry had room the protocol does not let this handle reuse (asked
     /// only with `ask`: [`crate::protocol::Protocol::can_reuse_dir_space`]).
@@ -786,9 +882,12 @@ impl Core {
         let img = self.read_block(p, BlockClass::Directory)?;
         // The whole block's framing is validated before any slot in it is
         // used; the first slot with room is the one taken.
-        let mut found: Option<(Dirent, bool)> = None;
-        // The most room among the entries the new one leaves as they are.
+        let mut found: Option<Dirent> = None;
+        // The most room among the entries the new one leaves as they are,
+        // and the same without the last entry.
         let mut others = 0;
+        let mut others_before = 0;
+        let mut last: Option<Dirent> = None;
         let this = &*self;
         let may = |e: &Dirent| {
             !ask || this
@@ -796,17 +895,14 @@ impl Core {
                 .can_reuse_dir_space(p, e.off..e.off + e.rec_len, &this.handle)
         };
         for_each_dirent(&img, p, dir, |e| {
+            last = Some(e);
+            others_before = others;
             if found.is_none() {
                 // A free record it fits in whole, or a live entry's slack
                 // that the new one takes by splitting the record.
-                let fits = if e.ino == 0 {
-                    e.rec_len >= need
-                } else {
-                    e.rec_len - de::rec_len_for(e.name_len) >= need
-                };
-                if fits {
+                if e.room() >= need {
                     if may(&e) {
-                        found = Some((e, e.ino == 0));
+                        found = Some(e);
                         return;
                     }
                     refused = true;
@@ -814,34 +910,24 @@ impl Core {
             }
             others = others.max(e.room());
         })?;
-        let found = found.map(|(e, whole)| {
-            if whole {
-                let mut bytes = vec![0u8; 8 + name.len()];
-                put32(&mut bytes, 0, ino);
-                put16(&mut bytes, 4, e.rec_len as u16);
-                bytes[6] = name.len() as u8;
-                bytes[7] = ft;
-                bytes[8..].copy_from_slice(name);
-                // The new entry takes the whole record.
-                (e.off, bytes, e.off, e.rec_len - need)
+        if let (Some(e), Some(last)) = (found, last) {
+            let (at, bytes, new_off, left) = place(&img, e, name, ino, ft);
+            let room = if e.off == last.off {
+                // The new entry, or the record it filled, is last.
+                Room {
+                    most: others.max(left) as u16,
+                    before_last: others as u16,
+                    last: new_off as u16,
+                }
             } else {
-                let used = de::rec_len_for(e.name_len);
-                let new_off = e.off + used;
-                let mut bytes = vec![0u8; used + 8 + name.len()];
-                bytes[..used].copy_from_slice(&img[e.off..e.off + used]);
-                put16(&mut bytes, 4, used as u16);
-                put32(&mut bytes, used, ino);
-                put16(&mut bytes, used + 4, (e.rec_len - used) as u16);
-                bytes[used + 6] = name.len() as u8;
-                bytes[used + 7] = ft;
-                bytes[used + 8..].copy_from_slice(name);
-                // The entry split keeps no room; the new one has the rest.
-                (e.off, bytes, new_off, e.rec_len - used - need)
-            }
-        });
-        if let Some((at, bytes, new_off, room)) = found {
-            let left = room.max(others) as u16;
-            return Ok(SlotSearch::Found((at, bytes, new_off, left)));
+                let before_last = others_before.max(left);
+                Room {
+                    most: before_last.max(last.room()) as u16,
+                    before_last: before_last as u16,
+                    last: last.off as u16,
+                }
+            };
+            return Ok(SlotSearch::Found((at, bytes, new_off, room)));
         }
         Ok(if refused {
             SlotSearch::Refused
@@ -885,14 +971,14 @@ impl Core {
         }
         self.add_iblocks(dir, 1)?;
         self.set_size(dir, (lblk as u64 + 1) * self.bs as u64);
-        let f = block_free(&img, p, dir)?;
+        let r = block_room(&img, p, dir)?;
         let idx = self.dir_index(dir)?;
         while idx.pblks.len() <= lblk as usize {
             idx.pblks.push(0);
-            idx.free.push(0);
+            idx.room.push(Room::default());
         }
         idx.pblks[lblk as usize] = p;
-        idx.free[lblk as usize] = f;
+        idx.room[lblk as usize] = r;
         Ok(lblk)
     }
 
@@ -952,9 +1038,9 @@ impl Core {
         self.csum_dir_block(p);
         self.touch_inode(dir);
         let img = self.cache.snapshot(p).expect("cached");
-        let f = block_free(&img, p, dir)?;
+        let r = block_room(&img, p, dir)?;
         let idx = self.dir_index(dir)?;
-        idx.free[slot.lblk as usize] = f;
+        idx.room[slot.lblk as usize] = r;
         if idx.names.remove(name).is_some() {
             self.dir_names -= 1;
         }

@@ -292,12 +292,42 @@ impl Core {
     }
 
     /// ctime (and mtime when `mtime`) to now.
+    ///
+    /// The two times lie side by side on disk (`i_ctime`, `i_mtime`; their
+    /// extra words likewise), so both are one change of each pair: half
+    /// the changes of setting them one by one, for every write and every
+    /// entry added to a directory.
     pub fn touch_times(&mut self, ino: Ino, mtime: bool) {
         let now = self.now();
-        if mtime {
-            self.set_time(ino, io::MTIME, now);
+        if !mtime {
+            self.set_time(ino, io::CTIME, now);
+            return;
         }
-        self.set_time(ino, io::CTIME, now);
+        const { assert!(io::MTIME == io::CTIME + 4 && io::MTIME_EXTRA == io::CTIME_EXTRA + 4) };
+        let (lo, extra) = encode_time(now.sec, now.nsec);
+        let mut pair = [0u8; 8];
+        pair[..4].copy_from_slice(&lo.to_le_bytes());
+        pair[4..].copy_from_slice(&lo.to_le_bytes());
+        self.set_inode_bytes(ino, io::CTIME, &pair, InodeField::Times);
+        let room = self
+            .inode_image(ino)
+            .map(|(img, off)| {
+                let raw = &img[off..];
+                (
+                    self.has_extra(raw, io::CTIME_EXTRA),
+                    self.has_extra(raw, io::MTIME_EXTRA),
+                )
+            })
+            .unwrap_or((false, false));
+        pair[..4].copy_from_slice(&extra.to_le_bytes());
+        pair[4..].copy_from_slice(&extra.to_le_bytes());
+        match room {
+            (true, true) => self.set_inode_bytes(ino, io::CTIME_EXTRA, &pair, InodeField::Times),
+            (true, false) => {
+                self.set_inode_bytes(ino, io::CTIME_EXTRA, &pair[..4], InodeField::Times)
+            }
+            _ => {}
+        }
     }
 
     /// Add `delta_blocks` file-system blocks to `i_blocks`.

@@ -705,10 +705,9 @@ impl Core {
             "metadata change outside an operation handle"
         );
         assert!(!self.read_only, "metadata change on a read-only mount");
-        let old = self.cache.modify(block, offset, bytes);
-        if old.as_slice() == bytes {
+        let Some(old) = self.cache.modify(block, offset, bytes) else {
             return;
-        }
+        };
         let u = Update {
             block,
             range: offset as u32..(offset + bytes.len()) as u32,
@@ -826,8 +825,7 @@ impl Core {
                         }
                         _ => {}
                     }
-                    let cur = self.cache.modify(block, offset, &old);
-                    if cur != old {
+                    if let Some(cur) = self.cache.modify(block, offset, &old) {
                         let u = Update {
                             block,
                             range: offset as u32..(offset + old.len()) as u32,
@@ -1312,14 +1310,6 @@ impl Core {
         }
         self.modify(block, off + field, &v.to_le_bytes(), kind);
         self.pending.groups.insert(g);
-    }
-
-    /// Change a split lo/hi counter of a descriptor.
-    pub fn set_gd_count(&mut self, g: u32, lo: usize, hi: usize, v: u32, kind: UpdateKind) {
-        self.set_gd16(g, lo, v as u16, kind.clone());
-        if self.seal.desc_size >= 64 {
-            self.set_gd16(g, hi, (v >> 16) as u16, kind);
-        }
     }
 
     // ----- inodes (location) -----

@@ -280,6 +280,66 @@ fn paths_access_statfs_and_attributes() {
     assert_fsck_clean(&img);
 }
 
+/// A new name takes the first record in the directory with room for it, as
+/// a walk of the blocks in order finds it: the place a removed name left in
+/// the middle of a block, else the slack after the last name. The index's
+/// record of each block's room lets a create skip the walk only where the
+/// last entry is the one candidate; a wrong shortcut puts names elsewhere.
+#[test]
+fn names_take_the_first_record_with_room() {
+    if !have("mkfs.ext4") || !have("e2fsck") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let (_dir, img) = scratch();
+    mkfs(&img, 64, 4096, "");
+    let fs = mount(&img, ProtocolKind::named("async"));
+    let c = Creds::root();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
+    // 300 names of 20 bytes (28-byte records): three blocks.
+    let name = |k: usize| format!("name-{k:015}").into_bytes();
+    for k in 0..300 {
+        fs.create(d.ino, &name(k), FileType::Regular, 0o644, 0, &c)
+            .unwrap();
+    }
+    let order = |fs: &ordo_fs::Fs| -> Vec<String> {
+        fs.readdir(d.ino, 0, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .filter(|n| n != "." && n != "..")
+            .collect()
+    };
+    let text = |n: Vec<u8>| String::from_utf8(n).unwrap();
+    let mut want = order(&fs);
+    assert_eq!(want, (0..300).map(name).map(text).collect::<Vec<_>>());
+    // Three names leave records in the middle of the full first and second
+    // blocks (145 records each) and of the third, which has room at its end
+    // too.
+    for k in [50, 250, 295] {
+        fs.unlink(d.ino, &name(k)).unwrap();
+    }
+    for (k, new) in [(50, b"x"), (250, b"y"), (295, b"z")] {
+        let n = format!("{}{:019}", new[0] as char, 0).into_bytes();
+        fs.create(d.ino, &n, FileType::Regular, 0o644, 0, &c)
+            .unwrap();
+        want[k] = text(n);
+    }
+    // No record in the middle has room left: the next names go after the
+    // last one.
+    for k in 300..310 {
+        fs.create(d.ino, &name(k), FileType::Regular, 0o644, 0, &c)
+            .unwrap();
+        want.push(text(name(k)));
+    }
+    assert_eq!(order(&fs), want);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+    let fs = mount(&img, ProtocolKind::named("async"));
+    assert_eq!(order(&fs), want, "after a remount");
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn basic_ops_2k_sync() {
     basic_ops(2048, "", ProtocolKind::named("sync"));

@@ -238,7 +238,8 @@ fn fuse_instructions_counts_each_server() {
 /// each target with the medians of its ratios to the floor taken within
 /// each round: with two rounds of a few hundred files, every run's row
 /// and the summary's ratios must be there, and the ratio must be the
-/// median of the rounds' own (recomputed here from the rows printed).
+/// median of the rounds' own (recomputed here from the rows printed), and
+/// the CPU columns parse.
 #[test]
 fn floor_compare_sums_up_ratios_within_rounds() {
     require_mount_privileges();
@@ -304,4 +305,12 @@ fn floor_compare_sums_up_ratios_within_rounds() {
         .parse()
         .unwrap_or_else(|_| panic!("ordo's server user CPU per file: {ordo:?}"));
     assert!(user <= cpu, "user {user} of {cpu} µs per file: {ordo:?}");
+    // The whole machine's CPU per file, which holds the server's user time.
+    let machine: u32 = ordo[6]
+        .parse()
+        .unwrap_or_else(|_| panic!("the machine's CPU per file: {ordo:?}"));
+    assert!(
+        machine >= user,
+        "machine {machine} µs per file, the server's user time alone {user}: {ordo:?}"
+    );
 }

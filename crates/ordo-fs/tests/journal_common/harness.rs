@@ -98,7 +98,11 @@ impl Harness {
         for &b in blocks {
             self.ensure_cached(b, BlockClass::InodeTable);
             let new = vec![fill; self.bs as usize];
-            let old = self.cache.modify(b, 0, &new);
+            // Reported even when the block held these bytes already.
+            let old = self
+                .cache
+                .modify(b, 0, &new)
+                .unwrap_or_else(|| new.as_slice().into());
             self.proto.on_update(
                 &Update {
                     block: b,
@@ -121,7 +125,10 @@ impl Harness {
         self.ensure_cached(block, BlockClass::Directory);
         let mut new = vec![0x5Au8; self.bs as usize];
         new[..4].copy_from_slice(&0xC03B_3998u32.to_be_bytes());
-        let old = self.cache.modify(block, 0, &new);
+        let old = self
+            .cache
+            .modify(block, 0, &new)
+            .unwrap_or_else(|| new.as_slice().into());
         self.proto.on_update(
             &Update {
                 block,
