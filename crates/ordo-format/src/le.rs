@@ -11,17 +11,26 @@
 //!   fsck uses them on images it has not validated yet, where a bad offset
 //!   must become a finding, not a crash.
 
+/// The `N` bytes at `off`: one range check and one load, where indexing
+/// each byte checked each (four compares and branches per `u32`, in every
+/// inode decoded).
+#[inline(always)]
+fn at<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+    let s = &b[off..off + N];
+    s.try_into().expect("N bytes")
+}
+
 #[inline]
 pub fn u8_at(b: &[u8], off: usize) -> u8 {
     b[off]
 }
 #[inline]
 pub fn u16_at(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
+    u16::from_le_bytes(at(b, off))
 }
 #[inline]
 pub fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+    u32::from_le_bytes(at(b, off))
 }
 #[inline]
 pub fn u64_at(b: &[u8], off: usize) -> u64 {
@@ -64,12 +73,12 @@ pub fn u32_or_zero(b: &[u8], off: usize) -> u32 {
 /// Big-endian (JBD2) `u16` at `off`.
 #[inline]
 pub fn be_u16_at(b: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([b[off], b[off + 1]])
+    u16::from_be_bytes(at(b, off))
 }
 /// Big-endian (JBD2) `u32` at `off`.
 #[inline]
 pub fn be_u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+    u32::from_be_bytes(at(b, off))
 }
 /// Big-endian (JBD2) `u64` at `off`.
 #[inline]

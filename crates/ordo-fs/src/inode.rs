@@ -79,6 +79,7 @@ pub fn new_decode_dev(dev: u32) -> (u32, u32) {
     ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
 }
 
+#[inline]
 fn ts(raw: &[u8], lo: usize, extra: Option<usize>) -> Timespec {
     let e = extra.map(|x| le32(raw, x)).unwrap_or(0);
     let (sec, nsec) = decode_time(le32(raw, lo), e);
