@@ -28,10 +28,10 @@
 # in user space: the server's own code) of each run, and the whole
 # machine's (from /proc/stat: the load, the server, and the kernel's
 # threads that carry the writes to the device); then,
-# per target, the median files/s and server CPU, and the medians of its
-# ratio to the kernel's ext4 and to the floor of the same round (an ordo
-# mount over the ring to floor-uring's, when that ran). Needs
-# root (loop devices, mounts), gcc and libfuse3-dev (scripts/deps.sh
+# per target, the median files/s, server CPU and machine CPU, and the
+# medians of its ratio to the kernel's ext4 and to the floor of the same
+# round (an ordo mount over the ring to floor-uring's, when that ran).
+# Needs root (loop devices, mounts), gcc and libfuse3-dev (scripts/deps.sh
 # installs them).
 # DESIGN.md ("The FUSE path") has a run.
 set -euo pipefail
@@ -76,7 +76,8 @@ declare -A rate cpus users machines
 # Busy ticks of all CPUs so far (user, nice, system, irq, softirq; not
 # the time the hypervisor gave to other guests).
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
-# Ticks $1 of the server's CPU over the N files of a run, in µs per file.
+# Ticks $1 of CPU (the server's, or the machine's) over the N files of a
+# run, in µs per file.
 per_file() { awk -v d="$1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.0f", d * 1e6 / hz / n }'; }
 one() {
     local r=$1 target=$2
