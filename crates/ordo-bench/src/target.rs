@@ -969,10 +969,14 @@ impl Instance {
     pub fn vfs(&self) -> Result<Arc<dyn Vfs>> {
         match &self.mounted {
             Mounted::No => Err(self.err("not mounted")),
-            Mounted::Kernel | Mounted::Fuse { .. } => Ok(Arc::new(
-                PosixVfs::new(&self.mnt)
-                    .with_loop_device(self.loopdev.as_ref().map(|d| d.path().to_path_buf())),
-            )),
+            Mounted::Kernel | Mounted::Fuse { .. } => {
+                let vfs = PosixVfs::new(&self.mnt)
+                    .with_loop_device(self.loopdev.as_ref().map(|d| d.path().to_path_buf()));
+                Ok(Arc::new(match self.spec.kind {
+                    TargetKind::FuseFloor { .. } => vfs.discarding_data(),
+                    _ => vfs,
+                }))
+            }
             Mounted::Lib {
                 dev,
                 timed,

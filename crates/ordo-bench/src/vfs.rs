@@ -90,6 +90,12 @@ pub trait Vfs: Send + Sync {
     fn host_path(&self) -> Option<&Path>;
     /// The benchmark clock, nanoseconds from an arbitrary origin.
     fn now_ns(&self) -> u64;
+    /// False when the file system keeps sizes but not bytes (the FUSE
+    /// floor, whose reads return zeros): a workload then checks what it
+    /// reads by length alone.
+    fn keeps_data(&self) -> bool {
+        true
+    }
     /// True if [`Vfs::now_ns`] is a timing model's virtual clock.
     fn virtual_time(&self) -> bool {
         false
@@ -262,6 +268,8 @@ pub struct PosixVfs {
     loopdev: Option<PathBuf>,
     /// ordo's own device, when this process serves the mount.
     ordo_dev: Option<Arc<FileDevice>>,
+    /// The mount keeps sizes, not bytes ([`Vfs::keeps_data`]).
+    discards_data: bool,
 }
 
 impl PosixVfs {
@@ -272,7 +280,14 @@ impl PosixVfs {
             clock: BenchClock::new(None),
             loopdev: None,
             ordo_dev: None,
+            discards_data: false,
         }
+    }
+
+    /// The same, for a mount whose reads return zeros (the FUSE floor).
+    pub fn discarding_data(mut self) -> Self {
+        self.discards_data = true;
+        self
     }
 
     /// The same, with the device whose counters say what it wrote
@@ -567,6 +582,9 @@ impl Vfs for PosixVfs {
     }
     fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+    fn keeps_data(&self) -> bool {
+        !self.discards_data
     }
     fn virtual_time(&self) -> bool {
         self.clock.is_virtual()

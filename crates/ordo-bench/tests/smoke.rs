@@ -524,3 +524,39 @@ fn programs_run_on_an_in_process_mount() {
         assert!(r.extra["wall_s"].as_f64().unwrap() > 0.0);
     }
 }
+
+/// The read and stat workloads run on the FUSE floor, which keeps sizes
+/// and not bytes: its read rows check lengths (and say so), ordo's check
+/// every byte. A floor row is what the kernel's FUSE transport costs for
+/// the requests ordo's row makes.
+#[test]
+fn read_and_stat_run_on_the_fuse_floor() {
+    let rows = run(&plan(
+        &["fuse-floor", "ordo:async"],
+        &[WorkloadName::Read, WorkloadName::Stat],
+        None,
+    ));
+    let mut floor_reads = 0;
+    for r in &rows {
+        assert!(
+            r.error.is_none(),
+            "{} on {} failed: {}",
+            r.title(),
+            r.target,
+            r.error.as_deref().unwrap_or("")
+        );
+        assert!(
+            r.ops > 0 && r.ops_per_sec > 0.0,
+            "{} on {}",
+            r.title(),
+            r.target
+        );
+        if r.workload == "read" {
+            let checked = r.extra.get("bytes_checked").and_then(|v| v.as_bool());
+            let floor = r.target == "fuse-floor";
+            assert_eq!(checked, Some(!floor), "{} on {}", r.title(), r.target);
+            floor_reads += usize::from(floor);
+        }
+    }
+    assert_eq!(floor_reads, 4, "the floor ran every read case");
+}

@@ -76,7 +76,8 @@ const READDIR_BATCH_ENTRIES: usize = 256;
 /// How a mount is served.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
-    /// Worker threads serving requests (at least 1).
+    /// Worker threads serving requests (at least 1; by default
+    /// [`default_threads`], one per CPU, 2 to 4).
     pub threads: usize,
     /// Let users other than the mounting one use the mount (`allow_other`).
     pub allow_other: bool,
@@ -123,7 +124,10 @@ pub const FSYNC_THREADS_DEFAULT: usize = 64;
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            threads: 4,
+            // The machine's count, as ordo's own mounts have it: the FUSE
+            // floor takes its workers from here and must be served as
+            // ordo is.
+            threads: default_threads(),
             allow_other: true,
             read_only: false,
             attr_ttl: Duration::from_secs(1),
@@ -233,10 +237,9 @@ pub fn default_fsync_threads(mode: ordo_fs::ProtocolKind) -> usize {
 
 impl MountConfig {
     /// The defaults for a mount of `mode`: [`MountConfig::default`] with
-    /// the protocol's workers and fsync threads.
+    /// the protocol's fsync threads.
     pub fn for_mode(mode: ordo_fs::ProtocolKind) -> Self {
         MountConfig {
-            threads: default_threads(),
             fsync_threads: default_fsync_threads(mode),
             ..MountConfig::default()
         }

@@ -13,7 +13,9 @@
 //! pass is a LOOKUP the server answers from its own caches, which is what
 //! it costs per request. The kernel's ext4 answers both passes from its
 //! dentry and inode caches. The FUSE floor is not remounted (it keeps
-//! nothing across mounts), so its cold case is a warm one.
+//! nothing across mounts); a cold case drops the host's dentries and
+//! inodes with its page cache, so the floor's cold pass looks every name
+//! up again, as a remounted target's does.
 //!
 //! Every stat checks the file's size against what setup wrote, so a stat
 //! answered with another file's inode fails the case.
