@@ -41,6 +41,9 @@ declare -A provider=(
   [ninja]=ninja-build
   # counting a FUSE server's instructions (scripts/fuse_instructions.sh)
   [valgrind]=valgrind
+  # timing each FUSE request from the kernel's tracepoints
+  # (scripts/request_times.sh)
+  [perf]=linux-perf
   [mountpoint]=util-linux
   [python3]=python3
   [dd]=coreutils

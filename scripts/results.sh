@@ -172,9 +172,9 @@ for w in $WORKLOADS; do
             --targets "ext4:fast_commit,ordo:fast_commit,ordo:optimistic" --repeat "$FR"
         # Reads also with opens that are not requests and a longer entry
         # lifetime (DESIGN.md "The FUSE path"): what a mount for reading
-        # can ask for.
+        # can ask for. Each beside its floor (lengths checked, not bytes).
         SCALE=${FUSE_SCALE:-medium} bench fuse-read read \
-            --targets "ext4:ordered,ordo:journal,ordo:journal,open_requests=off,attr_timeout=10" --repeat "$FR"
+            --targets "ext4:ordered,fuse-floor,ordo:journal,fuse-floor,open_requests=off,ordo:journal,open_requests=off,attr_timeout=10" --repeat "$FR"
         SCALE=${FUSE_SCALE:-medium} bench fuse-stat stat --targets "$FT" --repeat "$FR"
         ;;
     fuse-uring)

@@ -2,12 +2,13 @@
 //! `scripts/floor_compare.sh` builds compile cleanly and do their job: the
 //! load creates its files whole, and the libfuse floor serves a mount that
 //! the load runs on, in both of its loops; `scripts/fuse_instructions.sh`
-//! counts the instructions of ordo's server and of the floor, and
+//! counts the instructions of ordo's server and of the floor,
 //! `scripts/floor_compare.sh` sums up its rounds with ratios taken within
-//! each.
+//! each, and `scripts/request_times.sh` times every request of the load
+//! from the kernel's tracepoints.
 //!
 //! Needs root and /dev/fuse (the floor is mounted), gcc, pkg-config,
-//! libfuse3-dev and valgrind (scripts/deps.sh installs them).
+//! libfuse3-dev, valgrind and perf (scripts/deps.sh installs them).
 
 mod common;
 
@@ -313,4 +314,63 @@ fn floor_compare_sums_up_ratios_within_rounds() {
         machine >= user,
         "machine {machine} µs per file, the server's user time alone {user}: {ordo:?}"
     );
+}
+
+/// `scripts/request_times.sh` pairs every request's send with its end: on
+/// the floor and on ordo, a create + write + close is one LOOKUP, CREATE,
+/// WRITE and RELEASE per file, each with a positive time, ordo's rows carry
+/// their ratio to the floor's, and each target's sum is its rows' means
+/// weighted by requests per file.
+#[test]
+fn request_times_pairs_every_request() {
+    require_mount_privileges();
+    assert!(
+        which("perf"),
+        "perf is missing: scripts/deps.sh installs it"
+    );
+    let text = run_script(
+        "request_times.sh",
+        &["300", "1", "floor", "mode=async"],
+        &[],
+    );
+    for target in ["floor", "mode=async"] {
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.first() == Some(&target))
+            .collect();
+        let mut sum = 0.0;
+        for op in ["LOOKUP", "CREATE", "WRITE", "RELEASE"] {
+            let row = rows
+                .iter()
+                .find(|f| f.get(1) == Some(&op))
+                .unwrap_or_else(|| panic!("no {op} row for {target} in:\n{text}"));
+            let per_file: f64 = row[2].parse().expect("requests per file");
+            assert!(
+                (0.95..=1.1).contains(&per_file),
+                "{target}: {per_file} {op} per file:\n{text}"
+            );
+            let mean: f64 = row[3].parse().expect("mean");
+            assert!(mean > 0.0, "{target} {op}: mean {mean}:\n{text}");
+            assert_eq!(
+                row[5] == "-",
+                target == "floor",
+                "{target} {op}: the ratio column {:?}",
+                row[5]
+            );
+        }
+        for row in rows.iter().filter(|f| f.len() == 6) {
+            sum += row[2].parse::<f64>().unwrap() * row[3].parse::<f64>().unwrap();
+        }
+        let total: f64 = rows
+            .iter()
+            .find(|f| f.get(1) == Some(&"per") && f.get(2) == Some(&"file"))
+            .unwrap_or_else(|| panic!("no sum for {target} in:\n{text}"))[3]
+            .parse()
+            .expect("the sum");
+        assert!(
+            (total - sum).abs() <= 0.05 * sum + 0.5,
+            "{target}: sum {total}, rows give {sum}:\n{text}"
+        );
+    }
 }
