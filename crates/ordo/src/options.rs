@@ -438,6 +438,9 @@ mod tests {
             assert_eq!(p.threads(), want, "{mode}");
         }
         assert_eq!(parse("mode=journal,threads=3").unwrap().threads(), 3);
+        // The FUSE floor (`ordo fuse-floor`, which takes its count from
+        // `MountConfig::default()`) is served by as many workers.
+        assert_eq!(ordo_fuse::MountConfig::default().threads, want, "the floor");
         // fsync threads: only where concurrent fsyncs share a commit.
         for mode in [
             "journal",
