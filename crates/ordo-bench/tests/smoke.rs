@@ -90,8 +90,8 @@ fn run(p: &Plan) -> Vec<Row> {
     rows
 }
 
-/// Checks a row that must have run, with device counters when `device`.
-fn check_ok(r: &Row, device: bool) {
+/// Checks that a row ran without error and counted operations.
+fn check_ran(r: &Row) {
     assert!(
         r.error.is_none(),
         "{} on {} failed: {}",
@@ -100,6 +100,11 @@ fn check_ok(r: &Row, device: bool) {
         r.error.as_deref().unwrap_or("")
     );
     assert!(r.ops > 0, "{} on {}: no operations", r.title(), r.target);
+}
+
+/// Checks a row that must have run, with device counters when `device`.
+fn check_ok(r: &Row, device: bool) {
+    check_ran(r);
     assert!(r.ops_per_sec > 0.0 && r.elapsed_s > 0.0);
     if FSYNCING.contains(&r.workload.as_str()) {
         assert!(r.fsyncs > 0, "{} on {} timed no fsync", r.title(), r.target);
@@ -538,19 +543,8 @@ fn read_and_stat_run_on_the_fuse_floor() {
     ));
     let mut floor_reads = 0;
     for r in &rows {
-        assert!(
-            r.error.is_none(),
-            "{} on {} failed: {}",
-            r.title(),
-            r.target,
-            r.error.as_deref().unwrap_or("")
-        );
-        assert!(
-            r.ops > 0 && r.ops_per_sec > 0.0,
-            "{} on {}",
-            r.title(),
-            r.target
-        );
+        check_ran(r);
+        assert!(r.ops_per_sec > 0.0, "{} on {}", r.title(), r.target);
         if r.workload == "read" {
             let checked = r.extra.get("bytes_checked").and_then(|v| v.as_bool());
             let floor = r.target == "fuse-floor";
