@@ -55,6 +55,16 @@ pub const DELAYED_BASE: u64 = 1 << 62;
 const TREE_MARGIN_FILE: u64 = 4;
 const TREE_MARGIN_PER: u64 = 64;
 
+/// The extent-tree blocks promised for a file with `blocks` delayed
+/// blocks (none for a file without any).
+fn tree_margin(blocks: u64) -> u64 {
+    if blocks == 0 {
+        0
+    } else {
+        TREE_MARGIN_FILE + blocks / TREE_MARGIN_PER
+    }
+}
+
 /// One delayed block: its number in the cache and the stream that last
 /// wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +79,10 @@ pub(crate) struct Delayed {
     files: BTreeMap<Ino, BTreeMap<u32, DelayedBlock>>,
     next: u64,
     blocks: u64,
+    /// The sum over `files` of [`tree_margin`]: kept as files gain and
+    /// lose blocks, so that a write's check for space does not walk every
+    /// file with delayed blocks.
+    margins: u64,
     /// Blocks placed by settling since mount, and the settlings that
     /// placed any.
     pub settled_blocks: u64,
@@ -91,19 +105,20 @@ impl Delayed {
     /// Free blocks promised to the delayed ones: the blocks themselves and
     /// a margin for the extent-tree blocks their settling may add.
     pub fn promised(&self) -> u64 {
-        self.blocks
-            + self
-                .files
+        debug_assert_eq!(
+            self.margins,
+            self.files
                 .values()
-                .map(|m| TREE_MARGIN_FILE + m.len() as u64 / TREE_MARGIN_PER)
-                .sum::<u64>()
+                .map(|m| tree_margin(m.len() as u64))
+                .sum::<u64>(),
+            "the kept sum of tree margins drifted from the files"
+        );
+        self.blocks + self.margins
     }
     /// The promise that delaying `n` more blocks of `ino` adds.
     fn promise_of(&self, ino: Ino, n: u64) -> u64 {
         let had = self.blocks_of(ino);
-        let margin = |b: u64| TREE_MARGIN_FILE + b / TREE_MARGIN_PER;
-        let before = if had == 0 { 0 } else { margin(had) };
-        n + margin(had + n) - before
+        n + tree_margin(had + n) - tree_margin(had)
     }
     /// Delayed blocks of `ino` in logical blocks `range`, as mappings of
     /// runs that are consecutive in both numberings.
@@ -131,21 +146,27 @@ impl Delayed {
         out
     }
     fn insert(&mut self, ino: Ino, lblk: u32, d: DelayedBlock) {
-        let prev = self.files.entry(ino).or_default().insert(lblk, d);
+        let m = self.files.entry(ino).or_default();
+        let had = m.len() as u64;
+        let prev = m.insert(lblk, d);
         assert!(prev.is_none(), "inode {ino} block {lblk} delayed twice");
+        self.margins = self.margins - tree_margin(had) + tree_margin(had + 1);
         self.blocks += 1;
     }
     fn remove(&mut self, ino: Ino, lblk: u32) -> Option<DelayedBlock> {
         let m = self.files.get_mut(&ino)?;
         let d = m.remove(&lblk)?;
+        let now = m.len() as u64;
         if m.is_empty() {
             self.files.remove(&ino);
         }
+        self.margins = self.margins - tree_margin(now + 1) + tree_margin(now);
         self.blocks -= 1;
         Some(d)
     }
     fn take_file(&mut self, ino: Ino) -> Vec<(u32, DelayedBlock)> {
         let m = self.files.remove(&ino).unwrap_or_default();
+        self.margins -= tree_margin(m.len() as u64);
         self.blocks -= m.len() as u64;
         m.into_iter().collect()
     }
@@ -354,5 +375,60 @@ impl Core {
             self.cache.rename(pblk, d.virt);
         }
         self.delayed.insert(ino, lblk, d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The promise walked the old way: every file's blocks and margin.
+    fn promised_by_walk(d: &Delayed) -> u64 {
+        d.files
+            .values()
+            .map(|m| m.len() as u64 + TREE_MARGIN_FILE + m.len() as u64 / TREE_MARGIN_PER)
+            .sum()
+    }
+
+    #[test]
+    fn the_kept_promise_follows_every_insert_remove_and_take() {
+        let mut d = Delayed::default();
+        let block = |virt| DelayedBlock { virt, stream: 0 };
+        assert_eq!(d.promised(), 0);
+        // Files crossing a margin step (64 blocks) both ways.
+        for ino in 12..20u32 {
+            for l in 0..(ino - 11) * 40 {
+                assert_eq!(
+                    d.promise_of(ino, 1),
+                    {
+                        let mut after = Delayed::default();
+                        after.files = d.files.clone();
+                        after.files.entry(ino).or_default().insert(l, block(0));
+                        promised_by_walk(&after) - promised_by_walk(&d)
+                    },
+                    "the promise of one more block of {ino}"
+                );
+                d.insert(ino, l, block(u64::from(l)));
+                assert_eq!(d.promised(), promised_by_walk(&d));
+            }
+        }
+        for l in (0..80).step_by(3) {
+            assert!(d.remove(13, l).is_some());
+            assert_eq!(d.promised(), promised_by_walk(&d));
+        }
+        assert!(d.remove(13, 0).is_none(), "removed twice");
+        for l in 0..40 {
+            d.remove(12, l);
+        }
+        assert_eq!(d.blocks_of(12), 0);
+        assert_eq!(d.promised(), promised_by_walk(&d));
+        let taken = d.take_file(19);
+        assert_eq!(taken.len(), 320);
+        assert_eq!(d.promised(), promised_by_walk(&d));
+        for ino in d.inodes() {
+            d.take_file(ino);
+        }
+        assert!(d.is_empty());
+        assert_eq!((d.promised(), d.blocks(), d.margins), (0, 0, 0));
     }
 }
