@@ -37,6 +37,10 @@ use crate::update::{HandleInfo, Ino, OpKind, Update, UpdateBytes, UpdateKind};
 /// add (a write handle covers at most 1 MiB of data plus its metadata).
 pub(crate) const PRESSURE_HEADROOM_BYTES: u64 = 4 << 20;
 
+/// A handle's touched inodes are found by walking its list up to this
+/// many; past it, through a set beside the list ([`Core::touch_inode`]).
+const HANDLE_INODES_SCANNED: usize = 16;
+
 /// What a block holds, for checksum recomputation of block images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
@@ -486,6 +490,11 @@ pub(crate) struct Core {
     pub seal: SealCtx,
     pub read_only: bool,
     pub handle: HandleInfo,
+    /// The inodes of `handle.inodes` once there are more than
+    /// [`HANDLE_INODES_SCANNED`] (a write-back that places the delayed
+    /// blocks of thousands of files in one handle): membership without a
+    /// walk of the list.
+    handle_inode_set: HashSet<Ino>,
     pub in_handle: bool,
     next_handle_id: u64,
     pending: PendingCsum,
@@ -603,6 +612,7 @@ impl Core {
                 stream: 0,
                 inodes: Vec::new(),
             },
+            handle_inode_set: HashSet::default(),
             in_handle: false,
             next_handle_id: 1,
             pending: PendingCsum::default(),
@@ -916,6 +926,7 @@ impl Core {
             stream,
             inodes: Vec::new(),
         };
+        self.handle_inode_set.clear();
         self.next_handle_id += 1;
         self.in_handle = true;
         // Operations that only release space cannot fail for it: no undo
@@ -931,9 +942,26 @@ impl Core {
 
     /// Note that the handle touched `ino`.
     pub fn touch_inode(&mut self, ino: Ino) {
-        if !self.handle.inodes.contains(&ino) {
-            self.handle.inodes.push(ino);
+        let list = &mut self.handle.inodes;
+        if list.len() <= HANDLE_INODES_SCANNED {
+            if !list.contains(&ino) {
+                list.push(ino);
+                if list.len() > HANDLE_INODES_SCANNED {
+                    self.handle_inode_set.extend(list.iter().copied());
+                }
+            }
+        } else if self.handle_inode_set.insert(ino) {
+            list.push(ino);
         }
+        debug_assert_eq!(
+            self.handle_inode_set.len(),
+            if list.len() > HANDLE_INODES_SCANNED {
+                list.len()
+            } else {
+                0
+            },
+            "the set of the handle's inodes drifted from its list"
+        );
     }
 
     /// Close the handle: recompute checksums, let the protocol plan, and
