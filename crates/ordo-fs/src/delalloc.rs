@@ -401,8 +401,10 @@ mod tests {
                 assert_eq!(
                     d.promise_of(ino, 1),
                     {
-                        let mut after = Delayed::default();
-                        after.files = d.files.clone();
+                        let mut after = Delayed {
+                            files: d.files.clone(),
+                            ..Delayed::default()
+                        };
                         after.files.entry(ino).or_default().insert(l, block(0));
                         promised_by_walk(&after) - promised_by_walk(&d)
                     },
