@@ -10,6 +10,7 @@
 #
 #   scripts/fuse_instructions.sh [FILES] [THREADS] [TARGET...]
 #     default: 5000 files, 4 threads, targets floor mode=async mode=journal
+#     BYTES:   each file's size (environment; default 16384)
 #     TARGET:  floor, floor1 (`ordo fuse-floor`, ordo's worker count or
 #              one worker), or an ordo mount's options (`mode=softdep`)
 #
@@ -19,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-5000}
 THREADS=${2:-4}
+BYTES=${BYTES:-16384}
 shift 2 || shift $# || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(floor mode=async mode=journal)
@@ -50,7 +52,7 @@ count() {
     target_up "$1"
     local pid=$SERVER_PID
     [ -n "$pid" ] || { echo "fuse_instructions.sh: no server for $1" >&2; exit 1; }
-    [ "$2" -eq 0 ] || "$W/createload" "$W/m/c" "$2" "$THREADS" >/dev/null
+    [ "$2" -eq 0 ] || "$W/createload" "$W/m/c" "$2" "$THREADS" "$BYTES" >/dev/null
     target_down
     local i
     for i in $(seq 600); do
@@ -72,4 +74,4 @@ for t in "${TARGETS[@]}"; do
     [ -z "$floor" ] || ratio=$(awk -v p="$per" -v f="$floor" 'BEGIN { printf "%.1fx", p / f }')
     printf '%-20s %14s %14s %12s %10s\n' "$t" "$full" "$none" "$per" "$ratio"
 done
-echo "reproduce with: scripts/fuse_instructions.sh $FILES $THREADS ${TARGETS[*]}"
+echo "reproduce with: BYTES=$BYTES scripts/fuse_instructions.sh $FILES $THREADS ${TARGETS[*]}"

@@ -90,7 +90,11 @@ target_up() {
     *)
         truncate -s 2G "$W/img"
         LOOP_DEV=$(losetup -f --show "$W/img")
-        "$B" mkfs "$LOOP_DEV" >/dev/null
+        # Formatted for the target's protocol (`ordo mkfs --mode`: a
+        # journal, a fast-commit area), its variant left out.
+        local mode
+        mode=$(printf ',%s,' "$target" | sed -n 's/.*,mode=\([^,:]*\)[^,]*,.*/\1/p')
+        "$B" mkfs ${mode:+--mode "$mode"} "$LOOP_DEV" >/dev/null
         case ",$target," in
         *,io_uring,*) uring_on || return 1 ;;
         esac
