@@ -603,8 +603,28 @@ impl Core {
         Ok(())
     }
 
-    /// Sum of the groups' free blocks and free inodes.
+    /// Sum of the groups' free blocks and free inodes: kept once summed
+    /// (`Core::free_sums`), so that it costs nothing per allocation on a
+    /// file system of thousands of groups.
     pub fn free_totals(&mut self) -> Result<(u64, u64)> {
+        if let Some(sums) = self.free_sums {
+            if cfg!(debug_assertions) {
+                if let Ok(walked) = self.sum_free_counts() {
+                    assert_eq!(
+                        sums, walked,
+                        "the kept free sums drifted from the group descriptors"
+                    );
+                }
+            }
+            return Ok(sums);
+        }
+        let sums = self.sum_free_counts()?;
+        self.free_sums = Some(sums);
+        Ok(sums)
+    }
+
+    /// [`Core::free_totals`] read from every descriptor.
+    pub(crate) fn sum_free_counts(&mut self) -> Result<(u64, u64)> {
         let mut fb = 0u64;
         let mut fi = 0u64;
         for g in 0..self.group_count() {

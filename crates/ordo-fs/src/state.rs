@@ -495,6 +495,13 @@ pub(crate) struct Core {
     /// blocks of thousands of files in one handle): membership without a
     /// walk of the list.
     handle_inode_set: HashSet<Ino>,
+    /// Free blocks and free inodes over every group, as the descriptors
+    /// say ([`Core::free_totals`]): summed once, then moved by each change
+    /// of a descriptor's bytes (`Core::modify`, a rollback), so that the
+    /// space check of an allocation by a caller without root's right does
+    /// not read every descriptor. `None` until first asked, and again
+    /// whenever a descriptor block is read from the device.
+    pub(crate) free_sums: Option<(u64, u64)>,
     pub in_handle: bool,
     next_handle_id: u64,
     pending: PendingCsum,
@@ -613,6 +620,7 @@ impl Core {
                 inodes: Vec::new(),
             },
             handle_inode_set: HashSet::default(),
+            free_sums: None,
             in_handle: false,
             next_handle_id: 1,
             pending: PendingCsum::default(),
@@ -673,6 +681,11 @@ impl Core {
             // inodes are checked here once, and `read_inode` relies on it.
             self.note_inode_csums(block, &buf);
         }
+        if self.is_gd_block(block) {
+            // What the device holds may not be what the sums were kept
+            // from (a replay wrote it): sum again when next asked.
+            self.free_sums = None;
+        }
         self.cache.insert_clean(block, class, buf);
         Ok(self.cache.snapshot(block).expect("just cached"))
     }
@@ -718,6 +731,7 @@ impl Core {
         let Some(old) = self.cache.modify(block, offset, bytes) else {
             return;
         };
+        self.gd_bytes_changed(block, offset, &old);
         let u = Update {
             block,
             range: offset as u32..(offset + bytes.len()) as u32,
@@ -836,6 +850,7 @@ impl Core {
                         _ => {}
                     }
                     if let Some(cur) = self.cache.modify(block, offset, &old) {
+                        self.gd_bytes_changed(block, offset, &cur);
                         let u = Update {
                             block,
                             range: offset as u32..(offset + old.len()) as u32,
@@ -1303,6 +1318,81 @@ impl Core {
             self.seal.gdt_first + byte / self.bs as u64,
             (byte % self.bs as u64) as usize,
         )
+    }
+
+    /// Whether `block` holds group descriptors.
+    fn is_gd_block(&self, block: u64) -> bool {
+        block >= self.seal.gdt_first && block < self.seal.gdt_first + self.seal.gdt_blocks
+    }
+
+    /// Free blocks and free inodes in one descriptor's bytes.
+    fn gd_free_counts(&self, raw: &[u8]) -> (u64, u64) {
+        let count = |lo: usize, hi: usize| {
+            let mut v = u64::from(le16(raw, lo));
+            if self.seal.desc_size >= 64 {
+                v |= u64::from(le16(raw, hi)) << 16;
+            }
+            v
+        };
+        (
+            count(gd::FREE_BLOCKS_LO, gd::FREE_BLOCKS_HI),
+            count(gd::FREE_INODES_LO, gd::FREE_INODES_HI),
+        )
+    }
+
+    /// The cached bytes `offset..offset + replaced.len()` of `block`
+    /// changed from `replaced`: move the kept free sums by what the
+    /// descriptors there now count less or more.
+    fn gd_bytes_changed(&mut self, block: u64, offset: usize, replaced: &[u8]) {
+        let Some((mut fb, mut fi)) = self.free_sums else {
+            return;
+        };
+        if !self.is_gd_block(block) {
+            return;
+        }
+        let Some(img) = self.cache.snapshot(block) else {
+            self.free_sums = None;
+            return;
+        };
+        let ds = self.seal.desc_size as usize;
+        let per = img.len() / ds;
+        let first_group = (block - self.seal.gdt_first) as usize * per;
+        let end = offset + replaced.len();
+        // The free counts' halves: 0x0C..0x10, and 0x2C..0x30 in a 64-byte
+        // descriptor. A change elsewhere (a checksum) moves nothing.
+        let counts = |lo: usize, hi: usize| {
+            (lo < gd::FREE_INODES_LO + 2 && gd::FREE_BLOCKS_LO < hi)
+                || (ds >= 64 && lo < gd::FREE_INODES_HI + 2 && gd::FREE_BLOCKS_HI < hi)
+        };
+        let mut before: SmallVec<[u8; 64]> = SmallVec::new();
+        for slot in offset / ds..end.div_ceil(ds).min(per) {
+            if first_group + slot >= self.groups.len() {
+                break;
+            }
+            let at = slot * ds;
+            let (lo, hi) = (offset.max(at), end.min(at + ds));
+            if !counts(lo - at, hi - at) {
+                continue;
+            }
+            let now = &img[at..at + ds];
+            // The descriptor as it was: the replaced bytes over it.
+            before.clear();
+            before.extend_from_slice(now);
+            before[lo - at..hi - at].copy_from_slice(&replaced[lo - offset..hi - offset]);
+            let (b0, i0) = self.gd_free_counts(&before);
+            let (b1, i1) = self.gd_free_counts(now);
+            match ((fb + b1).checked_sub(b0), (fi + i1).checked_sub(i0)) {
+                (Some(b), Some(i)) => (fb, fi) = (b, i),
+                // Sums that were not the descriptors' (cannot happen):
+                // sum again when next asked.
+                _ => {
+                    debug_assert!(false, "free sums below a group's count");
+                    self.free_sums = None;
+                    return;
+                }
+            }
+        }
+        self.free_sums = Some((fb, fi));
     }
 
     /// The cached image of the descriptor block holding group `g`'s

@@ -895,3 +895,85 @@ fn collapse_range_needing_a_split() {
         move |fs, fx, _| fs.fallocate(fx.frag3, BS as u64, BS as u64, collapse),
     );
 }
+
+/// A caller without root's right checks every allocation against the
+/// reserve, with the free blocks of all groups kept as a running sum
+/// (`Core::free_sums`). On an image of eight groups, a user's creates,
+/// writes that fail for space half-way (rolled back), truncations and
+/// unlinks, and root's writes between them: in debug builds every check
+/// compares the kept sum with a walk of the descriptors, and the free
+/// blocks `statfs` reports end where e2fsck finds them.
+#[test]
+fn a_users_allocations_keep_the_free_sums() {
+    require_tools();
+    for m in MODES {
+        let (_dir, img) = scratch();
+        let out = Command::new("mkfs.ext4")
+            .args(["-F", "-q", "-b", &BS.to_string(), "-g", "2048", "-m", "5"])
+            .args(if m.features.is_empty() {
+                vec![]
+            } else {
+                vec!["-O", m.features]
+            })
+            .args(["-E", "lazy_itable_init=1,nodiscard"])
+            .arg(&img)
+            .arg("64M")
+            .output()
+            .expect("run mkfs.ext4");
+        assert!(out.status.success(), "mkfs.ext4: {:?}", out);
+        let fs = mount_mode(&img, m);
+        let user = Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: Vec::new(),
+            umask: 0,
+        };
+        let d = fs.mkdir(ROOT_INO, b"u", 0o777, &root()).unwrap().ino;
+        let chunk = vec![7u8; 256 << 10];
+        let mut files = Vec::new();
+        let mut refused = 0;
+        for i in 0..400u32 {
+            let name = format!("f{i}");
+            let f = match fs.create(d, name.as_bytes(), FileType::Regular, 0o644, 0, &user) {
+                Ok(a) => a.ino,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{}", m.name);
+                    refused += 1;
+                    continue;
+                }
+            };
+            let mut off = 0;
+            while off < (i as u64 % 5 + 1) * chunk.len() as u64 {
+                match fs.write_as(f, off, &chunk, &user) {
+                    Ok(n) => off += n as u64,
+                    Err(e) => {
+                        assert_eq!(e.errno(), libc::ENOSPC, "{}", m.name);
+                        refused += 1;
+                        break;
+                    }
+                }
+            }
+            files.push((name, f));
+            if i % 3 == 2 && files.len() > 1 {
+                let (gone, _) = files.remove(files.len() / 2);
+                fs.unlink(d, gone.as_bytes()).unwrap();
+            }
+            if i % 7 == 6 && !files.is_empty() {
+                let (_, t) = files[0];
+                let set = SetAttr {
+                    size: Some(4096),
+                    ..SetAttr::default()
+                };
+                fs.setattr_as(t, &set, &user).unwrap();
+                fs.write_as(t, 1 << 20, &chunk[..8192], &root()).unwrap();
+            }
+        }
+        // The user met the reserve (the checks that keep it ran), and
+        // what the descriptors say is free is what statfs says.
+        assert!(refused > 0, "{}: the user never ran out of space", m.name);
+        let st = fs.statfs().unwrap();
+        assert!(st.blocks_free > st.blocks_avail, "{}: {st:?}", m.name);
+        fs.unmount().unwrap();
+        assert_fsck_clean(&img);
+    }
+}
