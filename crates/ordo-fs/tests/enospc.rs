@@ -151,6 +151,16 @@ fn root() -> Creds {
     Creds::root()
 }
 
+/// A user without root's right to the reserve (uid and gid 1000).
+fn user() -> Creds {
+    Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+        umask: 0,
+    }
+}
+
 /// A long name (rec_len 260: 15 entries to a 4 KiB block), numbered.
 fn long_name(prefix: &str, i: usize) -> Vec<u8> {
     let mut n = format!("{prefix}{i:05}").into_bytes();
@@ -658,12 +668,7 @@ fn reserved_blocks_are_for_root() {
         let (_dir, img) = scratch();
         make_image(&img, m.features, None, 5);
         let fs = mount_mode(&img, m);
-        let user = Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: Vec::new(),
-            umask: 0,
-        };
+        let user = user();
         let d = fs.mkdir(ROOT_INO, b"u", 0o777, &root()).unwrap().ino;
         let f = fs
             .create(d, b"userfile", FileType::Regular, 0o644, 0, &user)
@@ -922,12 +927,7 @@ fn a_users_allocations_keep_the_free_sums() {
             .expect("run mkfs.ext4");
         assert!(out.status.success(), "mkfs.ext4: {:?}", out);
         let fs = mount_mode(&img, m);
-        let user = Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: Vec::new(),
-            umask: 0,
-        };
+        let user = user();
         let d = fs.mkdir(ROOT_INO, b"u", 0o777, &root()).unwrap().ino;
         let chunk = vec![7u8; 256 << 10];
         let mut files = Vec::new();
