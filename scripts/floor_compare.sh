@@ -9,7 +9,8 @@
 #              createfiles benchmark)
 #     TARGET:  ext4 (the kernel's, on a loop device), floor (`ordo
 #              fuse-floor`, ordo's worker count), floor1 (the same with one
-#              worker), libfuse (scripts/floor/libfuse_floor.c, one thread),
+#              worker), floor-all (the same with every worker reading
+#              requests, `--readers all`), libfuse (scripts/floor/libfuse_floor.c, one thread),
 #              libfuse-mt (its multi-threaded loop: cloned descriptors, at
 #              most 2 threads), libfuse-uring (the same program on a newer
 #              libfuse, over FUSE's io_uring transport; needs LIBFUSE_SRC),

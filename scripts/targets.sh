@@ -12,6 +12,8 @@
 #   ext4           the kernel's ext4 on a loop device over a 2 GiB file
 #   floor          `ordo fuse-floor` with ordo's worker count
 #   floor1         `ordo fuse-floor --threads 1`
+#   floor-all      `ordo fuse-floor --readers all`: every worker reads
+#                  requests (ordo's `-o readers=all`)
 #   floor-uring    `ordo fuse-floor --io-uring`: the floor over FUSE's
 #                  io_uring transport, which is switched on
 #                  (/sys/module/fuse/parameters/enable_uring) while it runs
@@ -26,7 +28,7 @@
 #                  for floor-uring)
 #
 # SERVER_WRAP, an array the caller may set after sourcing, is a command the
-# FUSE servers of `floor`, `floor1` and ordo mounts are started under
+# FUSE servers of `floor`, `floor1`, `floor-all` and ordo mounts are started under
 # (fuse_instructions.sh: cachegrind).
 LOOP_DEV=
 SERVER_PID=
@@ -51,9 +53,12 @@ target_up() {
     local target=$1
     SERVER_PID=
     case $target in
-    floor | floor1)
+    floor | floor1 | floor-all)
         local threads=()
-        [ "$target" = floor ] || threads=(--threads 1)
+        case $target in
+        floor1) threads=(--threads 1) ;;
+        floor-all) threads=(--readers all) ;;
+        esac
         setsid "${SERVER_WRAP[@]}" "$B" fuse-floor "${threads[@]}" "$W/m" >/dev/null 2>&1 &
         wait_mounted
         SERVER_PID=$(pgrep -f "$B fuse-floor.* $W/m" | tail -1)

@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | `ext4:ordered`, `ext4:fast_commit`, `ext4:journal`, `ext4:nobarrier` | the kernel's ext4 on `/dev/loopN` over a fresh image: `data=ordered`, `-O fast_commit`, `data=journal`, `data=ordered,nobarrier` |
 //! | `tmpfs` | the memory-speed bound (no device) |
-//! | `fuse-floor[,open_requests=off][,io_uring]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option; with `io_uring` it is served through FUSE over io_uring, as ordo with `-o io_uring` |
+//! | `fuse-floor[,open_requests=off][,io_uring][,readers=all]` | the FUSE floor: `ordo fuse-floor`, a FUSE server that stores nothing, with ordo's session (no device); with `open_requests=off` it answers OPEN with ENOSYS, as ordo with that option; with `io_uring` it is served through FUSE over io_uring, as ordo with `-o io_uring`; with `readers=all` every worker reads requests, as ordo with `-o readers=all` |
 //! | `ordo:MODE[,OPT=V...]` | ordo through FUSE: the `ordo` binary serving `/dev/loopN` (or an image file with `--device file`), `-o mode=MODE,OPT=V...` |
 //! | `ordo-lib:MODE[,data=D][,sched=P][,nobarrier][,fuse]` | ordo in this process through the library, optionally on a timing model (`--disk`) and through the I/O scheduler (`sched=fifo|clook|sptf|random[:SEED]`), with `nobarrier` issuing no flush and no FUA (`-o nobarrier`); with `fuse`, this process also serves it through FUSE on the mount point, so that programs (sqlite3, git) run on the timing model |
 //!
@@ -79,6 +79,9 @@ pub enum TargetKind {
         /// Served through FUSE over io_uring (`fuse-floor,io_uring`), as
         /// ordo with `-o io_uring`.
         io_uring: bool,
+        /// Every worker reads requests (`fuse-floor,readers=all`), as ordo
+        /// with `-o readers=all`; by default one reads while it runs.
+        readers_all: bool,
     },
     /// ordo through FUSE with these `-o` options (starting with `mode=`).
     Ordo {
@@ -122,7 +125,7 @@ pub struct TargetSpec {
 pub fn target_names() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
-        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off][,io_uring], \
+        "ext4:ordered, ext4:fast_commit, ext4:journal, ext4:nobarrier, tmpfs, fuse-floor[,open_requests=off][,io_uring][,readers=all], \
 ordo:MODE[,OPT=V...], ordo:all[,OPT=V...] (every MODE), ordo-lib:MODE[,data=D][,commit=S][,sched=fifo|clook|sptf|random[:SEED]][,fsync=dsync|osync][,nobarrier][,fuse] (MODE: {})",
         modes.join(", ")
     )
@@ -139,16 +142,19 @@ impl std::str::FromStr for TargetSpec {
             None if s.split(',').next() == Some("fuse-floor") => {
                 let mut open_requests = true;
                 let mut io_uring = false;
+                let mut readers_all = false;
                 for opt in s.split(',').skip(1) {
                     match opt {
                         "open_requests=off" => open_requests = false,
                         "io_uring" => io_uring = true,
+                        "readers=all" => readers_all = true,
                         _ => return Err(bad(format!("unknown fuse-floor option '{opt}'"))),
                     }
                 }
                 TargetKind::FuseFloor {
                     open_requests,
                     io_uring,
+                    readers_all,
                 }
             }
             Some(("ext4", m)) => TargetKind::Ext4(match m {
@@ -833,6 +839,7 @@ impl Instance {
             TargetKind::FuseFloor {
                 open_requests,
                 io_uring,
+                readers_all,
             } => {
                 let ordo = find_ordo_bin(self.cfg.ordo_bin.as_deref())?;
                 let mut cmd = Command::new(ordo);
@@ -842,6 +849,9 @@ impl Instance {
                 }
                 if *io_uring {
                     cmd.arg("--io-uring");
+                }
+                if *readers_all {
+                    cmd.arg("--readers").arg("all");
                 }
                 self.start_fuse(cmd)?;
             }
@@ -1338,6 +1348,7 @@ mod tests {
             TargetKind::FuseFloor {
                 open_requests: true,
                 io_uring: false,
+                readers_all: false,
             }
         );
         let t: TargetSpec = "fuse-floor,io_uring,open_requests=off".parse().unwrap();
@@ -1346,6 +1357,7 @@ mod tests {
             TargetKind::FuseFloor {
                 open_requests: false,
                 io_uring: true,
+                readers_all: false,
             }
         );
         assert!(t.uses_io_uring());
@@ -1365,8 +1377,19 @@ mod tests {
             TargetKind::FuseFloor {
                 open_requests: false,
                 io_uring: false,
+                readers_all: false,
             }
         );
+        let t: TargetSpec = "fuse-floor,readers=all".parse().unwrap();
+        assert_eq!(
+            t.kind,
+            TargetKind::FuseFloor {
+                open_requests: true,
+                io_uring: false,
+                readers_all: true,
+            }
+        );
+        assert!("fuse-floor,readers=some".parse::<TargetSpec>().is_err());
         assert!(!t.is_ordo() && !t.uses_loop(DeviceKind::Loop) && !t.uses_loop(DeviceKind::File));
         assert!(target_names().contains("fuse-floor"));
         let t: TargetSpec = "ordo:journal,data=journal".parse().unwrap();

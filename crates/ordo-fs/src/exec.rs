@@ -105,6 +105,10 @@ impl Shared {
     /// Execute numbered plans in turn, outside the core lock; repeat while
     /// finishing them produced more (write-back under memory pressure).
     pub(crate) fn run(&self, mut plans: Vec<(u64, IoPlan)>) -> Result<()> {
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let _waiting = crate::waiting::Waiting::begin();
         let mut first_err: Option<FsError> = None;
         while !plans.is_empty() {
             for (ticket, plan) in plans.drain(..) {
@@ -242,6 +246,7 @@ impl Shared {
     /// Make the frees the protocol holds back reusable: commit, and wait
     /// for every plan made so far (another caller's commit included).
     pub(crate) fn commit_for_space(&self) -> Result<()> {
+        let _waiting = crate::waiting::Waiting::begin();
         self.plan(|c| c.plan_with(|p, io| p.sync(io)))?;
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
         let target = seq.next_ticket;

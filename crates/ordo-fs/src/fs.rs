@@ -455,6 +455,12 @@ impl Fs {
     /// bytes from `offset` on.
     fn read_runs(&self, runs: &[DeferredRead], offset: u64, out: &mut [u8]) -> Result<()> {
         let bs = u64::from(self.shared.dev.block_size());
+        // A long read is a wait the server may serve others during; a short
+        // one (a small file's blocks) costs less than handing the requests
+        // to another worker and back (`crate::waiting`).
+        let bytes: u64 = runs.iter().map(|r| r.blocks * bs).sum();
+        let _waiting =
+            (bytes >= crate::waiting::READ_WAIT_BYTES).then(crate::waiting::Waiting::begin);
         let end = offset + out.len() as u64;
         let mut bounce = Vec::new();
         for r in runs {
@@ -750,6 +756,8 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
+        // The commit's writes, or another caller's commit, are waited for.
+        let _waiting = crate::waiting::Waiting::begin();
         let Some((group, cv)) = self.shared.group.as_ref().filter(|_| group) else {
             return self.shared.plan(|c| {
                 c.live_inode(ino)?;

@@ -34,6 +34,7 @@ mod state;
 pub mod stream;
 pub mod types;
 pub mod update;
+pub mod waiting;
 mod xattr;
 
 pub use error::{FsError, Result};

@@ -1317,12 +1317,19 @@ impl fuser::Filesystem for FloorFs {
 /// With `open_requests` off, OPEN is answered with ENOSYS, as ordo does
 /// with `-o open_requests=off`; with `io_uring`, requests come through FUSE
 /// over io_uring when the kernel offers it, as with `-o io_uring`.
-pub fn floor_config(threads: usize, open_requests: bool, io_uring: bool) -> MountConfig {
+/// `readers_on_demand` as ordo's `-o readers=` has it.
+pub fn floor_config(
+    threads: usize,
+    open_requests: bool,
+    io_uring: bool,
+    readers_on_demand: bool,
+) -> MountConfig {
     MountConfig {
         threads: threads.max(1),
         fsname: FLOOR_FSNAME.to_string(),
         open_requests,
         io_uring,
+        readers_on_demand,
         ..MountConfig::default()
     }
 }
@@ -1334,8 +1341,9 @@ pub fn mount_floor(
     threads: usize,
     open_requests: bool,
     io_uring: bool,
+    readers_on_demand: bool,
 ) -> io::Result<Session<FloorFs>> {
-    let config = floor_config(threads, open_requests, io_uring);
+    let config = floor_config(threads, open_requests, io_uring, readers_on_demand);
     session(
         FloorFs::for_config(&config),
         mountpoint,
@@ -1351,8 +1359,16 @@ pub fn serve_floor(
     threads: usize,
     open_requests: bool,
     io_uring: bool,
+    readers_on_demand: bool,
 ) -> io::Result<()> {
-    mount_floor(mountpoint, threads, open_requests, io_uring)?.run()
+    mount_floor(
+        mountpoint,
+        threads,
+        open_requests,
+        io_uring,
+        readers_on_demand,
+    )?
+    .run()
 }
 
 #[cfg(test)]

@@ -25,7 +25,10 @@
 //! Concurrency: the session runs several worker threads, each with its own
 //! clone of the `/dev/fuse` descriptor, and every handler calls the core
 //! directly (`Fs` is `Send + Sync` and runs device I/O outside its lock), so
-//! a slow `fsync` by one process does not stall reads by another.
+//! a slow `fsync` by one process does not stall reads by another. With
+//! readers on demand (the default, [`MountConfig::readers_on_demand`]) one
+//! worker reads while it runs and another while it waits on the device or
+//! on another thread.
 //!
 //! ordo's own calls (osync, dsync and streams) arrive as ioctls on any
 //! file or directory of the mount ([`ioctl`]); the stream of a request is
@@ -114,6 +117,14 @@ pub struct MountConfig {
     /// [`MountConfig::for_mode`]) serves them on the worker that read
     /// them, which then waits for the device with them ([`sync_pool`]).
     pub fsync_threads: usize,
+    /// Readers on demand (`-o readers=demand`, the default; `readers=all`
+    /// turns it off): with several workers, one reads and serves requests
+    /// while it runs, and another reads only while every reading worker
+    /// waits on the device or on another thread (the core says when:
+    /// [`ordo_fs::waiting`]). Otherwise every worker reads `/dev/fuse`, and
+    /// one caller's consecutive requests are served by the workers in turn.
+    /// See docs/DESIGN.md, "The FUSE path".
+    pub readers_on_demand: bool,
 }
 
 /// The bound of [`MountConfig::fsync_threads`] for the protocols with a
@@ -136,6 +147,7 @@ impl Default for MountConfig {
             open_requests: true,
             io_uring: false,
             fsync_threads: 0,
+            readers_on_demand: true,
         }
     }
 }
@@ -177,6 +189,7 @@ impl MountConfig {
         config.n_threads = Some(self.threads.max(1));
         config.clone_fd = true;
         config.io_uring = self.io_uring;
+        config.readers_on_demand = self.readers_on_demand;
         config
     }
 }
@@ -260,6 +273,11 @@ pub fn session<FS: fuser::Filesystem>(
     config: &MountConfig,
     subtype: &str,
 ) -> io::Result<Session<FS>> {
+    if config.readers_on_demand {
+        // The core's waits are where another worker must read. The hooks
+        // act only on a worker of a session with readers on demand.
+        ordo_fs::waiting::set_hooks(fuser::blocking_begin, fuser::blocking_end);
+    }
     Session::new(fs, mountpoint, &config.fuser_config_as(subtype))
 }
 
@@ -386,6 +404,15 @@ impl ForgetGate {
     /// Waits, up to `limit`, until a FORGET has ended since `before` and
     /// none is in flight; whether one ended.
     fn wait_after(&self, before: u64, limit: Duration) -> bool {
+        // The FORGET is another request: with readers on demand, another
+        // worker must read it while this one waits.
+        fuser::blocking_begin();
+        let ended = self.wait_after_inner(before, limit);
+        fuser::blocking_end();
+        ended
+    }
+
+    fn wait_after_inner(&self, before: u64, limit: Duration) -> bool {
         let deadline = std::time::Instant::now() + limit;
         let mut s = self.lock();
         loop {

@@ -26,6 +26,11 @@ pub struct FloorArgs {
     /// it, as `ordo mount -o io_uring` does.
     #[arg(long)]
     pub io_uring: bool,
+    /// One worker reads requests while it runs, another only while it
+    /// waits (`demand`, ordo's default), or every worker reads (`all`), as
+    /// `ordo mount -o readers=` has it.
+    #[arg(long, value_name = "demand|all", default_value = "demand", value_parser = ["demand", "all"])]
+    pub readers: String,
 }
 
 /// Run `ordo fuse-floor`; returns the exit code.
@@ -55,6 +60,7 @@ pub fn run(a: &FloorArgs) -> u8 {
         threads,
         a.open_requests == "on",
         a.io_uring,
+        a.readers == "demand",
     ) {
         Ok(s) => s,
         Err(e) => {

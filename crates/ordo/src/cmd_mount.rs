@@ -145,6 +145,7 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         direct_io_on_create: parsed.direct_create,
         open_requests: parsed.open_requests,
         io_uring: parsed.io_uring,
+        readers_on_demand: parsed.readers_on_demand,
         fsync_threads: parsed.fsync_threads(),
         allow_other: true,
         read_only: parsed.fs.read_only,

@@ -36,6 +36,10 @@ pub struct ParsedMount {
     /// `io_uring=on|off` (default off): serve requests through FUSE over
     /// io_uring when the kernel offers it, `/dev/fuse` otherwise.
     pub io_uring: bool,
+    /// `readers=demand|all` (default demand): with several workers, one
+    /// reads requests while it runs and another only while it waits
+    /// (`demand`), or every worker reads (`all`).
+    pub readers_on_demand: bool,
     /// `readahead=SIZE` (default 1M): the kernel's readahead window for
     /// the mount, in KiB (FUSE's own default is 128K).
     pub readahead_kib: u32,
@@ -112,7 +116,7 @@ pub fn known_options() -> String {
     let modes: Vec<&str> = ProtocolKind::all().map(|k| k.name()).collect();
     format!(
         "mode={}[:VARIANT], data=ordered|writeback|journal, \
-ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, io_uring=on|off, fsync_threads=N, readahead=SIZE, barrier=0|1, nobarrier",
+ro, rw, commit=SECS, cache=SIZE, threads=N, attr_timeout=SECS, sched=fifo|clook|sptf|random[:SEED], fsync=dsync|osync, flush_interval=SECS, scan_rate=N|max, direct_create=on|off, open_requests=on|off, io_uring=on|off, readers=demand|all, fsync_threads=N, readahead=SIZE, barrier=0|1, nobarrier",
         modes.join("|")
     )
 }
@@ -151,6 +155,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
     let mut direct_create = true;
     let mut open_requests = true;
     let mut io_uring = false;
+    let mut readers_on_demand = true;
     let mut readahead_kib = 1024u32;
     let mut attr_ttl = Duration::from_secs(1);
     let mut mode: Option<ProtocolKind> = None;
@@ -268,6 +273,13 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
                     v => return Err(format!("open_requests={v}: must be on or off")),
                 };
             }
+            "readers" => {
+                readers_on_demand = match need(value)?.as_str() {
+                    "demand" => true,
+                    "all" => false,
+                    v => return Err(format!("readers={v}: must be demand or all")),
+                };
+            }
             "io_uring" => {
                 io_uring = match value {
                     None | Some("on") => true,
@@ -345,6 +357,7 @@ pub fn parse_mount_options(lists: &[String]) -> Result<ParsedMount, String> {
         direct_create,
         open_requests,
         io_uring,
+        readers_on_demand,
         readahead_kib,
         fsync_threads_given: fsync_threads,
     };
@@ -517,6 +530,9 @@ mod tests {
         assert!(parse("io_uring").unwrap().io_uring);
         assert!(parse("io_uring=on").unwrap().io_uring);
         assert!(!parse("io_uring=off").unwrap().io_uring);
+        assert!(parse("mode=journal").unwrap().readers_on_demand);
+        assert!(parse("readers=demand").unwrap().readers_on_demand);
+        assert!(!parse("readers=all").unwrap().readers_on_demand);
         assert_eq!(parse("mode=journal").unwrap().readahead_kib, 1024);
         assert_eq!(parse("readahead=128K").unwrap().readahead_kib, 128);
         for bad in [
@@ -526,6 +542,8 @@ mod tests {
             "open_requests",
             "open_requests=no",
             "io_uring=yes",
+            "readers",
+            "readers=some",
             "io_uring=",
             "readahead=0",
             "readahead=1000",

@@ -32,6 +32,7 @@ use serde::Serialize;
 pub use crate::access_flags::AccessFlags;
 pub use crate::bsd_file_flags::BsdFileFlags;
 use crate::forget_one::ForgetOne;
+pub use crate::gate::{ReaderGate, blocking_begin, blocking_end};
 pub use crate::ll::Errno;
 pub use crate::ll::Generation;
 pub use crate::ll::RequestId;
@@ -89,6 +90,7 @@ mod dev_fuse;
 #[cfg(feature = "experimental")]
 pub mod experimental;
 mod forget_one;
+mod gate;
 mod ll;
 mod mnt;
 mod notify;

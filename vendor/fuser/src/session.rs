@@ -319,6 +319,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch: ch.clone(),
                 allowed,
                 session_owner,
+                gate: None,
             };
             let stats = stats.clone();
             ring_threads.push(thread::Builder::new().name(thread_name).spawn(move || {
@@ -350,6 +351,8 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        let gate = (config.readers_on_demand && n_threads > 1)
+            .then(|| Arc::new(crate::gate::ReaderGate::default()));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -359,6 +362,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                gate: gate.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -628,15 +632,31 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// Readers on demand (`Config::readers_on_demand`).
+    pub(crate) gate: Option<Arc<crate::gate::ReaderGate>>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
+        if let Some(gate) = &self.gate {
+            gate.join();
+        }
+        let r = self.serve();
+        if let Some(gate) = &self.gate {
+            gate.close();
+        }
+        r
+    }
+
+    fn serve(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
+            if let Some(gate) = &self.gate {
+                gate.before_read();
+            }
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {

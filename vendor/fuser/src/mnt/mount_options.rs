@@ -25,6 +25,10 @@ pub struct Config {
     pub io_uring: bool,
     /// Entries in each io_uring queue (one queue per CPU); 0 means 8.
     pub io_uring_depth: usize,
+    /// With several threads, one reads `/dev/fuse` while it runs, and
+    /// another only while the readers are blocked in a section marked with
+    /// `blocking_begin` / `blocking_end` (see `crate::gate`).
+    pub readers_on_demand: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
