@@ -638,14 +638,20 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
-        if let Some(gate) = &self.gate {
+        /// Closes the gate when the loop ends, by return or by a panic:
+        /// a worker gone while admitted would otherwise leave the others
+        /// standing by for good.
+        struct CloseOnExit<'a>(&'a crate::gate::ReaderGate);
+        impl Drop for CloseOnExit<'_> {
+            fn drop(&mut self) {
+                self.0.close();
+            }
+        }
+        let _close = self.gate.as_ref().map(|gate| {
             gate.join();
-        }
-        let r = self.serve();
-        if let Some(gate) = &self.gate {
-            gate.close();
-        }
-        r
+            CloseOnExit(gate)
+        });
+        self.serve()
     }
 
     fn serve(&self) -> io::Result<()> {
