@@ -1,6 +1,7 @@
 //! The crash explorer on `mode=softdep` (soft updates): no inconsistent
 //! state, no broken promise and no foreign data on seq-1 (e2fsck on every
-//! state), seq-2, random and mix, at least 30,000 states in all; and the
+//! state), seq-2, random and mix, at least 30,000 states in all, and on the
+//! cases the soaks found (`tests/scenarios/softdep-*.scenario`); and the
 //! two deliberately broken variants are caught: rollback disabled
 //! (`ORDO_FAULT=softdep_no_rollback`) and frees not deferred
 //! (`ORDO_FAULT=softdep_eager_frees`). The fault is read when the protocol
@@ -32,6 +33,11 @@ fn softdep_is_consistent_and_the_broken_variants_are_caught() {
         total += r.checked;
     }
     assert!(total >= 30_000, "only {total} states checked");
+    // The soak's case (the scenario's header): every state, e2fsck on each.
+    let w = "tests/scenarios/softdep-emptied-node.scenario";
+    let r = run(w, None, E2fsckPolicy::Every);
+    assert_clean(w, &r);
+    assert!(r.checked >= 1_000, "{w}: only {} states checked", r.checked);
 
     // Rollback off: pending pointers reach the disk before what they
     // point to. Frees not deferred: a bitmap bit, a link count or an

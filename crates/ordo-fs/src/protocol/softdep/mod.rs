@@ -83,8 +83,10 @@
 //!
 //! A cycle among pending updates (a cross-directory `RENAME_EXCHANGE`, as
 //! for `sync`) leaves a round with nothing to write while updates are
-//! pending; its oldest held update is then released anyway, and the
-//! `cycles` statistic counts it.
+//! pending; its oldest held update is then released anyway, with every
+//! update of its block it depends on (so that the image is one the block
+//! had, never half of a node write), and the `cycles` statistic counts it.
+//! Nothing else may make a cycle (`tests/softdep_cycles.rs`).
 //!
 //! Recovery: nothing to replay. After a crash the image needs only the
 //! benign repair of `docs/DESIGN.md` (leaked blocks and inodes, link counts
@@ -283,7 +285,8 @@ impl SoftdepProtocol {
                 .filter(|&k| !sim_durable.contains(&self.pending[k].id))
                 .collect();
             let ups: Vec<&Update> = live.iter().map(|&k| &self.pending[k].u).collect();
-            let ready = self.ready_set(io, &live, &ups, &sim_fresh);
+            let (ready, preds) = self.ready_set(io, &live, &ups, &sim_fresh);
+            let blocks: Vec<u64> = ups.iter().map(|u| u.block).collect();
 
             let mut by_block: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
             for (i, u) in ups.iter().enumerate() {
@@ -394,12 +397,28 @@ impl SoftdepProtocol {
             }
             if !wrote {
                 // Nothing could be written: a cycle. Release the oldest held
-                // update.
-                if let Some(&k) = live.iter().find(|&&k| {
+                // update, with every update of its block it needs (its
+                // history before it, the other half of its node write): the
+                // image is then one the block really had, not a mix.
+                if let Some(first) = live.iter().position(|&k| {
                     let p = &self.pending[k];
                     !p.written && !p.forced
                 }) {
-                    self.pending[k].forced = true;
+                    let block = blocks[first];
+                    let mut stack = vec![first];
+                    let mut seen: HashSet<usize> = HashSet::default();
+                    while let Some(x) = stack.pop() {
+                        if seen.insert(x) {
+                            stack.extend(
+                                preds[x].iter().copied().filter(|&j| {
+                                    blocks[j] == block && !self.pending[live[j]].written
+                                }),
+                            );
+                        }
+                    }
+                    for x in seen {
+                        self.pending[live[x]].forced = true;
+                    }
                     self.stats_cycles += 1;
                 } else {
                     break;
@@ -416,14 +435,15 @@ impl SoftdepProtocol {
         }
     }
 
-    /// Which live updates may be in the next image of their block.
+    /// Which live updates may be in the next image of their block, and the
+    /// dependencies that decided it.
     fn ready_set(
         &self,
         io: &Io,
         live: &[usize],
         ups: &[&Update],
         sim_fresh: &BTreeSet<u64>,
-    ) -> Vec<bool> {
+    ) -> (Vec<bool>, Vec<Vec<usize>>) {
         let n = ups.len();
         let tree_blocks: HashSet<u64> = ups
             .iter()
@@ -719,9 +739,12 @@ impl SoftdepProtocol {
                             .filter(|&j| j > i && handle_of(j) == handle_of(i)),
                     );
                     // A retarget (rename over an existing name) is an add
-                    // and a removal on the same bytes: one change.
+                    // and a removal on the same bytes, in one handle: one
+                    // change. (An entry added by one handle and removed by a
+                    // later one, which may touch the same bytes, is two.)
                     let same = |j: usize| {
-                        ups[j].block == u.block
+                        handle_of(j) == handle_of(i)
+                            && ups[j].block == u.block
                             && ups[j].range.start < u.range.end
                             && u.range.start < ups[j].range.end
                     };
@@ -798,7 +821,7 @@ impl SoftdepProtocol {
                 break;
             }
         }
-        ready
+        (ready, g.preds)
     }
 }
 
@@ -970,12 +993,27 @@ impl Protocol for SoftdepProtocol {
     }
 }
 
+/// Whether `u` initializes an extent-tree block with entries: its image is
+/// a valid node, which may be written (and named) before a later emptying
+/// and unlinking of the node is durable. Only the updates after it can
+/// leave the node empty. Holding the initialization back too would make a
+/// cycle when the node was made and emptied before either was written:
+/// the entry naming it waits for its initialization, which would wait for
+/// the clearing of that same entry, which follows the entry's setting.
+fn holds_entries(u: &Update) -> bool {
+    matches!(u.kind, UpdateKind::ExtentBlockInit { .. })
+        && u.range.start == 0
+        && u.new.len() >= 4
+        && u16::from_le_bytes([u.new[2], u.new[3]]) > 0
+}
+
 /// Extent-tree nodes whose index entry is being cleared (FreeBSD's
 /// `indirdep` freed with its `freeblks`).
 ///
 /// * A node *emptied* and unlinked (its last entry removed, then the
 ///   parent's entry naming it): an empty non-root node is not a valid
-///   tree, so its own updates wait for the parent's entry to be cleared
+///   tree, so its own updates (but its initialization, see
+///   [`holds_entries`]) wait for the parent's entry to be cleared
 ///   durably, and whatever waited for them (the frees of the blocks it
 ///   mapped, a lowered `i_size` or `i_blocks`, a key raised in the parent)
 ///   waits for that clearing instead, which removes the whole node from the
@@ -1020,6 +1058,9 @@ fn unlinked_nodes(io: &Io, ups: &[&Update], preds: &mut [Vec<usize>]) {
         if empty {
             emptied.insert(node, cs.clone());
             for &i in members {
+                if holds_entries(ups[i]) {
+                    continue;
+                }
                 preds[i].extend(cs.iter().copied().filter(|&c| c != i));
             }
         } else {
@@ -1040,7 +1081,7 @@ fn unlinked_nodes(io: &Io, ups: &[&Update], preds: &mut [Vec<usize>]) {
             let mut changed = false;
             for &x in &out {
                 match emptied.get(&ups[x].block) {
-                    Some(cs) if !cs.contains(&x) => {
+                    Some(cs) if !cs.contains(&x) && !holds_entries(ups[x]) => {
                         next.extend(cs.iter().copied());
                         changed = true;
                     }
