@@ -24,7 +24,7 @@ fn softdep_is_consistent_and_the_broken_variants_are_caught() {
     let mut total = 0;
     for (w, max, e2fsck) in [
         ("seq1", None, E2fsckPolicy::Every),
-        ("seq2", Some(20_000), E2fsckPolicy::Sample(200)),
+        ("seq2", Some(24_000), E2fsckPolicy::Sample(200)),
         ("random", Some(6_000), E2fsckPolicy::Sample(100)),
         ("mix", Some(6_000), E2fsckPolicy::Sample(100)),
     ] {
@@ -34,10 +34,13 @@ fn softdep_is_consistent_and_the_broken_variants_are_caught() {
     }
     assert!(total >= 30_000, "only {total} states checked");
     // The soak's case (the scenario's header): every state, e2fsck on each.
+    // About 220 states since a round's rolled-back images go out in its
+    // runs (fewer writes in flight at each point); the binary before the
+    // fix still leaves one of them inconsistent.
     let w = "tests/scenarios/softdep-emptied-node.scenario";
     let r = run(w, None, E2fsckPolicy::Every);
     assert_clean(w, &r);
-    assert!(r.checked >= 1_000, "{w}: only {} states checked", r.checked);
+    assert!(r.checked >= 200, "{w}: only {} states checked", r.checked);
 
     // Rollback off: pending pointers reach the disk before what they
     // point to. Frees not deferred: a bitmap bit, a link count or an

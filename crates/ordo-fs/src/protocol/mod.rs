@@ -934,9 +934,31 @@ impl<'a> Io<'a> {
     /// ascending), coalescing consecutive blocks of one class into one
     /// multi-block write (at most `max_run` blocks each).
     pub fn write_home_runs(&mut self, blocks: &[u64], fua: bool, max_run: usize) {
+        let blocks: Vec<(u64, Option<Arc<Vec<u8>>>)> = blocks.iter().map(|&b| (b, None)).collect();
+        self.write_runs(&blocks, fua, max_run);
+    }
+    /// [`Io::write_home_runs`] where some blocks go out as an image other
+    /// than the cache's (`Some`: a rolled-back image): those are written
+    /// as [`Io::write_raw`] writes them, neither pinned nor made clean, but
+    /// in the same run as their neighbours, so that holding back part of
+    /// a block does not split the request it sits in. `None` blocks are
+    /// the cache's current images, pinned and made clean as
+    /// [`Io::write_home`] does. Sorted ascending; blocks not cached are
+    /// skipped.
+    pub fn write_runs(
+        &mut self,
+        blocks: &[(u64, Option<Arc<Vec<u8>>>)],
+        fua: bool,
+        max_run: usize,
+    ) {
+        debug_assert!(
+            blocks.windows(2).all(|w| w[0].0 < w[1].0),
+            "runs out of order"
+        );
+        let bs = self.cache.block_size() as usize;
         let mut i = 0;
         while i < blocks.len() {
-            let first = blocks[i];
+            let first = blocks[i].0;
             let Some(d0) = self.cache.snapshot(first) else {
                 i += 1;
                 continue;
@@ -945,22 +967,35 @@ impl<'a> Io<'a> {
             // The run is the snapshots themselves, gathered by the device:
             // no copy, and no second image of each block held while the
             // plan waits to run.
-            let mut images = vec![d0];
-            let mut members = vec![(first, self.cache.generation(first))];
+            let mut images = Vec::new();
+            let mut members = Vec::new();
+            let mut take = |b: u64, cached: Arc<Vec<u8>>, own: &Option<Arc<Vec<u8>>>| match own {
+                Some(img) => {
+                    assert_eq!(img.len(), bs, "block {b}: an image of {} bytes", img.len());
+                    images.push(img.clone());
+                }
+                None => {
+                    images.push(cached);
+                    members.push(b);
+                }
+            };
+            take(first, d0, &blocks[i].1);
+            let mut len = 1u64;
             let mut j = i + 1;
             while j < blocks.len()
-                && members.len() < max_run.max(1)
-                && blocks[j] == first + members.len() as u64
-                && self.cache.class_of(blocks[j]) == class
+                && (len as usize) < max_run.max(1)
+                && blocks[j].0 == first + len
+                && self.cache.class_of(blocks[j].0) == class
             {
-                let Some(d) = self.cache.snapshot(blocks[j]) else {
+                let Some(d) = self.cache.snapshot(blocks[j].0) else {
                     break;
                 };
-                images.push(d);
-                members.push((blocks[j], self.cache.generation(blocks[j])));
+                take(blocks[j].0, d, &blocks[j].1);
+                len += 1;
                 j += 1;
             }
-            for &(b, gen) in &members {
+            for b in members {
+                let gen = self.cache.generation(b);
                 self.cache.pin(b);
                 self.plan.pinned.push((b, gen));
             }
@@ -1531,5 +1566,42 @@ mod io_tests {
         // Without the core's view, every dirty block.
         let io = Io::new(&mut cache, &mut plan);
         assert_eq!(io.dirty_blocks_not_in_flight(), vec![10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn a_rolled_back_image_rides_in_its_neighbours_run_and_stays_dirty() {
+        let mut cache = BufferCache::new(4096, 1 << 20);
+        for b in 10..14 {
+            cache.insert_new(b, BlockClass::InodeTable, vec![b as u8; 4096]);
+        }
+        cache.insert_new(14, BlockClass::Data, vec![14; 4096]);
+        let mut plan = IoPlan::numbered(0);
+        let mut io = Io::new(&mut cache, &mut plan);
+        let rolled = Arc::new(vec![0xaa; 4096]);
+        let blocks = vec![
+            (10, None),
+            (11, Some(rolled.clone())),
+            (12, None),
+            (13, None),
+            (14, None),
+        ];
+        io.write_runs(&blocks, false, MAX_RUN_BLOCKS);
+        // One request for the four inode-table blocks (the rolled-back
+        // image in its place), another for the data block of another class.
+        let writes: Vec<(u64, Vec<u8>)> = plan
+            .steps
+            .iter()
+            .map(|s| match s {
+                IoStep::Write { block, data, .. } => {
+                    (*block, data.parts().iter().map(|p| p[0]).collect())
+                }
+                other => panic!("not a write: {other:?}"),
+            })
+            .collect();
+        assert_eq!(writes, vec![(10, vec![10, 0xaa, 12, 13]), (14, vec![14])]);
+        // The cache's images are pinned and made clean once the plan ran;
+        // the rolled-back block is not: what it holds back is still to go.
+        let pinned: Vec<u64> = plan.pinned.iter().map(|p| p.0).collect();
+        assert_eq!(pinned, vec![10, 12, 13, 14]);
     }
 }

@@ -302,6 +302,7 @@ impl SoftdepProtocol {
                     .any(|&i| ready[i] && !self.pending[live[i]].written)
             };
             let mut whole: Vec<u64> = Vec::new();
+            let mut rolled: Vec<(u64, Option<Arc<Vec<u8>>>)> = Vec::new();
             for b in dirty {
                 match by_block.get(&b) {
                     None => {
@@ -335,8 +336,10 @@ impl SoftdepProtocol {
                                 undo(&mut img, ups[i]);
                             }
                             io.reseal(b, &mut img);
-                            let class = io.class_of(b);
-                            io.write_raw(b, Arc::new(img), WriteFlags::new(class));
+                            // Written in the round's runs below, beside
+                            // its neighbours, but neither pinned nor made
+                            // clean: its held updates are still to go.
+                            rolled.push((b, Some(Arc::new(img))));
                             self.stats_rolled_back += 1;
                         } else {
                             continue;
@@ -352,14 +355,17 @@ impl SoftdepProtocol {
                     }
                 }
             }
-            if !plain.is_empty() || !whole.is_empty() {
+            if !plain.is_empty() || !whole.is_empty() || !rolled.is_empty() {
                 self.stats_writes += plain.len() as u64;
                 // One pass in block order, adjacent blocks of a class in one
-                // request: every write of a round is independent of the
-                // others (they all wait for the round's flush).
-                let mut runs: Vec<u64> = plain.iter().chain(&whole).copied().collect();
-                runs.sort_unstable();
-                io.write_home_runs(&runs, false, super::MAX_RUN_BLOCKS);
+                // request, rolled-back images included: every write of a
+                // round is independent of the others (they all wait for the
+                // round's flush).
+                let mut runs: Vec<(u64, Option<Arc<Vec<u8>>>)> =
+                    plain.iter().chain(&whole).map(|&b| (b, None)).collect();
+                runs.append(&mut rolled);
+                runs.sort_unstable_by_key(|r| r.0);
+                io.write_runs(&runs, false, super::MAX_RUN_BLOCKS);
                 for &b in &plain {
                     if sim_fresh.remove(&b) {
                         carried_fresh.push(b);
