@@ -623,7 +623,10 @@ fn softdep_rename_of_a_new_filled_directory_keeps_it_connected() {
     let mut p = params(ProtocolKind::named("softdep"), &path);
     p.e2fsck = E2fsckPolicy::Sample(20);
     let r = explore(&p).unwrap();
-    assert!(r.checked >= 500, "{}", r.summary(3));
+    // About 125 states since a round's rolled-back images go out in its
+    // runs (fewer writes in flight at each point); with the first name
+    // cancelled again, 2 of them are inconsistent.
+    assert!(r.checked >= 100, "{}", r.summary(3));
     assert_eq!(r.failures_total, 0, "{}", r.summary(3));
 }
 
