@@ -943,18 +943,14 @@ impl<'a> Io<'a> {
     /// in the same run as their neighbours, so that holding back part of
     /// a block does not split the request it sits in. `None` blocks are
     /// the cache's current images, pinned and made clean as
-    /// [`Io::write_home`] does. Sorted ascending; blocks not cached are
-    /// skipped.
+    /// [`Io::write_home`] does. Sorted ascending (a block out of order
+    /// only starts a new run); blocks not cached are skipped.
     pub fn write_runs(
         &mut self,
         blocks: &[(u64, Option<Arc<Vec<u8>>>)],
         fua: bool,
         max_run: usize,
     ) {
-        debug_assert!(
-            blocks.windows(2).all(|w| w[0].0 < w[1].0),
-            "runs out of order"
-        );
         let bs = self.cache.block_size() as usize;
         let mut i = 0;
         while i < blocks.len() {
