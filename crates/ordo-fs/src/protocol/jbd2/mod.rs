@@ -102,6 +102,8 @@ pub mod recovery;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashSet;
+
 use ordo_dev::{BlockClass, BlockDevice, WriteFlags};
 use ordo_format::features::incompat;
 use ordo_format::jbd2::{self, JournalFormat, JournalSuperblock};
@@ -266,8 +268,12 @@ pub(crate) fn recover_with(
 #[derive(Default)]
 struct Running {
     tid: u32,
-    /// Blocks to log (metadata; data too with data=journal).
-    logged: BTreeSet<u64>,
+    /// Blocks to log (metadata; data too with data=journal). A hash set:
+    /// every metadata change of every handle names its block here, most
+    /// of them a block already named, and the commit sorts the set once.
+    /// (A `BTreeSet` cost about 3,600 instructions per created file,
+    /// three quarters of what `journal` spends over `async`.)
+    logged: FxHashSet<u64>,
     /// File-data blocks to write home (ordered / writeback).
     data: BTreeSet<u64>,
     /// Blocks to revoke.
@@ -722,7 +728,12 @@ impl JournalProtocol {
         }
         // Blocks to log, with their committed copies taken now.
         let mut copies: Vec<(u64, Arc<Vec<u8>>, u64, BlockClass)> = Vec::new();
-        let logged = std::mem::take(&mut self.running.logged);
+        let mut logged: Vec<u64> = std::mem::take(&mut self.running.logged)
+            .into_iter()
+            .collect();
+        // The log holds a transaction's blocks in block order, as it did
+        // when the set was ordered: the same records, the same bytes.
+        logged.sort_unstable();
         let mut data: BTreeSet<u64> = std::mem::take(&mut self.running.data);
         for b in logged {
             if let Some((copy, gen, class)) = self.take_copy(io, b) {
