@@ -1,7 +1,8 @@
 //! The journal protocol, driven directly (see `journal_common/harness.rs`):
 //! fsync promises survive every crash the write-cache model produces,
-//! transactions are atomic, revoked blocks are not replayed over new data,
-//! a full log forces checkpoints and wraps, unmount leaves a clean image,
+//! transactions are atomic and log their blocks in block order, revoked
+//! blocks are not replayed over new data, a full log forces checkpoints
+//! and wraps, unmount leaves a clean image,
 //! flushes per commit are what ordering needs, and an ordo journal left
 //! unrecovered is replayed by e2fsck (and the kernel) to the image ordo's
 //! own recovery gives.
@@ -184,6 +185,45 @@ fn pressure_commits_and_checkpoints() {
     // Home locations hold the data without any replay.
     let crashed = h.crash(0, CrashPolicy::lose_all());
     assert_eq!(Harness::block_of(&crashed, FREE)[0], 0x44);
+}
+
+#[test]
+fn a_transaction_logs_its_blocks_in_block_order() {
+    if !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let mut h = Harness::new(&img, DataMode::Ordered);
+    // Changed out of order, one handle each, all in one transaction: the
+    // running transaction keeps them unordered, the log holds them
+    // ascending by home block (the same records in the same order on every
+    // run, whatever the order of the changes).
+    let changed = [
+        FREE + 17,
+        FREE + 3,
+        FREE + 40,
+        FREE + 1,
+        FREE + 29,
+        FREE + 8,
+    ];
+    for (i, &b) in changed.iter().enumerate() {
+        h.meta(&[b], i as u8 + 1);
+    }
+    h.fsync();
+    let runs = recovery::locate_journal(&*h.dev)
+        .unwrap()
+        .expect("the image has a journal");
+    let scan = recovery::scan(&*h.dev, &recovery::JournalMap::new(runs)).unwrap();
+    let t = scan.transactions.last().expect("a committed transaction");
+    let homes: Vec<u64> = t.blocks.iter().map(|b| b.home).collect();
+    for b in changed {
+        assert!(homes.contains(&b), "{b} not logged: {homes:?}");
+    }
+    assert!(
+        homes.windows(2).all(|w| w[0] < w[1]),
+        "log order is not block order: {homes:?}"
+    );
 }
 
 #[test]
