@@ -11,6 +11,10 @@
 #   scripts/fuse_instructions.sh [FILES] [THREADS] [TARGET...]
 #     default: 5000 files, 4 threads, targets floor mode=async mode=journal
 #     BYTES:   each file's size (environment; default 16384)
+#     PROFILE_DIR: (environment) count under callgrind instead and keep
+#              each server's profile there as TARGET.FILES (read it with
+#              `callgrind_annotate --inclusive=yes`; the difference
+#              between the two runs of a target is its cost of FILES files)
 #     TARGET:  floor, floor1 (`ordo fuse-floor`, ordo's worker count or
 #              one worker), or an ordo mount's options (`mode=softdep`)
 #
@@ -41,6 +45,7 @@ done
 # shellcheck source=scripts/targets.sh
 . scripts/targets.sh
 targets_setup instructions
+[ -z "${PROFILE_DIR:-}" ] || mkdir -p "$PROFILE_DIR"
 gcc -O2 -pthread -o "$W/createload" scripts/floor/createload.c
 
 # Instructions the server of target $1 runs from its start to its exit,
@@ -48,7 +53,11 @@ gcc -O2 -pthread -o "$W/createload" scripts/floor/createload.c
 count() {
     local out="$W/cg.$2"
     rm -f "$out".*
-    SERVER_WRAP=(valgrind --tool=cachegrind --cache-sim=no "--cachegrind-out-file=$out.%p")
+    if [ -n "${PROFILE_DIR:-}" ]; then
+        SERVER_WRAP=(valgrind --tool=callgrind "--callgrind-out-file=$out.%p")
+    else
+        SERVER_WRAP=(valgrind --tool=cachegrind --cache-sim=no "--cachegrind-out-file=$out.%p")
+    fi
     target_up "$1"
     local pid=$SERVER_PID
     [ -n "$pid" ] || { echo "fuse_instructions.sh: no server for $1" >&2; exit 1; }
@@ -60,7 +69,11 @@ count() {
         sleep 0.1
     done
     [ -s "$out.$pid" ] || { echo "fuse_instructions.sh: $1 left no count ($out.$pid)" >&2; exit 1; }
-    awk '/^summary:/ { print $2 }' "$out.$pid"
+    if [ -n "${PROFILE_DIR:-}" ]; then
+        cp "$out.$pid" "$PROFILE_DIR/$(echo "$1" | tr '=,/' '___').$2"
+    fi
+    # cachegrind's total is its `summary:` line, callgrind's `totals:`.
+    awk '/^(summary|totals):/ { print $2; exit }' "$out.$pid"
 }
 
 floor=

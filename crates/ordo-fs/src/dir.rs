@@ -338,8 +338,8 @@ fn place(img: &[u8], e: Dirent, name: &[u8], ino: Ino, ft: u8) -> (usize, Vec<u8
 impl Core {
     /// An extent store over inode `ino`.
     pub fn tree(&mut self, ino: Ino) -> Result<InodeTree<'_>> {
-        let i = self.read_inode(ino)?;
-        if !i.uses_extents() {
+        let (generation, extents) = self.inode_tree_head(ino)?;
+        if !extents {
             return Err(FsError::Unsupported(format!(
                 "inode {ino} maps its blocks without extents (ext2/3 block maps)"
             )));
@@ -347,7 +347,7 @@ impl Core {
         Ok(InodeTree {
             core: self,
             ino,
-            generation: i.generation,
+            generation,
         })
     }
 

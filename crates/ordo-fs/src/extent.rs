@@ -71,6 +71,8 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use ordo_format::extent::{
     block_max_entries, max_len, tail_offset, ExtentEntries, ExtentHeader, ExtentIndex, ExtentLeaf,
     ExtentNode, EXTENT_DEPTH_MAX, EXTENT_ENTRY_SIZE, EXTENT_HEADER_SIZE, EXTENT_PBLK_LIMIT,
@@ -709,8 +711,12 @@ struct Node {
     max: u16,
     generation: u32,
     ents: Vec<Ent>,
-    image: Vec<u8>,
+    image: Image,
 }
+
+/// A node's image: the root's 60 bytes inline, a tree block's on the heap
+/// (taken over from the block read, not copied).
+type Image = SmallVec<[u8; 64]>;
 
 impl Node {
     fn pblk(&self) -> u64 {
@@ -729,7 +735,9 @@ struct Level {
     idx: usize,
 }
 
-type Path = Vec<Level>;
+/// Most trees are one or two levels deep: a path of up to three levels
+/// needs no allocation.
+type Path = SmallVec<[Level; 3]>;
 
 fn corrupt_root<S: ExtentStore>(store: &S, field: &str, detail: impl Into<String>) -> FsError {
     FsError::corrupt(
@@ -775,7 +783,7 @@ fn check_rounds<S: ExtentStore>(store: &S, rounds: usize) -> Result<()> {
     Ok(())
 }
 
-fn node_from(loc: Loc, n: ExtentNode, image: Vec<u8>) -> Node {
+fn node_from(loc: Loc, n: ExtentNode, image: Image) -> Node {
     let ents = match n.entries {
         ExtentEntries::Leaf(v) => v
             .into_iter()
@@ -801,7 +809,7 @@ fn node_from(loc: Loc, n: ExtentNode, image: Vec<u8>) -> Node {
 fn read_root<S: ExtentStore>(store: &S) -> Result<Node> {
     let image = store.root();
     let n = ExtentNode::decode_root(&image).map_err(|e| corrupt_root(store, e.field, e.detail))?;
-    Ok(node_from(Loc::Root, n, image.to_vec()))
+    Ok(node_from(Loc::Root, n, Image::from_slice(&image)))
 }
 
 /// Read and validate the child `pblk` that `parent` points to at `depth`.
@@ -861,14 +869,14 @@ fn read_child<S: ExtentStore>(store: &mut S, parent: Loc, pblk: u64, depth: u16)
             format!("{} below {BLOCK_MAX_ENTRIES_MIN}", n.header.max),
         ));
     }
-    Ok(node_from(Loc::Block(pblk), n, image))
+    Ok(node_from(Loc::Block(pblk), n, Image::from_vec(image)))
 }
 
 /// The path from the root to the leaf whose key range holds `key`: at every
 /// index node, the last entry whose key is `<= key` (or the first).
 fn descend<S: ExtentStore>(store: &mut S, key: u32) -> Result<Path> {
     let root = read_root(store)?;
-    let mut path: Path = vec![Level { node: root, idx: 0 }];
+    let mut path: Path = smallvec::smallvec![Level { node: root, idx: 0 }];
     loop {
         let lv = path.last_mut().expect("path is never empty");
         if lv.node.depth == 0 {
@@ -1022,13 +1030,13 @@ fn init_block<S: ExtentStore>(store: &mut S, goal: u64, ents: &[Ent], depth: u16
         max,
         generation: 0,
         ents: ents.to_vec(),
-        image: Vec::new(),
+        image: Image::new(),
     };
     let mut image = ExtentNode::empty_leaf(max).encode_block(bs);
     encode_over(&node, &mut image);
     store.csum_tree_block(&mut image);
     store.init_tree_block(pblk, &image)?;
-    node.image = image;
+    node.image = Image::from_vec(image);
     Ok(pblk)
 }
 

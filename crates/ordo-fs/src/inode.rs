@@ -140,7 +140,21 @@ impl Core {
             },
             dtime: le32(raw, io::DTIME),
         };
-        if inode.mode != 0 && self.seal.csum {
+        self.check_inode_head(ino, block, inode.mode, inode.links, inode.flags)?;
+        Ok(inode)
+    }
+
+    /// The checks every decoded inode passes ([`Core::read_inode`]): its
+    /// checksum, a file type for an inode in use, no inline data.
+    fn check_inode_head(
+        &self,
+        ino: Ino,
+        block: u64,
+        mode: u16,
+        links: u16,
+        flags: u32,
+    ) -> Result<()> {
+        if mode != 0 && self.seal.csum {
             // Every inode of an inode-table block was checked when the
             // block came from the device (`Core::read_block`), and the
             // core seals each inode it rewrites: what failed then and has
@@ -155,21 +169,40 @@ impl Core {
                 ));
             }
         }
-        if inode.links > 0 && inode.mode != 0 {
-            if FileType::from_mode(inode.mode).is_none() {
+        if links > 0 && mode != 0 {
+            if FileType::from_mode(mode).is_none() {
                 return Err(FsError::corrupt(
                     block,
                     format!("inode {ino} i_mode"),
-                    format!("{:#o} is not a file type", inode.mode),
+                    format!("{:#o} is not a file type", mode),
                 ));
             }
-            if inode.flags & io::FL_INLINE_DATA != 0 {
+            if flags & io::FL_INLINE_DATA != 0 {
                 return Err(FsError::Unsupported(format!(
                     "inode {ino} uses inline_data"
                 )));
             }
         }
-        Ok(inode)
+        Ok(())
+    }
+
+    /// The generation of inode `ino` and whether it maps its blocks with
+    /// extents, after the same checks as [`Core::read_inode`], without
+    /// decoding the rest: for the extent-tree accessor, used several times
+    /// by every write.
+    pub(crate) fn inode_tree_head(&mut self, ino: Ino) -> Result<(u32, bool)> {
+        let (img, off) = self.inode_image(ino)?;
+        let raw = &img[off..off + self.seal.inode_size as usize];
+        let (block, _) = self.inode_loc(ino);
+        let (mode, links, flags) = (
+            le16(raw, io::MODE),
+            le16(raw, io::LINKS),
+            le32(raw, io::FLAGS),
+        );
+        let generation = le32(raw, io::GENERATION);
+        drop(img);
+        self.check_inode_head(ino, block, mode, links, flags)?;
+        Ok((generation, flags & io::FL_EXTENTS != 0))
     }
 
     /// Decode inode `ino` and require it to be in use.

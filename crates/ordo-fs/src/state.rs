@@ -173,23 +173,14 @@ impl SealCtx {
 
     /// Group descriptor checksum of group `group` whose descriptor is `desc`.
     pub fn gd_csum(&self, group: u32, desc: &[u8]) -> u16 {
-        let ds = self.desc_size as usize;
-        if self.group_crc16 {
-            let mut c = ordo_format::csum::crc16(0xFFFF, &self.uuid);
-            c = ordo_format::csum::crc16(c, &group.to_le_bytes());
-            c = ordo_format::csum::crc16(c, &desc[..gd::CHECKSUM]);
-            if ds > gd::CHECKSUM + 2 {
-                c = ordo_format::csum::crc16(c, &desc[gd::CHECKSUM + 2..ds]);
+        let csum = if self.group_crc16 {
+            ordo_format::superblock::GroupCsum::Crc16 { uuid: self.uuid }
+        } else {
+            ordo_format::superblock::GroupCsum::Crc32c {
+                seed: self.csum_seed,
             }
-            return c;
-        }
-        let mut c = layout::ext4_crc(self.csum_seed, &group.to_le_bytes());
-        c = layout::ext4_crc(c, &desc[..gd::CHECKSUM]);
-        c = layout::ext4_crc(c, &[0, 0]);
-        if ds > gd::CHECKSUM + 2 {
-            c = layout::ext4_crc(c, &desc[gd::CHECKSUM + 2..ds]);
-        }
-        (c & 0xFFFF) as u16
+        };
+        ordo_format::group::group_desc_checksum(&desc[..self.desc_size as usize], group, csum)
     }
 
     fn itable_group(&self, block: u64) -> Option<(u32, u64)> {

@@ -22,6 +22,8 @@
 use std::collections::HashMap;
 use std::thread::ThreadId;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{errno, Result};
 
 /// Longest stream name in bytes (as `NAME_MAX`): a name fits a fixed
@@ -90,8 +92,10 @@ pub(crate) struct Streams {
     /// Names by id (index = id); `names[0]` is the default stream's.
     names: Vec<Vec<u8>>,
     ids: HashMap<Vec<u8>, StreamId>,
-    /// Callers not in the default stream.
-    callers: HashMap<Caller, StreamId>,
+    /// Callers not in the default stream. Looked up for every operation
+    /// handle; its keys are thread ids, not names a user chooses, so a
+    /// fast hash without a random key is safe here.
+    callers: FxHashMap<Caller, StreamId>,
     /// Operation handles run in each stream (index = id).
     handles: Vec<u64>,
     /// Flags of each stream (index = id): [`IGNORE_FSYNC`].
@@ -105,7 +109,7 @@ impl Default for Streams {
         Streams {
             names: vec![DEFAULT_STREAM_NAME.to_vec()],
             ids,
-            callers: HashMap::new(),
+            callers: FxHashMap::default(),
             handles: vec![0],
             flags: vec![0],
         }
