@@ -22,6 +22,18 @@ fn image(dir: &std::path::Path, size: &str, bs: u32) -> std::path::PathBuf {
     img
 }
 
+/// A harness over a fresh 64 MiB / 4 KiB image in a directory of its own,
+/// returned beside it to keep it alive; `None` without mkfs.ext4.
+fn fresh(mode: DataMode) -> Option<(tempfile::TempDir, Harness)> {
+    if !have("mkfs.ext4") {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M", 4096);
+    let h = Harness::new(&img, mode);
+    Some((dir, h))
+}
+
 /// Free blocks of a fresh 64 MiB / 4 KiB image (the journal is near the
 /// middle; 9000.. is free).
 const FREE: u64 = 9000;
@@ -45,9 +57,7 @@ fn fsync_promises_survive_every_crash_in_every_data_mode() {
         return;
     }
     for mode in [DataMode::Ordered, DataMode::Writeback, DataMode::Journal] {
-        let dir = tempfile::tempdir().unwrap();
-        let img = image(dir.path(), "64M", 4096);
-        let mut h = Harness::new(&img, mode);
+        let (_dir, mut h) = fresh(mode).expect("mkfs.ext4 is there");
         for round in 0..6u8 {
             h.meta(&[FREE, FREE + 1 + round as u64], 0x10 + round);
             h.meta_with_magic(FREE + 20);
@@ -73,12 +83,9 @@ fn fsync_promises_survive_every_crash_in_every_data_mode() {
 
 #[test]
 fn transactions_are_atomic() {
-    if !have("mkfs.ext4") {
+    let Some((_dir, mut h)) = fresh(DataMode::Journal) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Journal);
+    };
     let blocks: Vec<u64> = (FREE..FREE + 30).collect();
     let mut versions = vec![vec![0u8; 30]];
     for v in 1..=5u8 {
@@ -104,12 +111,9 @@ fn transactions_are_atomic() {
 
 #[test]
 fn a_revoked_block_is_not_replayed_over_new_data() {
-    if !have("mkfs.ext4") {
+    let Some((dir, mut h)) = fresh(DataMode::Ordered) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Ordered);
+    };
     let b = FREE + 5;
     h.meta(&[b], 0x33); // logged as metadata in T1
     h.fsync();
@@ -169,12 +173,9 @@ fn a_full_log_forces_checkpoints_and_wraps() {
 
 #[test]
 fn pressure_commits_and_checkpoints() {
-    if !have("mkfs.ext4") {
+    let Some((_dir, mut h)) = fresh(DataMode::Ordered) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Ordered);
+    };
     h.meta(&[FREE, FREE + 1], 0x44);
     h.pressure();
     assert_eq!(h.stat("checkpoints"), 1);
@@ -189,12 +190,9 @@ fn pressure_commits_and_checkpoints() {
 
 #[test]
 fn a_transaction_logs_its_blocks_in_block_order() {
-    if !have("mkfs.ext4") {
+    let Some((_dir, mut h)) = fresh(DataMode::Ordered) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Ordered);
+    };
     // Changed out of order, one handle each, all in one transaction: the
     // running transaction keeps them unordered, the log holds them
     // ascending by home block (the same records in the same order on every
@@ -228,12 +226,9 @@ fn a_transaction_logs_its_blocks_in_block_order() {
 
 #[test]
 fn one_flush_and_one_fua_per_commit() {
-    if !have("mkfs.ext4") {
+    let Some((_dir, mut h)) = fresh(DataMode::Ordered) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Ordered);
+    };
     h.meta(&[FREE], 1);
     h.fsync(); // first commit also writes both superblocks
     let before = h.dev.counters();
@@ -264,12 +259,9 @@ fn one_flush_and_one_fua_per_commit() {
 
 #[test]
 fn unmount_leaves_a_clean_image() {
-    if !have("mkfs.ext4") {
+    let Some((dir, mut h)) = fresh(DataMode::Journal) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "64M", 4096);
-    let mut h = Harness::new(&img, DataMode::Journal);
+    };
     h.meta(&[FREE, FREE + 1], 3);
     h.fsync();
     h.data(FREE + 2, 4, true);
