@@ -25,6 +25,73 @@ use crate::layout::{self, gd};
 use crate::state::Core;
 use crate::update::{BitmapKind, CounterKind, Ino, UpdateKind};
 
+/// What the allocators learned of one group's bitmap: every bit below
+/// `bits` is set (in use), for as long as the bitmap's cached image is at
+/// `generation`. Each change to a cached block gives it a new generation,
+/// and so does reading it again after eviction, so a front that may no
+/// longer hold (a rollback put bytes back, the block left the cache) is
+/// not used: nothing is known then, which is also true.
+///
+/// A scan for a free bit starts at the front instead of at its goal when
+/// the goal lies below it: it passes over only bits it would have passed
+/// over anyway, and picks what it picked before. Without it, every new
+/// file's first block was looked for from its group's inode table on,
+/// over every block already in use there: a walk that grew with the
+/// group's files (the kernel's ext4 keeps `bb_first_free` per group for
+/// the same reason).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct UsedFront {
+    generation: u64,
+    bits: u32,
+}
+
+impl UsedFront {
+    /// Bits known set from bit 0 on, in the image at `generation`.
+    fn known(self, generation: u64) -> usize {
+        if generation != 0 && self.generation == generation {
+            self.bits as usize
+        } else {
+            0
+        }
+    }
+
+    /// The front after bits `first..first + len` of an image whose front
+    /// was `known` were set (`set`) or cleared, now at `generation`.
+    fn after_change(known: usize, first: usize, len: usize, set: bool, generation: u64) -> Self {
+        let bits = if !set {
+            known.min(first)
+        } else if first <= known {
+            known.max(first + len)
+        } else {
+            known
+        };
+        UsedFront {
+            generation,
+            bits: bits as u32,
+        }
+    }
+}
+
+/// Whether bits `from..to` of `bitmap` are all set (stops at the first
+/// clear one).
+fn all_set(bitmap: &[u8], from: usize, to: usize) -> bool {
+    let bit = |i: usize| bitmap[i / 8] & (1 << (i % 8)) != 0;
+    let mut i = from;
+    while i < to && !i.is_multiple_of(8) {
+        if !bit(i) {
+            return false;
+        }
+        i += 1;
+    }
+    while i + 8 <= to {
+        if bitmap[i / 8] != 0xFF {
+            return false;
+        }
+        i += 8;
+    }
+    (i..to).all(bit)
+}
+
 impl Core {
     pub fn group_count(&self) -> u32 {
         self.groups.len() as u32
@@ -269,7 +336,23 @@ impl Core {
         let img = self.read_block(bb, BlockClass::GroupMeta)?;
         let n = self.sbi.blocks_in_group(g as u64) as usize;
         let first_block = self.sbi.group_first_block(g as u64);
-        let mut i = from;
+        let generation = self.cache.generation(bb);
+        let mut known = self.block_fronts[g as usize].known(generation);
+        if known < from && all_set(&img, known, from.min(n)) {
+            // The goal is past what is known, and everything below it is
+            // in use (a group's own metadata, before a new file's goal):
+            // the front is at least there.
+            known = from.min(n);
+        }
+        debug_assert!(
+            all_set(&img, 0, known),
+            "group {g}: block bitmap {bb} is not in use below its front {known}"
+        );
+        // Started at the front, the first clear bit the scan meets is the
+        // new front (taken or not).
+        let mut front = (from <= known).then_some(n);
+        let mut found = None;
+        let mut i = from.max(known);
         while i < n {
             // Skip what is all in use a 64-bit word, then a byte, at a time.
             if i.is_multiple_of(64) && i + 64 <= n {
@@ -283,20 +366,32 @@ impl Core {
                 i += 8;
                 continue;
             }
-            if img[i / 8] & (1 << (i % 8)) == 0 && self.may_take(first_block + i as u64) {
-                let mut len = 1usize;
-                while len < max as usize
-                    && i + len < n
-                    && img[(i + len) / 8] & (1 << ((i + len) % 8)) == 0
-                    && self.may_take(first_block + (i + len) as u64)
-                {
-                    len += 1;
+            if img[i / 8] & (1 << (i % 8)) == 0 {
+                if let Some(f) = front.as_mut() {
+                    *f = (*f).min(i);
                 }
-                return Ok(Some((first_block + i as u64, len as u32)));
+                if self.may_take(first_block + i as u64) {
+                    let mut len = 1usize;
+                    while len < max as usize
+                        && i + len < n
+                        && img[(i + len) / 8] & (1 << ((i + len) % 8)) == 0
+                        && self.may_take(first_block + (i + len) as u64)
+                    {
+                        len += 1;
+                    }
+                    found = Some((first_block + i as u64, len as u32));
+                    break;
+                }
             }
             i += 1;
         }
-        Ok(None)
+        if let Some(bits) = front {
+            self.block_fronts[g as usize] = UsedFront {
+                generation,
+                bits: bits as u32,
+            };
+        }
+        Ok(found)
     }
 
     /// Set (allocate) or clear (free) the bits of blocks `first..first+len`
@@ -307,7 +402,8 @@ impl Core {
         let bb = self.block_bitmap(g)?;
         let img = self.read_block(bb, BlockClass::GroupMeta)?;
         let base = self.sbi.block_index_in_group(first) as usize;
-        let mut bytes: Vec<(usize, u8)> = Vec::new();
+        let known = self.block_fronts[g as usize].known(self.cache.generation(bb));
+        let mut bytes: smallvec::SmallVec<[(usize, u8); 8]> = smallvec::SmallVec::new();
         for k in 0..len as usize {
             let i = base + k;
             let cur = bytes
@@ -353,6 +449,8 @@ impl Core {
                 },
             );
         }
+        self.block_fronts[g as usize] =
+            UsedFront::after_change(known, base, len as usize, set, self.cache.generation(bb));
         self.csum_block_bitmap(g);
         let delta = if set { -(len as i64) } else { len as i64 };
         self.add_group_counter(g, CounterKind::FreeBlocks, delta)?;
@@ -507,8 +605,21 @@ impl Core {
             } else {
                 0
             };
+            let generation = self.cache.generation(ib);
+            let mut known = self.inode_fronts[g as usize].known(generation);
+            if known < first_idx && all_set(&img, known, first_idx) {
+                // Group 0's reserved inodes, always in use.
+                known = first_idx;
+            }
+            debug_assert!(
+                all_set(&img, 0, known),
+                "group {g}: inode bitmap {ib} is not in use below its front {known}"
+            );
+            // As in `find_free_run`: from the front on, the first clear bit
+            // met is the new front.
+            let mut front = (first_idx <= known).then_some(ipg as usize);
             let mut found = None;
-            let mut i = first_idx;
+            let mut i = first_idx.max(known);
             while i < ipg as usize {
                 if i % 64 == 0 && i + 64 <= ipg as usize && img[i / 8..i / 8 + 8] == [0xff; 8] {
                     // Sixty-four inodes in use: the used front of a group's
@@ -521,18 +632,29 @@ impl Core {
                     i += 8;
                     continue;
                 }
-                if img[i / 8] & (1 << (i % 8)) == 0
-                    && self
+                if img[i / 8] & (1 << (i % 8)) == 0 {
+                    if let Some(f) = front.as_mut() {
+                        *f = (*f).min(i);
+                    }
+                    if self
                         .proto
                         .can_allocate_inode(g * ipg + i as u32 + 1, &self.handle)
-                {
-                    found = Some(i);
-                    break;
+                    {
+                        found = Some(i);
+                        break;
+                    }
                 }
                 i += 1;
             }
             drop(img);
-            let Some(idx) = found else { continue };
+            let known = front.unwrap_or(known);
+            let Some(idx) = found else {
+                self.inode_fronts[g as usize] = UsedFront {
+                    generation,
+                    bits: known as u32,
+                };
+                continue;
+            };
             let ino = g * ipg + idx as u32 + 1;
             let img = self.read_block(ib, BlockClass::GroupMeta)?;
             let v = img[idx / 8] | (1 << (idx % 8));
@@ -547,6 +669,8 @@ impl Core {
                     set: true,
                 },
             );
+            self.inode_fronts[g as usize] =
+                UsedFront::after_change(known, idx, 1, true, self.cache.generation(ib));
             self.csum_inode_bitmap(g);
             self.add_group_counter(g, CounterKind::FreeInodes, -1)?;
             if is_dir {
@@ -585,6 +709,7 @@ impl Core {
         }
         let v = img[idx / 8] & !(1 << (idx % 8));
         drop(img);
+        let known = self.inode_fronts[g as usize].known(self.cache.generation(ib));
         self.modify(
             ib,
             idx / 8,
@@ -595,6 +720,8 @@ impl Core {
                 set: false,
             },
         );
+        self.inode_fronts[g as usize] =
+            UsedFront::after_change(known, idx, 1, false, self.cache.generation(ib));
         self.csum_inode_bitmap(g);
         self.add_group_counter(g, CounterKind::FreeInodes, 1)?;
         if was_dir {

@@ -511,6 +511,10 @@ pub(crate) struct Core {
     pub open_counts: HashMap<Ino, u32>,
     /// Rotor for directory placement.
     pub dir_rotor: u32,
+    /// Per group, the used front of its block bitmap and of its inode
+    /// bitmap as the allocators last saw them ([`crate::alloc::UsedFront`]).
+    pub(crate) block_fronts: Vec<crate::alloc::UsedFront>,
+    pub(crate) inode_fronts: Vec<crate::alloc::UsedFront>,
     /// The random source inode generations are drawn from (seeded by
     /// `MountOptions::seed`).
     pub rng: SplitMix64,
@@ -595,6 +599,7 @@ impl Core {
     ) -> Core {
         let bs = sbi.block_size();
         let delalloc_on = proto.delays_allocation();
+        let fronts = vec![crate::alloc::UsedFront::default(); groups.len()];
         Core {
             dev,
             sbi,
@@ -622,6 +627,8 @@ impl Core {
             dir_index_evictions: 0,
             open_counts: HashMap::default(),
             dir_rotor: 0,
+            block_fronts: fronts.clone(),
+            inode_fronts: fronts,
             rng: SplitMix64::new(seed),
             clock,
             plans: Vec::new(),
