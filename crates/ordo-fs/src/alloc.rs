@@ -575,9 +575,14 @@ impl Core {
         let start = if is_dir && ngroups > 1 {
             // Spread directories: the next group (rotor) with at least the
             // average number of free inodes.
-            let total_free: u64 = (0..ngroups)
-                .map(|g| self.group_free_inodes(g).unwrap_or(0) as u64)
-                .sum();
+            // The kept sum (exact, checked against the descriptors in debug
+            // builds) rather than a walk of every group per mkdir.
+            let total_free: u64 = match self.free_totals() {
+                Ok((_, inodes)) => inodes,
+                Err(_) => (0..ngroups)
+                    .map(|g| self.group_free_inodes(g).unwrap_or(0) as u64)
+                    .sum(),
+            };
             let avg = total_free / ngroups as u64;
             let mut pick = pg;
             for i in 0..ngroups {

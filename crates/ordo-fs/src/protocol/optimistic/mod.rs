@@ -206,9 +206,9 @@ impl Optimistic {
             // images it snapshots now (under the same lock hold).
             self.j
                 .running_data()
-                .iter()
-                .filter(|&&b| io.is_dirty(b))
-                .filter_map(|&b| {
+                .into_iter()
+                .filter(|&b| io.is_dirty(b))
+                .filter_map(|b| {
                     io.snapshot(b).map(|img| DataTag {
                         block: b,
                         checksum: fmt.data_checksum(&img),
