@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use ordo_dev::{BlockDevice, FileDevice, OpenOptions};
-use ordo_fs::{Fs, MountOptions, ProtocolKind};
+use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
 
 /// Whether a tool is installed (tests that need it are skipped otherwise).
 pub fn have(tool: &str) -> bool {
@@ -98,6 +98,28 @@ pub fn mount(path: &Path, mode: ProtocolKind) -> Fs {
         ..MountOptions::default()
     };
     Fs::mount(device(path), opts).expect("mount")
+}
+
+/// Create regular file `name` in the root directory as root, with
+/// `data` written at offset 0; its inode number.
+pub fn create_file(fs: &Fs, name: &str, data: &[u8]) -> u32 {
+    let a = fs
+        .create(
+            ROOT_INO,
+            name.as_bytes(),
+            FileType::Regular,
+            0o644,
+            0,
+            &Creds::root(),
+        )
+        .expect("create");
+    if !data.is_empty() {
+        assert_eq!(
+            fs.write(a.ino, 0, data).expect("write") as usize,
+            data.len()
+        );
+    }
+    a.ino
 }
 
 /// A scratch directory for images.
