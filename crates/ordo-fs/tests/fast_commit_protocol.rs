@@ -7,10 +7,13 @@
 
 mod fast_commit_common;
 
+mod core_common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use core_common::create_file as create;
 use fast_commit_common::*;
 use ordo_dev::{BlockClass, BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
@@ -27,23 +30,6 @@ fn opts() -> MountOptions {
         commit_interval_ms: 600_000,
         ..MountOptions::default()
     }
-}
-
-fn create(fs: &Fs, name: &str, data: &[u8]) -> u32 {
-    let a = fs
-        .create(
-            ROOT_INO,
-            name.as_bytes(),
-            FileType::Regular,
-            0o644,
-            0,
-            &Creds::root(),
-        )
-        .unwrap();
-    if !data.is_empty() {
-        fs.write(a.ino, 0, data).unwrap();
-    }
-    a.ino
 }
 
 /// Mount a fresh fast-commit image on a volatile write cache.

@@ -12,14 +12,15 @@
 //!   survives a power cut that loses every write not flushed;
 //! - on a read-only mount they succeed and write nothing, as fsync.
 
+mod core_common;
+
 use std::sync::Arc;
 
+use core_common::create_file as create;
 use ordo_dev::{BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::stream::STREAM_NAME_MAX_BYTES;
-use ordo_fs::{
-    Creds, DurabilityCalls, FileType, Fs, MountOptions, ProtocolKind, StreamId, ROOT_INO,
-};
+use ordo_fs::{Creds, DurabilityCalls, Fs, MountOptions, ProtocolKind, StreamId, ROOT_INO};
 
 /// A fresh image with a journal and a fast-commit area, so that every
 /// protocol can mount it.
@@ -40,21 +41,6 @@ fn opts(mode: ProtocolKind) -> MountOptions {
         mode,
         ..MountOptions::default()
     }
-}
-
-fn create(fs: &Fs, name: &str, data: &[u8]) -> u32 {
-    let a = fs
-        .create(
-            ROOT_INO,
-            name.as_bytes(),
-            FileType::Regular,
-            0o644,
-            0,
-            &Creds::root(),
-        )
-        .unwrap();
-    fs.write(a.ino, 0, data).unwrap();
-    a.ino
 }
 
 /// The contents of `/name` on the image a power cut that loses every
