@@ -25,12 +25,16 @@
 //! the bound to spare (`Core::relieve_pressure`), orders the candidates by
 //! tick. The map is hashed with `rustc-hash` (block numbers are
 //! integers; SipHash's protection against chosen keys buys nothing here and
-//! cost a tenth of the core's time).
+//! cost a tenth of the core's time). The dirty blocks are a hash set
+//! too, ordered only when a write-back asks for them
+//! ([`BufferCache::dirty_blocks`]): a burst of creates dirties tens of
+//! thousands of blocks between two write-backs, and an ordered set cost
+//! each of them a tree insert and a tree removal.
 
-use std::collections::BTreeSet;
+use std::collections::hash_map::Entry as Slot;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::update::UpdateBytes;
 use ordo_dev::BlockClass;
@@ -74,7 +78,7 @@ pub struct BufferCache {
     block_size: u32,
     bound_bytes: u64,
     map: FxHashMap<u64, Entry>,
-    dirty: BTreeSet<u64>,
+    dirty: FxHashSet<u64>,
     next_tick: u64,
     next_generation: u64,
     stats: CacheStats,
@@ -89,7 +93,7 @@ impl BufferCache {
             block_size,
             bound_bytes: bound_bytes.max(block_size as u64 * 64),
             map: FxHashMap::default(),
-            dirty: BTreeSet::new(),
+            dirty: FxHashSet::default(),
             next_tick: 1,
             next_generation: 1,
             stats: CacheStats::default(),
@@ -101,7 +105,9 @@ impl BufferCache {
     }
     /// Every dirty cached block, ascending.
     pub fn dirty_blocks(&self) -> Vec<u64> {
-        self.dirty.iter().copied().collect()
+        let mut v: Vec<u64> = self.dirty.iter().copied().collect();
+        v.sort_unstable();
+        v
     }
     /// Number of dirty blocks.
     pub fn dirty_count(&self) -> usize {
@@ -109,8 +115,8 @@ impl BufferCache {
     }
     /// Whether `block` is cached and dirty.
     pub fn is_dirty(&self, block: u64) -> bool {
-        // The entry's flag, one hash lookup; the ordered set holds the same
-        // blocks (it is kept for write-back order).
+        // The entry's flag, one hash lookup; the dirty set holds the same
+        // blocks (it is kept for write-back).
         let dirty = self.map.get(&block).is_some_and(|e| e.dirty);
         debug_assert_eq!(dirty, self.dirty.contains(&block));
         dirty
@@ -130,6 +136,13 @@ impl BufferCache {
     pub fn snapshot(&self, block: u64) -> Option<Arc<Vec<u8>>> {
         self.map.get(&block).map(|e| e.data.clone())
     }
+    /// A cached block's image (shared), class and generation, in one
+    /// lookup: what a write-back reads of each block it sends.
+    pub fn peek(&self, block: u64) -> Option<(Arc<Vec<u8>>, BlockClass, u64)> {
+        self.map
+            .get(&block)
+            .map(|e| (e.data.clone(), e.class, e.generation))
+    }
     /// The modification generation of a cached block (0 if not cached).
     pub fn generation(&self, block: u64) -> u64 {
         self.map.get(&block).map(|e| e.generation).unwrap_or(0)
@@ -145,6 +158,27 @@ impl BufferCache {
         if let Some(e) = self.map.get_mut(&block) {
             debug_assert!(e.pins > 0, "unpin of unpinned block {block}");
             e.pins = e.pins.saturating_sub(1);
+        }
+    }
+    /// A plan that pinned `block` at generation `gen` has run: unpin it
+    /// and, when the write succeeded (`written`), mark it clean unless it
+    /// changed since ([`BufferCache::unpin`] and
+    /// [`BufferCache::mark_clean_if`] in one lookup). Nothing to do for a
+    /// block no longer cached. Panics if `gen` is newer than the cached
+    /// image (a core invariant).
+    pub fn finish_write(&mut self, block: u64, gen: u64, written: bool) {
+        let Some(e) = self.map.get_mut(&block) else {
+            return;
+        };
+        assert!(
+            gen <= e.generation,
+            "block {block}: a pinned generation {gen} is newer than the cache's"
+        );
+        debug_assert!(e.pins > 0, "unpin of unpinned block {block}");
+        e.pins = e.pins.saturating_sub(1);
+        if written && e.generation == gen && e.dirty {
+            e.dirty = false;
+            self.dirty.remove(&block);
         }
     }
     /// Mark a cached block clean if its generation is still `gen`.
@@ -202,18 +236,24 @@ impl BufferCache {
         let generation = self.next_generation;
         self.next_generation += 1;
         let tick = self.next_tick();
-        let pins = self.map.remove(&block).map_or(0, |old| old.pins);
-        self.map.insert(
-            block,
-            Entry {
-                data: Arc::new(data),
-                class,
-                dirty,
-                generation,
-                pins,
-                tick,
-            },
-        );
+        let mut entry = Entry {
+            data: Arc::new(data),
+            class,
+            dirty,
+            generation,
+            pins: 0,
+            tick,
+        };
+        // One lookup: a replaced image keeps its pins.
+        match self.map.entry(block) {
+            Slot::Occupied(mut o) => {
+                entry.pins = o.get().pins;
+                o.insert(entry);
+            }
+            Slot::Vacant(v) => {
+                v.insert(entry);
+            }
+        }
         if dirty {
             self.dirty.insert(block);
         } else {
@@ -430,6 +470,34 @@ mod tests {
         assert!(!c.is_dirty(1));
     }
 
+    /// The end of a plan's write: unpinned whatever happened, clean only if
+    /// it was written and the image is still the one written.
+    #[test]
+    fn finish_write_unpins_and_cleans_only_the_written_generation() {
+        let mut c = BufferCache::new(1024, 64 * 1024);
+        for b in 0..3u64 {
+            c.insert_new(b, BlockClass::Data, vec![0; 1024]);
+            c.pin(b);
+        }
+        let gens: Vec<u64> = (0..3).map(|b| c.generation(b)).collect();
+        c.modify(1, 0, &[1]); // changed while its write was in flight
+        c.finish_write(0, gens[0], true);
+        c.finish_write(1, gens[1], true);
+        c.finish_write(2, gens[2], false); // the write failed
+        c.finish_write(99, 1, true); // not cached: nothing to do
+        assert_eq!(c.dirty_blocks(), vec![1, 2]);
+        for b in 0..64u64 {
+            c.insert_clean(100 + b, BlockClass::Data, vec![0; 1024]);
+        }
+        c.mark_clean_if(1, c.generation(1));
+        c.mark_clean_if(2, c.generation(2));
+        c.evict_to(0);
+        assert!(
+            !c.contains(0) && !c.contains(1) && !c.contains(2),
+            "a finished write left its block pinned"
+        );
+    }
+
     #[test]
     fn eviction_skips_dirty_and_pinned_blocks_in_lru_order() {
         let mut c = BufferCache::new(1024, 64 * 1024);
@@ -448,5 +516,45 @@ mod tests {
             "recently used block evicted before older ones"
         );
         assert!(!c.contains(3));
+    }
+
+    /// The dirty set is unordered; the write-back's list of it is not. Blocks
+    /// dirtied in a scattered order come out ascending, cleaning, forgetting
+    /// and renaming take blocks out of it, and replacing a pinned image
+    /// keeps its pins.
+    #[test]
+    fn dirty_blocks_come_out_ascending_and_follow_every_change() {
+        let mut c = BufferCache::new(1024, 1 << 20);
+        // A stride that visits 0..4096 out of order.
+        let order: Vec<u64> = (0..4096u64).map(|i| (i * 2654435761) % 4096).collect();
+        for &b in &order {
+            c.insert_new(b + 10_000, BlockClass::Data, vec![0; 1024]);
+        }
+        let want: Vec<u64> = (10_000..14_096).collect();
+        let got = c.dirty_blocks();
+        assert!(
+            got == want,
+            "dirty blocks not ascending: {:?}...",
+            &got[..8]
+        );
+        assert_eq!(c.dirty_count(), 4096);
+        c.mark_clean_if(10_005, c.generation(10_005));
+        c.forget(10_006);
+        c.rename(10_007, 20_000);
+        let dirty = c.dirty_blocks();
+        assert!(dirty.windows(2).all(|w| w[0] < w[1]));
+        assert!(!dirty.contains(&10_005) && !dirty.contains(&10_006) && !dirty.contains(&10_007));
+        assert_eq!(dirty.last(), Some(&20_000));
+        assert_eq!(c.dirty_count(), 4094);
+        for b in [10_005, 10_006, 10_007, 20_000, 10_000] {
+            assert_eq!(c.is_dirty(b), dirty.contains(&b), "block {b}");
+        }
+        // A clean re-read over a pinned dirty block: clean, still pinned.
+        c.pin(10_010);
+        c.insert_clean(10_010, BlockClass::Data, vec![1; 1024]);
+        assert!(!c.is_dirty(10_010));
+        assert!(!c.dirty_blocks().contains(&10_010));
+        c.evict_to(0);
+        assert!(c.contains(10_010), "a replaced image lost its pin");
     }
 }

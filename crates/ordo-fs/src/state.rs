@@ -320,10 +320,22 @@ struct PendingCsum {
 /// frees per created file); past [`FewSet::INLINE_MAX`] keys (a truncation
 /// freeing across many groups) it becomes a `BTreeSet`, so that inserting
 /// stays logarithmic. Either way the keys come out in order.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 enum FewSet<T: Ord + Copy> {
     Few(SmallVec<[T; 4]>),
     Many(BTreeSet<T>),
+}
+
+// A savepoint clones every set of the handle (three savepoints per created
+// file): the keys are `Copy`, so the inline vector is copied whole, not
+// pushed key by key as the derived clone (`Extend`) does.
+impl<T: Ord + Copy> Clone for FewSet<T> {
+    fn clone(&self) -> Self {
+        match self {
+            FewSet::Few(keys) => FewSet::Few(SmallVec::from_slice(keys)),
+            FewSet::Many(set) => FewSet::Many(set.clone()),
+        }
+    }
 }
 
 impl<T: Ord + Copy> Default for FewSet<T> {
@@ -1105,17 +1117,14 @@ impl Core {
     pub fn plan_finished(&mut self, plan: &IoPlan, done: &crate::protocol::PlanDone) {
         assert_eq!(done.serial, plan.serial);
         for &(block, gen) in &plan.pinned {
-            assert!(
-                gen <= self.cache.generation(block) || !self.cache.contains(block),
-                "block {block}: a pinned generation {gen} is newer than the cache's"
-            );
-            if self.home_generation.get(&block) == Some(&gen) {
-                self.home_generation.remove(&block);
+            if let std::collections::hash_map::Entry::Occupied(last) =
+                self.home_generation.entry(block)
+            {
+                if *last.get() == gen {
+                    last.remove();
+                }
             }
-            self.cache.unpin(block);
-            if done.ok {
-                self.cache.mark_clean_if(block, gen);
-            }
+            self.cache.finish_write(block, gen, done.ok);
         }
         self.proto.plan_done(done);
     }
@@ -1348,20 +1357,28 @@ impl Core {
         if !self.is_gd_block(block) {
             return;
         }
-        let Some(img) = self.cache.snapshot(block) else {
-            self.free_sums = None;
-            return;
-        };
         let ds = self.seal.desc_size as usize;
-        let per = img.len() / ds;
-        let first_group = (block - self.seal.gdt_first) as usize * per;
         let end = offset + replaced.len();
         // The free counts' halves: 0x0C..0x10, and 0x2C..0x30 in a 64-byte
-        // descriptor. A change elsewhere (a checksum) moves nothing.
+        // descriptor. A change elsewhere (a checksum) moves nothing, and is
+        // told apart before the image is looked at.
         let counts = |lo: usize, hi: usize| {
             (lo < gd::FREE_INODES_LO + 2 && gd::FREE_BLOCKS_LO < hi)
                 || (ds >= 64 && lo < gd::FREE_INODES_HI + 2 && gd::FREE_BLOCKS_HI < hi)
         };
+        let touches_counts = (offset / ds..end.div_ceil(ds)).any(|slot| {
+            let at = slot * ds;
+            counts(offset.max(at) - at, end.min(at + ds) - at)
+        });
+        if !touches_counts {
+            return;
+        }
+        let Some(img) = self.cache.snapshot(block) else {
+            self.free_sums = None;
+            return;
+        };
+        let per = img.len() / ds;
+        let first_group = (block - self.seal.gdt_first) as usize * per;
         let mut before: SmallVec<[u8; 64]> = SmallVec::new();
         for slot in offset / ds..end.div_ceil(ds).min(per) {
             if first_group + slot >= self.groups.len() {

@@ -921,9 +921,7 @@ impl<'a> Io<'a> {
     /// evicted) until the plan ran and is then marked clean unless modified
     /// in between. Does nothing if the block is not cached.
     pub fn write_home(&mut self, block: u64, fua: bool) {
-        if let Some(data) = self.cache.snapshot(block) {
-            let class = self.cache.class_of(block);
-            let gen = self.cache.generation(block);
+        if let Some((data, class, gen)) = self.cache.peek(block) {
             self.cache.pin(block);
             self.plan.pinned.push((block, gen));
             self.plan
@@ -955,43 +953,44 @@ impl<'a> Io<'a> {
         let mut i = 0;
         while i < blocks.len() {
             let first = blocks[i].0;
-            let Some(d0) = self.cache.snapshot(first) else {
+            // One lookup per block for its image, class and generation
+            // (`BufferCache::peek`), one more to pin it.
+            let Some((d0, class, g0)) = self.cache.peek(first) else {
                 i += 1;
                 continue;
             };
-            let class = self.cache.class_of(first);
             // The run is the snapshots themselves, gathered by the device:
             // no copy, and no second image of each block held while the
             // plan waits to run.
             let mut images = Vec::new();
             let mut members = Vec::new();
-            let mut take = |b: u64, cached: Arc<Vec<u8>>, own: &Option<Arc<Vec<u8>>>| match own {
-                Some(img) => {
-                    assert_eq!(img.len(), bs, "block {b}: an image of {} bytes", img.len());
-                    images.push(img.clone());
-                }
-                None => {
-                    images.push(cached);
-                    members.push(b);
-                }
-            };
-            take(first, d0, &blocks[i].1);
+            let mut take =
+                |b: u64, cached: Arc<Vec<u8>>, gen: u64, own: &Option<Arc<Vec<u8>>>| match own {
+                    Some(img) => {
+                        assert_eq!(img.len(), bs, "block {b}: an image of {} bytes", img.len());
+                        images.push(img.clone());
+                    }
+                    None => {
+                        images.push(cached);
+                        members.push((b, gen));
+                    }
+                };
+            take(first, d0, g0, &blocks[i].1);
             let mut len = 1u64;
             let mut j = i + 1;
-            while j < blocks.len()
-                && (len as usize) < max_run.max(1)
-                && blocks[j].0 == first + len
-                && self.cache.class_of(blocks[j].0) == class
+            while j < blocks.len() && (len as usize) < max_run.max(1) && blocks[j].0 == first + len
             {
-                let Some(d) = self.cache.snapshot(blocks[j].0) else {
+                let Some((d, c, g)) = self.cache.peek(blocks[j].0) else {
                     break;
                 };
-                take(blocks[j].0, d, &blocks[j].1);
+                if c != class {
+                    break;
+                }
+                take(blocks[j].0, d, g, &blocks[j].1);
                 len += 1;
                 j += 1;
             }
-            for b in members {
-                let gen = self.cache.generation(b);
+            for (b, gen) in members {
                 self.cache.pin(b);
                 self.plan.pinned.push((b, gen));
             }
