@@ -8,8 +8,11 @@
 //! opens a gate, and the test waits until the file system reports the
 //! expected number of waiting fsyncs before opening it.
 
+mod core_common;
+
 use std::sync::Arc;
 
+use core_common::create_file;
 use ordo_dev::{GateDevice, MemDevice};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
 use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
@@ -63,20 +66,7 @@ fn check(mode: ProtocolKind, features: &str, commits_stat: &str) {
     const WAITERS: usize = 3;
     let (dev, opts, fs) = gate_mount(mode, features);
     fs.sync().unwrap();
-    let file = |name: &str, fill: u8| {
-        let a = fs
-            .create(
-                ROOT_INO,
-                name.as_bytes(),
-                FileType::Regular,
-                0o644,
-                0,
-                &Creds::root(),
-            )
-            .unwrap();
-        fs.write(a.ino, 0, &vec![fill; 6000]).unwrap();
-        a.ino
-    };
+    let file = |name: &str, fill: u8| create_file(&fs, name, &vec![fill; 6000]);
     let before = stat(&fs, commits_stat);
     // The first fsync's commit blocks in its flush.
     dev.set_closed(true);

@@ -5,11 +5,14 @@
 //! a `mode=journal` mount of an image a `fast_commit` mount left replays
 //! its fast commits too.
 
+mod core_common;
+
 use std::sync::Arc;
 
+use core_common::create_file;
 use ordo_dev::{BlockDevice, CrashPolicy, MemDevice, WriteCacheDevice};
 use ordo_fs::mkfs::{mkfs, parse_features, MkfsOptions, DEFAULT_FEATURES};
-use ordo_fs::{Creds, FileType, Fs, MountOptions, ProtocolKind, ROOT_INO};
+use ordo_fs::{Fs, MountOptions, ProtocolKind, ROOT_INO};
 
 fn image(features: &str) -> Vec<u8> {
     let mem = MemDevice::new(4096, 8192).unwrap();
@@ -42,18 +45,8 @@ fn crashed(img: &[u8], mode: ProtocolKind, files: &[(&str, Vec<u8>)]) -> Vec<u8>
     // One full commit first, so that later fsyncs can be fast commits.
     fs.sync().unwrap();
     for (name, data) in files {
-        let a = fs
-            .create(
-                ROOT_INO,
-                name.as_bytes(),
-                FileType::Regular,
-                0o644,
-                0,
-                &Creds::root(),
-            )
-            .unwrap();
-        fs.write(a.ino, 0, data).unwrap();
-        fs.fsync(a.ino, false).unwrap();
+        let ino = create_file(&fs, name, data);
+        fs.fsync(ino, false).unwrap();
     }
     let crashed = dev.crash(7, CrashPolicy::lose_all()).unwrap();
     drop(fs);
