@@ -137,6 +137,10 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
     if !a.foreground {
         *detached = Some(crate::daemon::Detached::fork().map_err(Refusal::Failed)?);
     }
+    // After the fork: the pool's refiller is a thread.
+    if !crate::start_image_pool(parsed.fs.cache_bytes) {
+        eprintln!("ordo mount: the block-image pool did not start (no address space or no thread for it); block images come from the system allocator");
+    }
     let (fs, dev) = open_image(&a.image, &parsed).map_err(Refusal::Failed)?;
     // Before the FUSE mount, so that the file exists once the mount shows.
     let publisher = Publisher::start(&a.image, &a.mountpoint, &fs);
@@ -213,6 +217,9 @@ fn mount(a: &MountArgs, detached: &mut Option<crate::daemon::Detached>) -> Resul
         format_counts(&mode, &stats.iter().cloned().collect())
     );
     report_counters(&*dev, &mode, &stats);
+    if let Some(p) = crate::image_pool_stats() {
+        eprintln!("ordo: {}", crate::stats::image_pool_line(&p).trim_start());
+    }
     if parsed.io_uring {
         eprintln!(
             "ordo: {} requests served through io_uring (by {} of its per-CPU queues)",

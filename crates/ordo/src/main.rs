@@ -12,6 +12,7 @@ mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_streams;
 mod daemon;
+mod image_pool;
 mod options;
 mod stats;
 mod superblock;
@@ -22,6 +23,24 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::superblock::SuperblockView;
+
+/// Block images from memory faulted in ahead of need, by a thread of their
+/// own, once a mount starts it (`image_pool`); everything else, and every
+/// other subcommand, allocates from the system allocator.
+#[global_allocator]
+static ALLOCATOR: image_pool::ImagePool = image_pool::ImagePool::new();
+
+/// Start the block-image pool's refiller (after any fork) for a block
+/// cache of `cache_bytes`: the mount's cache grows without its serving
+/// threads taking the page faults.
+pub(crate) fn start_image_pool(cache_bytes: u64) -> bool {
+    ALLOCATOR.start(image_pool::Levels::for_cache(cache_bytes))
+}
+
+/// The block-image pool's counts, once started.
+pub(crate) fn image_pool_stats() -> Option<image_pool::PoolStats> {
+    ALLOCATOR.started().then(|| ALLOCATOR.stats())
+}
 
 /// ordo: a user-space file system with ext4's on-disk format and a choice
 /// of crash-consistency protocols.
@@ -461,6 +480,12 @@ fn crash(args: &[String]) -> u8 {
         );
     }) {
         eprintln!("ordo crash: cannot handle Ctrl-C/SIGTERM: {e}");
+    }
+    // The explorer runs the core, and its FUSE recordings, on the
+    // allocator `ordo mount` runs them on: every state it checks is also a
+    // check that no block image was handed out twice.
+    if !start_image_pool(ordo_fs::MountOptions::default().cache_bytes) {
+        eprintln!("ordo crash: the block-image pool did not start (no address space or no thread for it); block images come from the system allocator");
     }
     match ordo_crash::cli::run(args) {
         Ok(code) => u8::try_from(code).unwrap_or(1),

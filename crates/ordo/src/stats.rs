@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ordo_bench::commits::{ProtocolStats, TIMER_OR_OTHER};
 use ordo_fs::Fs;
+
+use crate::image_pool::PoolStats;
 use serde::{Deserialize, Serialize};
 
 /// Environment variable overriding the directory of the stats files.
@@ -72,6 +74,10 @@ pub struct MountStats {
     /// did not record them.
     #[serde(default)]
     pub native_calls: Option<Vec<String>>,
+    /// The block-image pool's counts (`image_pool`); `None` when the
+    /// mount had no pool, or in files of an ordo without one.
+    #[serde(default)]
+    pub image_pool: Option<PoolStats>,
 }
 
 /// What became of the mount a stats file describes.
@@ -293,7 +299,19 @@ the process died (crashed); figures as of {}:",
         let _ = writeln!(o, "  {}", durability_calls_line(native));
     }
     o.push_str(&format_counts(&s.mode, &s.stats));
+    if let Some(p) = &s.image_pool {
+        let _ = writeln!(o, "{}", image_pool_line(p));
+    }
     o
+}
+
+/// The block-image pool's counts as one line of `ordo info`.
+pub fn image_pool_line(p: &PoolStats) -> String {
+    format!(
+        "  block-image pool: {} images from slots faulted in ahead, {} from the system allocator \
+(no slot ready), {} slots faulted in, {} returned to the kernel, {} free",
+        p.served, p.missed, p.faulted, p.returned, p.free
+    )
 }
 
 /// What osync, dsync and streamsync are on a mount whose protocol
@@ -434,6 +452,7 @@ impl Publisher {
                         .map(String::from)
                         .collect(),
                 ),
+                image_pool: crate::image_pool_stats(),
             },
             warned: false,
         };
@@ -464,6 +483,7 @@ impl Publisher {
     /// New figures.
     pub fn update(&mut self, stats: Vec<(String, u64)>) {
         self.record.stats = stats.into_iter().collect();
+        self.record.image_pool = crate::image_pool_stats();
         self.record.updated_unix = now_unix();
         self.write();
     }
@@ -472,6 +492,7 @@ impl Publisher {
     pub fn end(mut self, stats: Vec<(String, u64)>, unmount_ok: bool) -> MountStats {
         let now = now_unix();
         self.record.stats = stats.into_iter().collect();
+        self.record.image_pool = crate::image_pool_stats();
         self.record.updated_unix = now;
         self.record.ended_unix = Some(now);
         self.record.unmount_ok = Some(unmount_ok);
@@ -515,7 +536,7 @@ pub enum Refresher {
         handle: JoinHandle<Publisher>,
     },
     /// No thread could be started.
-    Idle(Option<Publisher>),
+    Idle(Option<Box<Publisher>>),
 }
 
 impl Refresher {
@@ -527,7 +548,7 @@ impl Refresher {
                 let _ = stop.send(());
                 handle.join().ok()
             }
-            Refresher::Idle(p) => p,
+            Refresher::Idle(p) => p.map(|b| *b),
         }
     }
 }
@@ -562,6 +583,7 @@ mod tests {
             unmount_ok: None,
             stats,
             native_calls: None,
+            image_pool: None,
         }
     }
 
@@ -581,6 +603,33 @@ mod tests {
         s.native_calls = Some(Vec::new());
         let t = format_stats(&s, MountState::Ended, 0);
         assert!(t.contains("durability calls: osync=fsync"), "{t}");
+    }
+
+    #[test]
+    fn the_image_pool_line_shows_when_the_mount_had_a_pool_and_survives_the_file() {
+        let mut s = sample(1, None);
+        let without = format_stats(&s, MountState::Live, s.updated_unix);
+        assert!(!without.contains("block-image pool"), "{without}");
+        s.image_pool = Some(PoolStats {
+            free: 512,
+            served: 40_000,
+            missed: 3,
+            faulted: 40_512,
+            returned: 0,
+        });
+        let with = format_stats(&s, MountState::Live, s.updated_unix);
+        let line = with
+            .lines()
+            .find(|l| l.contains("block-image pool"))
+            .unwrap_or_else(|| panic!("no pool line in:\n{with}"));
+        assert!(
+            line.contains("40000 images from slots") && line.contains("3 from the system"),
+            "{line}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        s.write(&path).unwrap();
+        assert_eq!(MountStats::read(&path).unwrap().image_pool, s.image_pool);
     }
 
     #[test]
