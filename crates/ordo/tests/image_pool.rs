@@ -56,12 +56,7 @@ fn a_mounts_data_blocks_come_from_the_pool_and_read_back_whole() {
     let s = Scratch::new();
     std::env::set_var("ORDO_RUN_DIR", s.path("run"));
     let image = s.path("img");
-    let out = ordo(&["mkfs", image.to_str().unwrap(), "--size", "128M"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mkfs(&image, "128M");
     let mp = s.mkdir("mnt");
     const FILES: usize = 300;
     // 300 files of four 4 KiB blocks: 1,200 data blocks, beyond the 256
@@ -100,13 +95,5 @@ fn a_mounts_data_blocks_come_from_the_pool_and_read_back_whole() {
         assert!(got == content(i), "f{i} reads back changed");
     }
     m.stop_ok();
-    let out = std::process::Command::new("e2fsck")
-        .args(["-fn", image.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_e2fsck_clean(&image);
 }
