@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ordo_bench::commits::{ProtocolStats, TIMER_OR_OTHER};
 use ordo_fs::Fs;
+use serde::{Deserialize, Serialize};
 
 use crate::image_pool::PoolStats;
-use serde::{Deserialize, Serialize};
 
 /// Environment variable overriding the directory of the stats files.
 pub const RUN_DIR_ENV: &str = "ORDO_RUN_DIR";
@@ -482,18 +482,21 @@ impl Publisher {
 
     /// New figures.
     pub fn update(&mut self, stats: Vec<(String, u64)>) {
+        self.take_figures(stats, now_unix());
+        self.write();
+    }
+
+    /// The protocol's figures and the block-image pool's, as of `now`.
+    fn take_figures(&mut self, stats: Vec<(String, u64)>, now: u64) {
         self.record.stats = stats.into_iter().collect();
         self.record.image_pool = crate::image_pool_stats();
-        self.record.updated_unix = now_unix();
-        self.write();
+        self.record.updated_unix = now;
     }
 
     /// The last write, with the last figures: the mount has ended.
     pub fn end(mut self, stats: Vec<(String, u64)>, unmount_ok: bool) -> MountStats {
         let now = now_unix();
-        self.record.stats = stats.into_iter().collect();
-        self.record.image_pool = crate::image_pool_stats();
-        self.record.updated_unix = now;
+        self.take_figures(stats, now);
         self.record.ended_unix = Some(now);
         self.record.unmount_ok = Some(unmount_ok);
         self.write();
